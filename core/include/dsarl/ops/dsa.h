@@ -1,0 +1,101 @@
+/* dsarl/ops/dsa.h: DeepSeek Sparse Attention kernels (kind DSARL_KIND_DSA), selected by
+ * policy.megatron_cfg.model_overrides.dsa_kernel_backend.
+ *
+ * All ops run on packed token batches. Queries are Tq tokens; keys are Tk entries of a key array (the same packed
+ * batch in training/prefill, or the generation engine's latent cache in decode). Query t may attend to keys in
+ * [key_start[t], key_end[t]) only: causal packed THD gives key_start = cu_seqlens[i], key_end = t + 1 for query t
+ * of sequence i; decode gives the cache range of its sequence. Padding is never inside a range, so it is never
+ * attended. Sparse attention uses the absorbed MQA form: one shared key/value latent per key, kv = [c_kv | k_rope]
+ * (d_qk = kv_lora + rope), V = kv[:, :d_v] with d_v = kv_lora, the same top-k set for every head.
+ * Top-k indices are absolute positions in the key array; slots past the number of eligible keys hold -1.
+ * A backend may use the exact shortcut that a row with no more than topk eligible keys attends to all of them.
+ * Tensors use the device's storage dtype except indices/ranges (int32) and lse/scores/loss (float32). */
+#ifndef DSARL_OPS_DSA_H
+#define DSARL_OPS_DSA_H
+
+#include <stdint.h>
+#include "dsarl/ops/device.h"
+
+DSARL_BEGIN_DECLS
+
+typedef struct dsarl_dsa_context dsarl_dsa_context; /* backend state (plans, workspaces), owned by the plugin */
+
+/* The ranges and sizes shared by every op of one call. Pointers are device memory. */
+typedef struct dsarl_dsa_batch {
+    uint32_t struct_size;
+    int64_t n_queries;          /* Tq */
+    int64_t n_keys;             /* Tk */
+    const int32_t *key_start;   /* (Tq) first eligible key of each query */
+    const int32_t *key_end;     /* (Tq) one past the last eligible key of each query */
+    int32_t max_keys_per_query; /* upper bound of key_end - key_start over the batch (sizes workspaces) */
+} dsarl_dsa_batch;
+
+/* The lightning indexer's inputs after projection, norm and RoPE. The head weights already carry both scales
+ * (n_heads^-1/2 * head_dim^-1/2): score(t,s) = sum_j weights[t,j] * relu(q[t,j,:] . k[s,:]). */
+typedef struct dsarl_dsa_indexer_inputs {
+    uint32_t struct_size;
+    const void *q;        /* (Tq, n_heads, head_dim) */
+    const void *k;        /* (Tk, head_dim) */
+    const float *weights; /* (Tq, n_heads) float32 */
+    int32_t n_heads, head_dim;
+} dsarl_dsa_indexer_inputs;
+
+/* Sparse MLA operands in the absorbed form. */
+typedef struct dsarl_dsa_attention_inputs {
+    uint32_t struct_size;
+    const void *q;   /* (Tq, n_heads, d_qk) */
+    const void *kv;  /* (Tk, d_qk); V is the first d_v columns */
+    int32_t n_heads, d_qk, d_v;
+    float softmax_scale;
+} dsarl_dsa_attention_inputs;
+
+typedef struct dsarl_dsa_ops {
+    dsarl_ops_common common;
+
+    /* Creates backend state on a device instance (recipe: the resolved root, for backend keys). */
+    int (*create)(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
+                  dsarl_dsa_context **out, dsarl_error *err);
+    void (*destroy)(dsarl_dsa_context *ctx);
+
+    /* Indexer scores + causal top-k: indices (Tq, topk) int32 of the highest-scoring eligible keys (ties prefer
+     * the lower index), -1 past min(topk, eligible); scores (Tq, topk) float32 of those keys (-inf at -1 slots),
+     * or NULL when not wanted. */
+    int (*indexer_topk)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                        int32_t topk, int32_t *indices, float *scores, dsarl_error *err);
+
+    /* Sparse attention over the selected keys: out (Tq, H, d_v), lse (Tq, H) natural-log float32
+     * (+inf for a row with no valid index, whose output is 0). */
+    int (*sparse_mla_forward)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                              const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk, void *out,
+                              float *lse, dsarl_error *err);
+
+    /* Backward of sparse_mla_forward: dq (Tq, H, d_qk) overwritten; dkv (Tk, d_qk) ACCUMULATED (+=) at the
+     * selected keys, both the key role (all d_qk columns) and the value role (first d_v columns). */
+    int (*sparse_mla_backward)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                               const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
+                               const void *out, const float *lse, const void *dout, void *dq, void *dkv,
+                               dsarl_error *err);
+
+    /* Indexer KL loss per query token (DeepSeek-V3.2 section 2.1): target p(t,.) = sum over heads of the main
+     * attention probabilities (from q, kv, lse, detached), L1-normalised; loss(t) = KL(p(t,.) || softmax(I(t,.)))
+     * over the selected set (indices != NULL, sparse mode) or over every eligible key (indices == NULL, dense
+     * warm-up). loss (Tq) float32. */
+    int (*indexer_loss_forward)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                const dsarl_dsa_attention_inputs *attn, const float *lse,
+                                const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                                float *loss, dsarl_error *err);
+
+    /* Backward of indexer_loss_forward given dloss (Tq): dq_index (Tq, n_heads, head_dim) and dweights
+     * (Tq, n_heads) float32 overwritten, dk_index (Tk, head_dim) accumulated. Nothing flows to attn. */
+    int (*indexer_loss_backward)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                 const dsarl_dsa_attention_inputs *attn, const float *lse,
+                                 const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                                 const float *dloss, void *dq_index, void *dk_index, float *dweights,
+                                 dsarl_error *err);
+
+    void *reserved[8];
+} dsarl_dsa_ops;
+
+DSARL_END_DECLS
+
+#endif /* DSARL_OPS_DSA_H */

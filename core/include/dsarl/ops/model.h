@@ -1,0 +1,65 @@
+/* dsarl/ops/model.h: a model family (kind DSARL_KIND_MODEL), selected by policy.model_family, or by the
+ * model_type in the config.json of policy.model_name.
+ *
+ * A model instance owns its parameters on one device and runs forward/backward on packed token batches through
+ * the device and DSA ops tables it was created with, so the same model code runs on every device. */
+#ifndef DSARL_OPS_MODEL_H
+#define DSARL_OPS_MODEL_H
+
+#include <stdint.h>
+#include "dsarl/ops/device.h"
+#include "dsarl/ops/dsa.h"
+
+DSARL_BEGIN_DECLS
+
+typedef struct dsarl_model dsarl_model;
+
+/* Everything a model is built from. */
+typedef struct dsarl_model_config {
+    uint32_t struct_size;
+    const dsarl_host *host;
+    const dsarl_node *recipe;          /* resolved recipe root */
+    const char *model_dir;             /* Hugging Face directory (config.json + safetensors), or NULL to build
+                                          from the inline config in the recipe with random init */
+    const dsarl_device_ops *device_ops;
+    dsarl_device *device;
+    const dsarl_dsa_ops *dsa_ops;
+    dsarl_dsa_context *dsa;
+    const dsarl_parallel *parallel;
+    uint64_t seed;                     /* random init */
+} dsarl_model_config;
+
+/* A packed batch of token sequences (THD). Host memory. */
+typedef struct dsarl_token_batch {
+    uint32_t struct_size;
+    int64_t n_tokens;            /* T: sum of sequence lengths */
+    int32_t n_sequences;         /* B */
+    const int32_t *tokens;       /* (T) */
+    const int32_t *cu_seqlens;   /* (B + 1) prefix sums of sequence lengths, cu_seqlens[0] = 0 */
+} dsarl_token_batch;
+
+typedef struct dsarl_model_ops {
+    dsarl_ops_common common;
+
+    /* Builds a model (weights from config->model_dir, or random from the recipe's inline config). */
+    int (*create)(const dsarl_model_config *config, dsarl_model **out, dsarl_error *err);
+    void (*destroy)(dsarl_model *model);
+
+    /* Trainable parameter count and non-trained buffer element count (e.g. e_score_correction_bias). */
+    int (*parameter_count)(const dsarl_model *model, int64_t *trainable, int64_t *buffers, dsarl_error *err);
+
+    /* Vocabulary size of the LM head. */
+    int64_t (*vocab_size)(const dsarl_model *model);
+
+    /* Next-token logits for every position: logits (T, V) float32 host memory. */
+    int (*forward_logits)(dsarl_model *model, const dsarl_token_batch *batch, float *logits, dsarl_error *err);
+
+    /* Writes the model in Hugging Face layout (config.json + model.safetensors) into dir, atomically. */
+    int (*save)(dsarl_model *model, const char *dir, dsarl_error *err);
+
+    void *reserved[16];
+} dsarl_model_ops;
+
+DSARL_END_DECLS
+
+#endif /* DSARL_OPS_MODEL_H */
