@@ -72,9 +72,10 @@ typedef struct dsarl_device_ops {
                                 float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
                                 float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err);
 
+    /* --- layer primitives (norms, RoPE, SwiGLU, MoE routing, log-probs, AdamW, sampling) follow, each with its
+     * backward where training needs one. */
+
     void *reserved[8];
-    /* Entries appended below this line by later ABI minors (layer primitives: norms, RoPE, SwiGLU, MoE routing,
-     * log-probs, AdamW, sampling) are documented where they are declared. */
 } dsarl_device_ops;
 
 DSARL_END_DECLS
