@@ -46,6 +46,14 @@ int dsarl_log_level_parse(const char *name, dsarl_log_level *out)
 
 void dsarl_log(dsarl_log_level level, const char *fmt, ...)
 {
+    va_list args;
+    va_start(args, fmt);
+    dsarl_logv(level, fmt, args);
+    va_end(args);
+}
+
+void dsarl_logv(dsarl_log_level level, const char *fmt, va_list args)
+{
     if (level > logger.level || level < DSARL_LOG_ERROR)
         return;
     struct timeval tv;
@@ -59,10 +67,7 @@ void dsarl_log(dsarl_log_level level, const char *fmt, ...)
         fprintf(stderr, "%s.%03d %-5s [rank %d] ", stamp, (int)(tv.tv_usec / 1000), level_names[level], logger.rank);
     else
         fprintf(stderr, "%s.%03d %-5s ", stamp, (int)(tv.tv_usec / 1000), level_names[level]);
-    va_list args;
-    va_start(args, fmt);
     vfprintf(stderr, fmt, args);
-    va_end(args);
     fputc('\n', stderr);
     fflush(stderr);
     pthread_mutex_unlock(&logger.lock);

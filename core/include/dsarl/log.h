@@ -4,6 +4,7 @@
 #ifndef DSARL_LOG_H
 #define DSARL_LOG_H
 
+#include <stdarg.h>
 #include "dsarl/export.h"
 
 DSARL_BEGIN_DECLS
@@ -18,6 +19,9 @@ typedef enum dsarl_log_level {
 
 /* Writes one line "YYYY-mm-ddTHH:MM:SS.mmm LEVEL [rank N] message" when level is enabled. */
 DSARL_API void dsarl_log(dsarl_log_level level, const char *fmt, ...) DSARL_PRINTF(2, 3);
+
+/* va_list form of dsarl_log. */
+DSARL_API void dsarl_logv(dsarl_log_level level, const char *fmt, va_list args);
 
 /* Sets the threshold; messages above it are dropped. */
 DSARL_API void dsarl_log_set_level(dsarl_log_level level);
