@@ -75,6 +75,89 @@ typedef struct dsarl_device_ops {
     /* --- layer primitives (norms, RoPE, SwiGLU, MoE routing, log-probs, AdamW, sampling) follow, each with its
      * backward where training needs one. */
 
+    /* Strided 2-D copy: rows x cols elements, consecutive rows dst_stride / src_stride elements apart (head
+     * splitting and merging, slices of fused projections). */
+    int (*copy_2d)(dsarl_device *dev, void *dst, int64_t dst_stride, const void *src, int64_t src_stride,
+                   int64_t rows, int64_t cols, dsarl_error *err);
+    /* out = a + b elementwise over n values (residual add); out may alias a or b. */
+    int (*add)(dsarl_device *dev, void *out, const void *a, const void *b, int64_t n, dsarl_error *err);
+    /* y += alpha * x over n values (gradient accumulation, scaled sums). */
+    int (*axpy)(dsarl_device *dev, int64_t n, float alpha, const void *x, void *y, dsarl_error *err);
+
+    /* Token embedding: out (T,C) = wte[tokens[t]] with wte (V,C); tokens (T) int32 device memory, each in [0,V). */
+    int (*embedding_forward)(dsarl_device *dev, void *out, const int32_t *tokens, const void *wte, int64_t T,
+                             int64_t C, int64_t V, dsarl_error *err);
+    /* dwte (V,C) += scatter of dout (T,C) rows by tokens. */
+    int (*embedding_backward)(dsarl_device *dev, void *dwte, const void *dout, const int32_t *tokens, int64_t T,
+                              int64_t C, dsarl_error *err);
+
+    /* RMSNorm over the last dim: out (T,C) = inp * rstd * weight, rstd (T) float32 = 1/sqrt(mean(inp^2)+eps). */
+    int (*rmsnorm_forward)(dsarl_device *dev, void *out, float *rstd, const void *inp, const void *weight,
+                           int64_t T, int64_t C, float eps, dsarl_error *err);
+    /* Backward of rmsnorm_forward: dinp (T,C) overwritten, dweight (C) accumulated. */
+    int (*rmsnorm_backward)(dsarl_device *dev, void *dinp, void *dweight, const void *dout, const void *inp,
+                            const void *weight, const float *rstd, int64_t T, int64_t C, dsarl_error *err);
+    /* LayerNorm with bias: out (T,C) = (inp - mean) * rstd * weight + bias; mean, rstd (T) float32. */
+    int (*layernorm_forward)(dsarl_device *dev, void *out, float *mean, float *rstd, const void *inp,
+                             const void *weight, const void *bias, int64_t T, int64_t C, float eps,
+                             dsarl_error *err);
+    /* Backward of layernorm_forward: dinp (T,C) overwritten, dweight and dbias (C) accumulated. */
+    int (*layernorm_backward)(dsarl_device *dev, void *dinp, void *dweight, void *dbias, const void *dout,
+                              const void *inp, const void *weight, const float *mean, const float *rstd,
+                              int64_t T, int64_t C, dsarl_error *err);
+
+    /* Interleaved RoPE (DeepSeek / GLM, as transformers' apply_rotary_pos_emb_interleave): on each of the T*H
+     * slices x = base + t*token_stride + h*head_stride of rope_dim values, pair i = (x[2i], x[2i+1]) is rotated
+     * by angle positions[t] * inv_freq[i] and written DE-INTERLEAVED: out[i] = x0 cos - x1 sin,
+     * out[i + rope_dim/2] = x1 cos + x0 sin. inp and out share the strides and may alias. positions (T) int32,
+     * inv_freq (rope_dim/2) float32, device memory; cos/sin are multiplied by attention_scaling (YaRN). */
+    int (*rope_forward)(dsarl_device *dev, void *out, const void *inp, const int32_t *positions,
+                        const float *inv_freq, float attention_scaling, int64_t T, int64_t H, int64_t token_stride,
+                        int64_t head_stride, int64_t rope_dim, dsarl_error *err);
+    /* Backward of rope_forward (the transposed rotation back to the interleaved layout); may alias. */
+    int (*rope_backward)(dsarl_device *dev, void *dinp, const void *dout, const int32_t *positions,
+                         const float *inv_freq, float attention_scaling, int64_t T, int64_t H,
+                         int64_t token_stride, int64_t head_stride, int64_t rope_dim, dsarl_error *err);
+
+    /* SwiGLU: out (T,inner) = silu(gate) * up where inp (T,2*inner) rows are [gate | up]. */
+    int (*swiglu_forward)(dsarl_device *dev, void *out, const void *inp, int64_t T, int64_t inner, dsarl_error *err);
+    /* Backward of swiglu_forward: dinp (T,2*inner) overwritten. */
+    int (*swiglu_backward)(dsarl_device *dev, void *dinp, const void *dout, const void *inp, int64_t T,
+                           int64_t inner, dsarl_error *err);
+
+    /* MoE routing (transformers GlmMoeDsaTopkRouter): s = sigmoid(logits (T,E) float32); choice = s + bias (E);
+     * keep the topk_group of n_group groups with the largest sum of their top-2 choice values; pick the top_k
+     * experts by choice among kept groups; weights = s at those experts, divided by (their sum + 1e-20) when
+     * norm_topk_prob, times scaling. indices (T,top_k) int32, weights (T,top_k) float32, probs (T,E) float32 = s
+     * (kept for backward). The selection itself carries no gradient. */
+    int (*moe_route_forward)(dsarl_device *dev, int32_t *indices, float *weights, float *probs,
+                             const float *logits, const float *bias, int64_t T, int64_t E, int32_t top_k,
+                             int32_t n_group, int32_t topk_group, bool norm_topk_prob, float scaling,
+                             dsarl_error *err);
+    /* Backward of moe_route_forward given dweights (T,top_k): dlogits (T,E) float32 overwritten (non-zero only at
+     * the selected experts). */
+    int (*moe_route_backward)(dsarl_device *dev, float *dlogits, const float *dweights, const int32_t *indices,
+                              const float *probs, int64_t T, int64_t E, int32_t top_k, bool norm_topk_prob,
+                              float scaling, dsarl_error *err);
+    /* Permute: out (n,C) row r = inp (T,C) row rows[r] (tokens grouped by expert). */
+    int (*gather_rows)(dsarl_device *dev, void *out, const void *inp, const int32_t *rows, int64_t n, int64_t C,
+                       dsarl_error *err);
+    /* Unpermute: out (T,C) row rows[r] += scale[r] * inp (n,C) row r; scale (n) float32 or NULL for 1. Rows are
+     * applied in order r = 0..n-1, so the result is deterministic. */
+    int (*scatter_add_rows)(dsarl_device *dev, void *out, const void *inp, const int32_t *rows,
+                            const float *scale, int64_t n, int64_t C, dsarl_error *err);
+    /* scale[r] = dot(a row r, b row r) over C for n rows (gradient of the per-row routing weight). */
+    int (*row_dot)(dsarl_device *dev, float *out, const void *a, const void *b, int64_t n, int64_t C,
+                   dsarl_error *err);
+
+    /* Per-token log-probabilities: logprobs (T) = log_softmax(logits (T,V))[targets[t]]; logits float32;
+     * a target < 0 gives 0 (ignored position). */
+    int (*logprobs_forward)(dsarl_device *dev, float *logprobs, const float *logits, const int32_t *targets,
+                            int64_t T, int64_t V, dsarl_error *err);
+    /* Backward of logprobs_forward given dlogprobs (T): dlogits (T,V) float32 overwritten. */
+    int (*logprobs_backward)(dsarl_device *dev, float *dlogits, const float *dlogprobs, const float *logits,
+                             const int32_t *targets, int64_t T, int64_t V, dsarl_error *err);
+
     void *reserved[8];
 } dsarl_device_ops;
 

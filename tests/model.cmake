@@ -1,0 +1,4 @@
+# Suites of the model area: the CPU device plugin and the glm_moe_dsa model plugins.
+if(TARGET dsarl-device-cpu-objects)
+  dsarl_add_check_test(check_device_cpu SOURCES check_device_cpu.c LIBS dsarl-device-cpu-objects LABELS unit)
+endif()
