@@ -1,0 +1,4 @@
+# Unit suites for the core utility layer: tensors and dtypes, files, JSON, safetensors, RNG, arenas, NPY.
+dsarl_add_check_test(check_tensor SOURCES check_tensor.c LABELS unit)
+dsarl_add_check_test(check_fileutil SOURCES check_fileutil.c LABELS unit)
+dsarl_add_check_test(check_json SOURCES check_json.c LABELS unit LIBS PkgConfig::JANSSON)
