@@ -1,0 +1,26 @@
+/* The reference backend's ops table: every slot of dsarl_dsa_ops is implemented. */
+#include "dsa_reference.h"
+
+// One line per op for `dsarl plugins`, saying how each is computed.
+static void describe_reference(void (*emit)(void *ctx, const char *line), void *ctx) {
+    emit(ctx, "all ops: plain C on the cpu device, float32 storage, double accumulation (the numerical oracle)");
+    emit(ctx, "indexer_topk: exact scores of every eligible key, heap selection, descending order, ties to the "
+              "lower index");
+}
+
+const dsarl_dsa_ops dsarl_dsa_reference_ops = {
+    .common = {.struct_size = (uint32_t)sizeof(dsarl_dsa_ops),
+               .kind = DSARL_KIND_DSA,
+               .name = "reference",
+               .description = "DeepSeek Sparse Attention in plain C (float32, double accumulation): the oracle",
+               .keys = NULL,  // reads no recipe keys: the model owns index_topk and the softmax scale
+               .n_keys = 0,
+               .describe = describe_reference},
+    .create = dsa_reference_create,
+    .destroy = dsa_reference_destroy,
+    .indexer_topk = dsa_reference_indexer_topk,
+    .sparse_mla_forward = dsa_reference_sparse_mla_forward,
+    .sparse_mla_backward = dsa_reference_sparse_mla_backward,
+    .indexer_loss_forward = dsa_reference_indexer_loss_forward,
+    .indexer_loss_backward = dsa_reference_indexer_loss_backward,
+};
