@@ -765,6 +765,7 @@ START_TEST(test_absorbed_equals_per_head_mla) {
     free(want);
     free(want_lse);
     free(mask);
+    batch_free(&tb);
 }
 END_TEST
 
