@@ -1,9 +1,82 @@
-/* main.c: the dsarl host binary (placeholder entry while the CLI lands). */
+/* main.c: the dsarl host binary: global options and subcommand dispatch.
+ *
+ *   dsarl run RECIPE [overrides]        dsarl plugins
+ *   dsarl config show RECIPE [overrides] dsarl config keys [KIND/NAME]
+ *   dsarl logits ... / dsarl generate ... (model tools)
+ */
 #include <stdio.h>
-#include "dsarl/build_config.h"
+#include <string.h>
 
-int main(void)
+#include "cli.h"
+#include "dsarl/build_config.h"
+#include "dsarl/plugin.h"
+#if __has_include("cmd_model.h")
+#include "cmd_model.h"
+#define DSARL_CLI_HAVE_MODEL_COMMANDS 1
+#endif
+
+static void print_usage(FILE *out)
 {
-    printf("dsarl %s\n", DSARL_VERSION);
-    return 0;
+    fprintf(out,
+            "usage: dsarl [--log-level LEVEL] [--plugin-path DIRS] <command> [args]\n"
+            "\n"
+            "GRPO post-training for GLM-5.1 / GLM-5.2 (MoE + MLA + DeepSeek Sparse Attention).\n"
+            "\n"
+            "commands:\n"
+            "  run RECIPE [key=value ...]          run the recipe's job (Hydra-style overrides: a.b=v, +a.b=v,\n"
+            "                                      ++a.b=v, ~a.b)\n"
+            "  plugins                             list plugins found, their ops tables, and refused files\n"
+            "  config show RECIPE [key=value ...]  print the resolved recipe, each value with where it came from\n"
+            "  config keys [KIND/NAME]             print the recipe keys plugins declare (type, default, doc)\n"
+#ifdef DSARL_CLI_HAVE_MODEL_COMMANDS
+            "  logits --model-dir DIR ...          next-token logits of a Hugging Face glm_moe_dsa model (.npy)\n"
+            "  generate --model-dir DIR ...        greedy/sampled continuation of prompt token ids\n"
+#endif
+            "\n"
+            "options (any position):\n"
+            "  --log-level LEVEL   error, warn, info (default), debug, trace; also DSARL_LOG=LEVEL\n"
+            "  --plugin-path DIRS  extra plugin directories (':'-separated), searched after the recipe's\n"
+            "                      plugins.path and before DSARL_PLUGIN_PATH and lib/dsarl/plugins\n"
+            "  --version           print version, plugin ABI and build signature\n"
+            "  --help              this text; `dsarl <command> --help` for a command\n"
+            "\n"
+            "exit status: 0 success; 1 the job failed while running; 2 bad command line; 3 bad input (recipe,\n"
+            "override, model directory, data); 4 a selected plugin is missing or refused; 130 interrupted.\n");
+}
+
+int main(int argc, char **argv)
+{
+    cli_options opts = {0};
+    argc = cli_take_global_options(argc - 1, argv + 1, &opts);
+    argv++;
+    if (argc < 0)
+        return CLI_EXIT_USAGE;
+    if (argc == 0) {
+        print_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *command = argv[0];
+    if (cli_is_help(command) || strcmp(command, "help") == 0) {
+        print_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(command, "--version") == 0 || strcmp(command, "version") == 0) {
+        printf("dsarl %s (plugin ABI %d.%d, build signature %s)\n", DSARL_VERSION, DSARL_ABI_MAJOR, DSARL_ABI_MINOR,
+               DSARL_BUILD_SIG);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(command, "run") == 0)
+        return cmd_run(argc, argv, &opts);
+    if (strcmp(command, "plugins") == 0)
+        return cmd_plugins(argc, argv, &opts);
+    if (strcmp(command, "config") == 0)
+        return cmd_config(argc, argv, &opts);
+#ifdef DSARL_CLI_HAVE_MODEL_COMMANDS
+    if (strcmp(command, "logits") == 0)
+        return dsarl_cmd_logits(argc, argv);
+    if (strcmp(command, "generate") == 0)
+        return dsarl_cmd_generate(argc, argv);
+#endif
+    fprintf(stderr, "dsarl: error: unknown command '%s'; run `dsarl --help` for the list\n", command);
+    return CLI_EXIT_USAGE;
 }

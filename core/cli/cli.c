@@ -1,0 +1,150 @@
+/* cli.c: option handling, recipe loading and registry set-up shared by the subcommands. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsarl/log.h"
+
+int cli_exit_status(int code)
+{
+    switch (code) {
+    case DSARL_OK: return CLI_EXIT_OK;
+    case DSARL_E_INVALID:
+    case DSARL_E_NOT_FOUND: return CLI_EXIT_INVALID;
+    case DSARL_E_ABI: return CLI_EXIT_PLUGIN;
+    default: return CLI_EXIT_FAILED;
+    }
+}
+
+int cli_fail(const dsarl_error *err)
+{
+    fprintf(stderr, "dsarl: error: %s\n", err->message[0] ? err->message : dsarl_status_name(err->code));
+    if (dsarl_log_get_level() >= DSARL_LOG_DEBUG && err->file)
+        fprintf(stderr, "dsarl: (raised at %s:%d)\n", err->file, err->line);
+    return cli_exit_status(err->code);
+}
+
+int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past the value. */
+static int take_valued(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return 0;
+    if (argv[*i][n] == '=') {
+        *value = argv[*i] + n + 1;
+        return 1;
+    }
+    if (argv[*i][n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        *value = NULL;
+        return 1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int cli_take_global_options(int argc, char **argv, cli_options *opts)
+{
+    const char *env_level = getenv("DSARL_LOG");
+    if (env_level && *env_level) {
+        dsarl_log_level level;
+        if (dsarl_log_level_parse(env_level, &level) != 0) {
+            fprintf(stderr, "dsarl: error: DSARL_LOG='%s' is not a log level; use error, warn, info, debug or trace\n",
+                    env_level);
+            return -1;
+        }
+        dsarl_log_set_level(level);
+    }
+    int kept = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *value = NULL;
+        if (take_valued(argc, argv, &i, "--log-level", &value)) {
+            dsarl_log_level level;
+            if (!value || dsarl_log_level_parse(value, &level) != 0) {
+                fprintf(stderr, "dsarl: error: --log-level needs one of error, warn, info, debug, trace; got '%s'\n",
+                        value ? value : "");
+                return -1;
+            }
+            dsarl_log_set_level(level);
+            continue;
+        }
+        if (take_valued(argc, argv, &i, "--plugin-path", &value)) {
+            if (!value || !*value) {
+                fprintf(stderr, "dsarl: error: --plugin-path needs a directory (or a ':'-separated list)\n");
+                return -1;
+            }
+            opts->plugin_path = value;
+            continue;
+        }
+        argv[kept++] = argv[i];
+    }
+    return kept;
+}
+
+int cli_load_recipe(const char *path, int n_overrides, char **overrides, dsarl_recipe **out, dsarl_error *err)
+{
+    dsarl_recipe *recipe = NULL;
+    DSARL_TRY(dsarl_recipe_load_file(path, &recipe, err));
+    for (int i = 0; i < n_overrides; i++) {
+        int rc = dsarl_recipe_override(recipe, overrides[i], i + 1, err);
+        if (rc < 0) {
+            dsarl_recipe_free(recipe);
+            return rc;
+        }
+    }
+    int rc = dsarl_recipe_resolve(recipe, err);
+    if (rc < 0) {
+        dsarl_recipe_free(recipe);
+        return rc;
+    }
+    *out = recipe;
+    return 0;
+}
+
+/* Adds plugins.path from the recipe: a string (':'-separated) or a list of strings. */
+static int add_recipe_plugin_path(dsarl_registry *reg, const dsarl_node *root, dsarl_error *err)
+{
+    const dsarl_node *node = root ? dsarl_node_get(root, "plugins.path") : NULL;
+    if (!node || dsarl_node_kind(node) == DSARL_NODE_NULL)
+        return 0;
+    char where[256];
+    dsarl_node_where(node, where, sizeof where);
+    if (dsarl_node_kind(node) == DSARL_NODE_STRING)
+        return dsarl_registry_add_search_path(reg, dsarl_node_text(node), "recipe plugins.path", err);
+    if (dsarl_node_kind(node) != DSARL_NODE_LIST)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: plugins.path must be a directory or a list of directories", where);
+    for (size_t i = 0; i < dsarl_node_count(node); i++) {
+        const dsarl_node *item = dsarl_node_child_at(node, i);
+        if (dsarl_node_kind(item) != DSARL_NODE_STRING)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "%s: plugins.path item %zu must be a directory (a string)",
+                              dsarl_node_where(item, where, sizeof where), i);
+        DSARL_TRY(dsarl_registry_add_search_path(reg, dsarl_node_text(item), "recipe plugins.path", err));
+    }
+    return 0;
+}
+
+int cli_open_registry(const dsarl_node *root, const cli_options *opts, dsarl_registry **out, dsarl_error *err)
+{
+    dsarl_registry *reg = NULL;
+    DSARL_TRY(dsarl_registry_create(&reg, err));
+    int rc = add_recipe_plugin_path(reg, root, err);
+    if (rc == 0 && opts->plugin_path)
+        rc = dsarl_registry_add_search_path(reg, opts->plugin_path, "--plugin-path", err);
+    if (rc == 0)
+        rc = dsarl_registry_add_default_paths(reg, err);
+    if (rc == 0)
+        rc = dsarl_registry_load_all(reg, err);
+    if (rc < 0) {
+        dsarl_registry_free(reg);
+        return rc;
+    }
+    for (size_t i = 0; i < dsarl_registry_refusal_count(reg); i++)
+        dsarl_log(DSARL_LOG_WARN, "refused plugin %s", dsarl_registry_refusal_at(reg, i)->reason);
+    *out = reg;
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* cmd_plugins.c: `dsarl plugins`: what was found, where, and what was refused and why. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void print_help(void)
+{
+    printf("usage: dsarl plugins [--plugin-path DIRS]\n"
+           "\n"
+           "Loads every dsarl-*.so on the plugin search path and prints, per ops table: kind, name, plugin\n"
+           "version, ABI, file and description (plus the plugin's own notes, e.g. which engine serves which op);\n"
+           "then every refused file with the reason, and the search path in order.\n");
+}
+
+static void emit_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    printf("      %s\n", line);
+}
+
+int cmd_plugins(int argc, char **argv, const cli_options *opts)
+{
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            print_help();
+            return CLI_EXIT_OK;
+        }
+        fprintf(stderr, "dsarl plugins: error: unexpected argument '%s'\n", argv[i]);
+        return CLI_EXIT_USAGE;
+    }
+    dsarl_registry *reg = NULL;
+    dsarl_error err;
+    if (cli_open_registry(NULL, opts, &reg, &err) < 0)
+        return cli_fail(&err);
+
+    printf("%-12s %-12s %-8s %-5s %s\n", "KIND", "NAME", "VERSION", "ABI", "FILE");
+    for (int kind = 0; kind < DSARL_KIND_COUNT; kind++) {
+        for (size_t i = 0; i < dsarl_registry_ops_count(reg); i++) {
+            const dsarl_ops_entry *e = dsarl_registry_ops_at(reg, i);
+            if ((int)e->kind != kind)
+                continue;
+            char abi[16];
+            snprintf(abi, sizeof abi, "%u.%u", e->plugin ? e->plugin->abi_major : DSARL_ABI_MAJOR,
+                     e->plugin ? e->plugin->abi_minor : DSARL_ABI_MINOR);
+            printf("%-12s %-12s %-8s %-5s %s\n", dsarl_kind_name(e->kind), e->ops->name,
+                   e->plugin ? e->plugin->version : "-", abi, e->plugin ? e->plugin->path : "(built in)");
+            if (e->ops->description && *e->ops->description)
+                printf("      %s\n", e->ops->description);
+            if (e->ops->describe)
+                e->ops->describe(emit_line, NULL);
+        }
+    }
+    size_t n_refused = dsarl_registry_refusal_count(reg);
+    printf("\nrefused: %zu\n", n_refused);
+    for (size_t i = 0; i < n_refused; i++)
+        printf("  %s\n", dsarl_registry_refusal_at(reg, i)->reason);
+    printf("\nsearch path:\n");
+    for (size_t i = 0; i < dsarl_registry_search_dir_count(reg); i++) {
+        const char *source = NULL;
+        const char *dir = dsarl_registry_search_dir_at(reg, i, &source);
+        printf("  %s  (%s)\n", dir, source);
+    }
+    dsarl_registry_free(reg);
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,105 @@
+/* cmd_run.c: `dsarl run RECIPE [overrides]`: resolve, select and validate everything, then hand over to the
+ * algorithm plugin. Every check that can fail on bad input runs before any model is built. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "dsarl/log.h"
+#include "dsarl/ops/algorithm.h"
+#include "selection.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void print_help(void)
+{
+    printf("usage: dsarl run RECIPE [key=value ...] [--plugin-path DIRS] [--log-level LEVEL]\n"
+           "\n"
+           "Runs the job a recipe describes (GRPO for NeMo RL-style recipes). Overrides use Hydra's grammar:\n"
+           "a.b=v (key must exist), +a.b=v (new key), ++a.b=v (either), ~a.b (delete); values are YAML flow\n"
+           "scalars, lists or maps. Plugins are chosen by recipe keys (see `dsarl config show RECIPE`), e.g.\n"
+           "policy.megatron_cfg.model_overrides.dsa_kernel_backend=tilelang or runtime.device=cpu.\n"
+           "SIGINT/SIGTERM finish the current step, write a checkpoint and exit with status 130.\n");
+}
+
+int cmd_run(int argc, char **argv, const cli_options *opts)
+{
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            print_help();
+            return CLI_EXIT_OK;
+        }
+        if (strncmp(argv[i], "--", 2) == 0) {
+            fprintf(stderr, "dsarl run: error: unknown option '%s'; see `dsarl run --help`\n", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (argc < 2) {
+        fprintf(stderr, "dsarl run: error: missing RECIPE (a YAML file)\n");
+        return CLI_EXIT_USAGE;
+    }
+    dsarl_error err;
+    dsarl_recipe *recipe = NULL;
+    if (cli_load_recipe(argv[1], argc - 2, argv + 2, &recipe, &err) < 0)
+        return cli_fail(&err);
+    const dsarl_node *root = dsarl_recipe_root(recipe);
+    dsarl_registry *reg = NULL;
+    if (cli_open_registry(root, opts, &reg, &err) < 0) {
+        dsarl_recipe_free(recipe);
+        return cli_fail(&err);
+    }
+    int status = CLI_EXIT_OK;
+    dsarl_selection sel;
+    if (dsarl_select_plugins(root, reg, &sel, &err) < 0) {
+        status = cli_fail(&err);
+        goto done;
+    }
+    if (dsarl_selection_require(&sel, reg, 0, &err) < 0) {
+        cli_fail(&err);
+        status = CLI_EXIT_PLUGIN;
+        goto done;
+    }
+    dsarl_log(DSARL_LOG_INFO, "algorithm %s, model %s, device %s, dsa %s, generation %s", sel.algorithm.name,
+              sel.model.name, sel.device.name, sel.dsa.name, sel.generation.name);
+
+    const dsarl_environment_ops *env_ops[DSARL_MAX_ENVIRONMENTS];
+    const char *env_names[DSARL_MAX_ENVIRONMENTS];
+    for (int i = 0; i < sel.n_environments; i++) {
+        env_ops[i] = (const dsarl_environment_ops *)sel.environments[i].ops;
+        env_names[i] = sel.environments[i].name;
+    }
+    dsarl_parallel parallel = DSARL_PARALLEL_SINGLE;
+    dsarl_run_context ctx = {
+        .struct_size = sizeof ctx,
+        .host = dsarl_registry_host(reg),
+        .recipe = root,
+        .parallel = &parallel,
+        .model_ops = (const dsarl_model_ops *)sel.model.ops,
+        .device_ops = (const dsarl_device_ops *)sel.device.ops,
+        .dsa_ops = (const dsarl_dsa_ops *)sel.dsa.ops,
+        .generation_ops = (const dsarl_generation_ops *)sel.generation.ops,
+        .environment_ops = env_ops,
+        .environment_names = env_names,
+        .n_environments = sel.n_environments,
+        .stop_requested = &stop_requested,
+    };
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+    const dsarl_algorithm_ops *algorithm = (const dsarl_algorithm_ops *)sel.algorithm.ops;
+    dsarl_error_clear(&err);
+    int rc = algorithm->run(&ctx, &err);
+    if (rc < 0)
+        status = cli_fail(&err);
+    else if (stop_requested)
+        status = CLI_EXIT_INTERRUPTED;
+done:
+    dsarl_registry_free(reg);
+    dsarl_recipe_free(recipe);
+    return status;
+}

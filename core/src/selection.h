@@ -1,0 +1,40 @@
+/* selection.h: which plugin of each kind a resolved recipe selects, and where that choice came from.
+ *
+ * The rules (README "Recipes"): model by policy.model_family, else from policy.model_name (a local Hugging Face
+ * directory's config.json, or a hub id naming GLM-5.1/GLM-5.2); device by runtime.device (auto = cuda when a
+ * cuda device plugin is registered and a GPU is visible, else cpu); dsa by
+ * policy.megatron_cfg.model_overrides.dsa_kernel_backend (absent: reference on cpu, tilelang on cuda); generation
+ * by policy.generation.backend; algorithm by algorithm.name (absent: grpo, as NeMo RL's run_grpo.py implies);
+ * environments by every data.*.env_name (absent: math). */
+#ifndef DSARL_SELECTION_H
+#define DSARL_SELECTION_H
+
+#include "registry.h"
+
+#define DSARL_MAX_ENVIRONMENTS 8
+
+/* One selected plugin name with the place that selected it. */
+typedef struct dsarl_choice {
+    dsarl_kind kind;
+    char name[128];
+    char selected_by[512];          /* "recipe.yaml:12:5 (runtime.device)" or "default (runtime.device absent)" */
+    const dsarl_ops_common *ops;    /* NULL when no registered plugin has that name */
+} dsarl_choice;
+
+typedef struct dsarl_selection {
+    dsarl_choice model, device, dsa, generation, algorithm;
+    dsarl_choice environments[DSARL_MAX_ENVIRONMENTS];
+    int n_environments;
+} dsarl_selection;
+
+/* Works out the names the recipe selects and looks each up in reg (ops NULL when absent). Fails only on a
+ * malformed selecting key (wrong type, unreadable model directory). */
+DSARL_API int dsarl_select_plugins(const dsarl_node *root, const dsarl_registry *reg, dsarl_selection *sel,
+                                   dsarl_error *err);
+
+/* Fails with the first selected plugin that is missing or refused: "<where>: no dsa plugin named 'x';
+ * available: ...". Kinds whose bit is clear in optional_mask (1 << kind) are required. */
+DSARL_API int dsarl_selection_require(const dsarl_selection *sel, const dsarl_registry *reg, unsigned optional_mask,
+                                      dsarl_error *err);
+
+#endif /* DSARL_SELECTION_H */
