@@ -57,20 +57,17 @@ int dsa_ref_check_indices(const char *op, const dsarl_dsa_batch *batch, const in
                           dsarl_error *err);
 
 /* --- shared arithmetic ---------------------------------------------------------------------------------------- */
-/* a . b over n float32 values, accumulated in double with four interleaved partial sums (fixed order, so the
- * result is deterministic; the partial sums let the compiler keep several additions in flight). */
+/* a . b over n float32 values, accumulated in double with eight interleaved partial sums (a fixed order, so the
+ * result is deterministic; independent sums let the compiler keep several vector additions in flight). */
 static inline double dsa_ref_dot(const float *a, const float *b, int64_t n) {
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += (double)a[i] * (double)b[i];
-        s1 += (double)a[i + 1] * (double)b[i + 1];
-        s2 += (double)a[i + 2] * (double)b[i + 2];
-        s3 += (double)a[i + 3] * (double)b[i + 3];
-    }
+    for (; i + 8 <= n; i += 8)
+        for (int lane = 0; lane < 8; lane++)
+            s[lane] += (double)a[i + lane] * (double)b[i + lane];
     for (; i < n; i++)
-        s0 += (double)a[i] * (double)b[i];
-    return (s0 + s1) + (s2 + s3);
+        s[0] += (double)a[i] * (double)b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 /* Number of slots of one indices row (topk) that hold a key (not -1). */

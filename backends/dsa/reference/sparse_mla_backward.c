@@ -35,9 +35,10 @@ int dsa_reference_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_ba
 
     dsa_ref_key_accumulator dkv_acc;  // (keys touched, d_qk)
     DSARL_TRY(dsa_ref_key_accumulator_init(&dkv_acc, batch, d_qk, err));
-    double *prob = malloc((size_t)topk * sizeof(double));   // (topk) p(s) of one head
-    double *dlogit = malloc((size_t)topk * sizeof(double)); // (topk) dP(s) of one head
-    double *dq_acc = malloc((size_t)d_qk * sizeof(double)); // (d_qk)
+    const size_t per_query = (size_t)n_heads * (size_t)topk;
+    double *prob = malloc(per_query * sizeof(double));                     // (H, topk) p(s)
+    double *dlogit = malloc(per_query * sizeof(double));                   // (H, topk) dP(s)
+    double *dq_acc = malloc((size_t)n_heads * d_qk * sizeof(double));      // (H, d_qk)
     if (prob == NULL || dlogit == NULL || dq_acc == NULL) {
         free(prob);
         free(dlogit);
@@ -47,38 +48,46 @@ int dsa_reference_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_ba
     }
     for (int64_t t = 0; t < batch->n_queries; t++) {
         const int32_t *sel = indices + t * topk;
+        const float *q_t = q + t * n_heads * d_qk;     // (H, d_qk)
+        const float *do_t = d_o + t * n_heads * d_v;   // (H, d_v)
+        // Pass 1, head by head: p, dP and dq (the key row is in cache from its dot products).
+        memset(dq_acc, 0, (size_t)n_heads * d_qk * sizeof(double));
         for (int32_t h = 0; h < n_heads; h++) {
-            const int64_t th = t * n_heads + h;
-            const float *q_th = q + th * d_qk;
-            const float *o_th = o + th * d_v;
-            const float *do_th = d_o + th * d_v;
-            const double row_lse = lse[th];
-            const double delta = dsa_ref_dot(o_th, do_th, d_v);
-            memset(dq_acc, 0, (size_t)d_qk * sizeof(double));
+            double *dq_h = dq_acc + (size_t)h * d_qk;
+            const double row_lse = lse[t * n_heads + h];
+            const double delta = dsa_ref_dot(o + (t * n_heads + h) * d_v, do_t + h * d_v, d_v);
             for (int32_t i = 0; i < topk; i++) {
-                if (sel[i] < 0 || row_lse == INFINITY) {
-                    prob[i] = dlogit[i] = 0.0;
-                    continue;
+                double p = 0.0, dp = 0.0;
+                if (sel[i] >= 0 && row_lse != INFINITY) {
+                    const float *kv_s = kv + (int64_t)sel[i] * d_qk;
+                    p = exp(scale * dsa_ref_dot(q_t + h * d_qk, kv_s, d_qk) - row_lse);
+                    dp = p * (dsa_ref_dot(do_t + h * d_v, kv_s, d_v) - delta);
+                    for (int32_t c = 0; c < d_qk; c++)
+                        dq_h[c] += dp * (double)kv_s[c];
                 }
-                const float *kv_s = kv + (int64_t)sel[i] * d_qk;
-                prob[i] = exp(scale * dsa_ref_dot(q_th, kv_s, d_qk) - row_lse);
-                dlogit[i] = prob[i] * (dsa_ref_dot(do_th, kv_s, d_v) - delta);
-                for (int32_t c = 0; c < d_qk; c++)
-                    dq_acc[c] += dlogit[i] * (double)kv_s[c];
-            }
-            for (int32_t c = 0; c < d_qk; c++)
-                d_q[th * d_qk + c] = (float)(scale * dq_acc[c]);
-            for (int32_t i = 0; i < topk; i++) {
-                if (prob[i] == 0.0 && dlogit[i] == 0.0)
-                    continue;  // an empty slot (or an underflowed probability: nothing to add)
-                double *dkv_s = dsa_ref_key_accumulator_row(&dkv_acc, sel[i]);
-                const double key_coef = scale * dlogit[i];
-                for (int32_t c = 0; c < d_qk; c++)
-                    dkv_s[c] += key_coef * (double)q_th[c];
-                for (int32_t c = 0; c < d_v; c++)
-                    dkv_s[c] += prob[i] * (double)do_th[c];
+                prob[(size_t)h * topk + i] = p;
+                dlogit[(size_t)h * topk + i] = dp;
             }
         }
+        // Pass 2, slot by slot: one key's gradient row takes every head's contribution while it is in cache.
+        for (int32_t i = 0; i < topk; i++) {
+            if (sel[i] < 0)
+                continue;
+            double *dkv_s = dsa_ref_key_accumulator_row(&dkv_acc, sel[i]);
+            for (int32_t h = 0; h < n_heads; h++) {
+                const double p = prob[(size_t)h * topk + i], dp = dlogit[(size_t)h * topk + i];
+                if (p == 0.0 && dp == 0.0)
+                    continue;  // an empty row (lse = +inf) or an underflowed probability: nothing to add
+                const double key_coef = scale * dp;
+                const float *q_th = q_t + h * d_qk, *do_th = do_t + h * d_v;
+                for (int32_t c = 0; c < d_v; c++)  // key role and value role
+                    dkv_s[c] += key_coef * (double)q_th[c] + p * (double)do_th[c];
+                for (int32_t c = d_v; c < d_qk; c++)  // key role only (the rope columns)
+                    dkv_s[c] += key_coef * (double)q_th[c];
+            }
+        }
+        for (int64_t c = 0; c < (int64_t)n_heads * d_qk; c++)
+            d_q[t * n_heads * d_qk + c] = (float)(scale * dq_acc[c]);
     }
     dsa_ref_key_accumulator_flush(&dkv_acc, dkv, d_qk);
     free(prob);
