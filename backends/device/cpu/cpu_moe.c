@@ -12,7 +12,7 @@ static int64_t argmax_untaken(const float *v, const unsigned char *taken, int64_
     for (int64_t i = 0; i < n; i++)
         if (!taken[i] && (best < 0 || v[i] > v[best]))
             best = i;
-    return best;
+    return best < 0 ? 0 : best; /* callers always leave an untaken entry; 0 keeps every index in range */
 }
 
 int cpu_moe_route_forward(dsarl_device *dev, int32_t *indices, float *weights, float *probs, const float *logits,
