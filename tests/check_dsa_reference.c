@@ -1194,6 +1194,68 @@ START_TEST(test_invalid_arguments_are_named) {
 }
 END_TEST
 
+START_TEST(test_empty_batches) {
+    // No queries at all, and queries whose ranges are all empty (max_keys_per_query = 0): every op succeeds,
+    // losses and gradients are 0, lse is +inf and dk_index keeps its values.
+    rng r = rng_for(13);
+    test_batch tb;
+    batch_alloc(&tb, 0, 0);
+    dsarl_dsa_context *ctx = make_context();
+    dsarl_error err = {0};
+    dsarl_dsa_attention_inputs attn = {sizeof(attn), NULL, NULL, 2, 8, 4, 0.35f};
+    dsarl_dsa_indexer_inputs ix = {sizeof(ix), NULL, NULL, NULL, 2, 4};
+    ck_assert_int_eq(ops()->indexer_topk(ctx, &tb.b, &ix, 4, NULL, NULL, &err), DSARL_OK);
+    ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb.b, &attn, NULL, 4, NULL, NULL, &err), DSARL_OK);
+    ck_assert_int_eq(ops()->indexer_loss_forward(ctx, &tb.b, &attn, NULL, &ix, NULL, 4, NULL, &err), DSARL_OK);
+    batch_free(&tb);
+
+    batch_alloc(&tb, 3, 5);
+    for (int t = 0; t < 3; t++)
+        tb.key_start[t] = tb.key_end[t] = 2 * t;
+    batch_set_max(&tb);
+    float *q = random_floats(&r, 3 * 2 * 8, 1.0f), *kv = random_floats(&r, 5 * 8, 1.0f);
+    float *qi = random_floats(&r, 3 * 2 * 4, 1.0f), *ki = random_floats(&r, 5 * 4, 1.0f);
+    float *w = random_floats(&r, 3 * 2, 1.0f), *dloss = random_floats(&r, 3, 1.0f);
+    float *dk = random_floats(&r, 5 * 4, 1.0f), *dk_before = malloc(5 * 4 * sizeof(float));
+    float *dq = random_floats(&r, 3 * 2 * 4, 1.0f), *dw = random_floats(&r, 3 * 2, 1.0f);
+    memcpy(dk_before, dk, 5 * 4 * sizeof(float));
+    attn.q = q;
+    attn.kv = kv;
+    ix = (dsarl_dsa_indexer_inputs){sizeof(ix), qi, ki, w, 2, 4};
+    int32_t indices[3 * 4];
+    float scores[3 * 4], out[3 * 2 * 4], lse[3 * 2], loss[3] = {1.0f, 1.0f, 1.0f};
+    ck_assert_int_eq(ops()->indexer_topk(ctx, &tb.b, &ix, 4, indices, scores, &err), DSARL_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert(indices[i] == -1 && isinf(scores[i]));
+    ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb.b, &attn, indices, 4, out, lse, &err), DSARL_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert(isinf(lse[i]) && lse[i] > 0.0f);
+    for (int i = 0; i < 24; i++)
+        ck_assert(out[i] == 0.0f);
+    ck_assert_int_eq(ops()->indexer_loss_forward(ctx, &tb.b, &attn, lse, &ix, NULL, 4, loss, &err), DSARL_OK);
+    ck_assert(loss[0] == 0.0f && loss[1] == 0.0f && loss[2] == 0.0f);
+    ck_assert_int_eq(ops()->indexer_loss_backward(ctx, &tb.b, &attn, lse, &ix, NULL, 4, dloss, dq, dk, dw, &err),
+                     DSARL_OK);
+    for (int i = 0; i < 24; i++)
+        ck_assert(dq[i] == 0.0f);
+    for (int i = 0; i < 6; i++)
+        ck_assert(dw[i] == 0.0f);
+    ck_assert_int_eq(memcmp(dk, dk_before, 5 * 4 * sizeof(float)), 0);
+    ops()->destroy(ctx);
+    free(q);
+    free(kv);
+    free(qi);
+    free(ki);
+    free(w);
+    free(dloss);
+    free(dk);
+    free(dk_before);
+    free(dq);
+    free(dw);
+    batch_free(&tb);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------------------------
  * A model-sized shape: the oracle must stay fast enough to sit in the unit suite. */
 
@@ -1266,6 +1328,7 @@ static Suite *dsa_reference_suite(void) {
     tcase_add_test(tc, test_indexer_loss_backward_vs_finite_differences);
     tcase_add_test(tc, test_create_refuses_non_cpu_devices);
     tcase_add_test(tc, test_invalid_arguments_are_named);
+    tcase_add_test(tc, test_empty_batches);
     tcase_add_test(tc, test_model_sized_shape_is_fast);
     suite_add_tcase(s, tc);
     return s;
