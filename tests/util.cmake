@@ -2,3 +2,4 @@
 dsarl_add_check_test(check_tensor SOURCES check_tensor.c LABELS unit)
 dsarl_add_check_test(check_fileutil SOURCES check_fileutil.c LABELS unit)
 dsarl_add_check_test(check_json SOURCES check_json.c LABELS unit LIBS PkgConfig::JANSSON)
+dsarl_add_check_test(check_safetensors SOURCES check_safetensors.c LABELS unit)
