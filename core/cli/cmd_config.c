@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "schema.h"
 #include "selection.h"
 
 static void print_help(void)
@@ -110,7 +111,14 @@ static int config_show(int argc, char **argv, const cli_options *opts)
         status = cli_fail(&err);
         goto done;
     }
-    if (dsarl_recipe_write(recipe, stdout, 1, &err) < 0) {
+    /* Plugin defaults are filled in before printing, so the output shows the values a run would use. */
+    dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
+    size_t n_tables = dsarl_selection_schema_tables(&sel, tables);
+    dsarl_schema_report report;
+    dsarl_schema_report_init(&report);
+    if (dsarl_schema_check_only(recipe, tables, n_tables, &report, &err) < 0 ||
+        dsarl_recipe_write(recipe, stdout, 1, &err) < 0) {
+        dsarl_schema_report_free(&report);
         status = cli_fail(&err);
         goto done;
     }
@@ -122,6 +130,13 @@ static int config_show(int argc, char **argv, const cli_options *opts)
     print_choice(&sel.generation);
     for (int i = 0; i < sel.n_environments; i++)
         print_choice(&sel.environments[i]);
+    printf("\n# unused keys (no selected plugin reads them): %zu\n", report.n_unused);
+    for (size_t i = 0; i < report.n_unused; i++)
+        printf("#   %-60s %s  (%s)\n", report.unused[i].path, report.unused[i].where, report.unused[i].detail);
+    printf("\n# problems (`dsarl run` stops at the first): %zu\n", report.n_problems);
+    for (size_t i = 0; i < report.n_problems; i++)
+        printf("#   %s\n", report.problems[i].detail);
+    dsarl_schema_report_free(&report);
 done:
     dsarl_registry_free(reg);
     dsarl_recipe_free(recipe);

@@ -60,6 +60,25 @@ int cmd_run(int argc, char **argv, const cli_options *opts)
         status = cli_fail(&err);
         goto done;
     }
+    /* Validate the whole recipe against what the host and the available selected plugins declare before anything
+     * heavy starts. */
+    dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
+    size_t n_tables = dsarl_selection_schema_tables(&sel, tables);
+    dsarl_schema_report report;
+    dsarl_schema_report_init(&report);
+    if (dsarl_schema_validate(recipe, tables, n_tables, &report, &err) < 0) {
+        dsarl_schema_report_free(&report);
+        status = cli_fail(&err);
+        goto done;
+    }
+    for (size_t i = 0; i < report.n_unused; i++)
+        dsarl_log(DSARL_LOG_DEBUG, "unused recipe key %s (%s): %s", report.unused[i].path, report.unused[i].where,
+                  report.unused[i].detail);
+    if (report.n_unused)
+        dsarl_log(DSARL_LOG_INFO, "%zu recipe keys are read by no selected plugin (`dsarl config show` lists them)",
+                  report.n_unused);
+    dsarl_schema_report_free(&report);
+    /* Typos in keys are reported first (above); then a selected plugin that is missing or refused. */
     if (dsarl_selection_require(&sel, reg, 0, &err) < 0) {
         cli_fail(&err);
         status = CLI_EXIT_PLUGIN;

@@ -187,3 +187,47 @@ int dsarl_selection_require(const dsarl_selection *sel, const dsarl_registry *re
     }
     return 0;
 }
+
+/* The keys the host itself reads: plugin selection, the runtime section and the plugin search path. */
+static const dsarl_key_spec host_keys[] = {
+    {"algorithm", DSARL_KEY_MAP, NULL, "which training loop runs", DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
+    {"algorithm.name", DSARL_KEY_STRING, "grpo", "algorithm plugin: grpo | sft", 0},
+    {"runtime", DSARL_KEY_MAP, NULL, "process-level settings", DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
+    {"runtime.device", DSARL_KEY_STRING, "auto", "device plugin: auto (cuda when a GPU is visible) | cpu | cuda", 0},
+    {"runtime.threads", DSARL_KEY_INT, "0", "CPU threads for BLAS and host math; 0 = all cores", 0},
+    {"runtime.deterministic", DSARL_KEY_BOOL, "true", "bit-identical reruns and resume on the CPU", 0},
+    {"plugins", DSARL_KEY_MAP, NULL, "plugin loading", DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
+    {"plugins.path", DSARL_KEY_ANY, "[]", "extra plugin directories (a list, or one ':'-separated string)",
+     DSARL_KEY_NULLABLE},
+    {"policy.model_family", DSARL_KEY_STRING, NULL, "model plugin: glm5.1 | glm5.2; null = from policy.model_name",
+     DSARL_KEY_NULLABLE},
+    {"policy.model_name", DSARL_KEY_STRING, NULL, "Hugging Face model directory or hub id", DSARL_KEY_NULLABLE},
+    {"policy.megatron_cfg.model_overrides.dsa_kernel_backend", DSARL_KEY_STRING, NULL,
+     "dsa plugin: reference | tilelang | cudnn; null = reference on cpu, tilelang on cuda", DSARL_KEY_NULLABLE},
+    {"policy.generation.backend", DSARL_KEY_STRING, "native", "generation plugin", 0},
+    {"data.env_name", DSARL_KEY_STRING, NULL, "environment plugin for every dataset", DSARL_KEY_NULLABLE},
+    {"data.*.env_name", DSARL_KEY_STRING, NULL, "environment plugin of one dataset (default, train, validation)",
+     DSARL_KEY_NULLABLE},
+};
+
+size_t dsarl_selection_schema_tables(dsarl_selection *sel, dsarl_schema_table *tables)
+{
+    tables[0].owner = "host/dsarl";
+    tables[0].keys = host_keys;
+    tables[0].n_keys = DSARL_ARRAY_LEN(host_keys);
+    dsarl_choice *all[DSARL_SELECTION_MAX_TABLES] = {&sel->algorithm, &sel->model, &sel->device, &sel->dsa,
+                                                     &sel->generation};
+    size_t n = 5, used = 1;
+    for (int i = 0; i < sel->n_environments; i++)
+        all[n++] = &sel->environments[i];
+    for (size_t i = 0; i < n; i++) {
+        if (!all[i]->ops)
+            continue;
+        snprintf(all[i]->owner, sizeof all[i]->owner, "%s/%s", dsarl_kind_name(all[i]->kind), all[i]->name);
+        tables[used].owner = all[i]->owner;
+        tables[used].keys = all[i]->ops->keys;
+        tables[used].n_keys = all[i]->ops->n_keys;
+        used++;
+    }
+    return used;
+}

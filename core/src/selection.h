@@ -10,6 +10,7 @@
 #define DSARL_SELECTION_H
 
 #include "registry.h"
+#include "schema.h"
 
 #define DSARL_MAX_ENVIRONMENTS 8
 
@@ -19,6 +20,7 @@ typedef struct dsarl_choice {
     char name[128];
     char selected_by[512];          /* "recipe.yaml:12:5 (runtime.device)" or "default (runtime.device absent)" */
     const dsarl_ops_common *ops;    /* NULL when no registered plugin has that name */
+    char owner[160];                /* "kind/name", for schema tables and default origins */
 } dsarl_choice;
 
 typedef struct dsarl_selection {
@@ -36,5 +38,11 @@ DSARL_API int dsarl_select_plugins(const dsarl_node *root, const dsarl_registry 
  * available: ...". Kinds whose bit is clear in optional_mask (1 << kind) are required. */
 DSARL_API int dsarl_selection_require(const dsarl_selection *sel, const dsarl_registry *reg, unsigned optional_mask,
                                       dsarl_error *err);
+
+/* Fills tables (room for DSARL_SELECTION_MAX_TABLES) with the host's own keys (selection, runtime, plugins) and
+ * the declared keys of every selected plugin that is available; returns how many. */
+DSARL_API size_t dsarl_selection_schema_tables(dsarl_selection *sel, dsarl_schema_table *tables);
+
+#define DSARL_SELECTION_MAX_TABLES (6 + DSARL_MAX_ENVIRONMENTS)
 
 #endif /* DSARL_SELECTION_H */

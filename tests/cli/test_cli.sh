@@ -114,6 +114,21 @@ elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$elapsed_ms" -lt 5000 ] || fail "alias-bomb: took ${elapsed_ms} ms to refuse"
 one_error_line alias-bomb
 
+# An unknown key inside a section a plugin owns stops `run` with a suggestion; `config show` lists it as a problem.
+tiny="$src/configs/recipes/llm/grpo-glm5.2-tiny.yaml"
+expect 3 owned-unknown-key -- "$dsarl" run "$tiny" +runtime.devise=cpu
+contains err "runtime.devise" owned-unknown-key
+contains err "did you mean 'runtime.device'" owned-unknown-key
+contains err "command line argument 1" owned-unknown-key
+one_error_line owned-unknown-key
+expect 3 owned-wrong-type -- "$dsarl" run "$tiny" runtime.threads=many
+contains err "runtime.threads" owned-wrong-type
+expect 0 show-lists-problem -- "$dsarl" config show "$tiny" +runtime.devise=cpu
+contains out "# problems (\`dsarl run\` stops at the first): 1" show-lists-problem
+# Keys the host reads are not reported unused; keys nobody reads are.
+grep -E "^#   runtime\.device " "$tmp/out" >/dev/null && fail "runtime.device reported unused"
+contains out "# unused keys" show-lists-problem
+
 # `run` stops before heavy work when a selected plugin is missing, naming the key and the available names.
 expect 4 missing-plugin -- "$dsarl" run "$recipe" policy.megatron_cfg.model_overrides.dsa_kernel_backend=nosuch
 contains err "no dsa plugin named 'nosuch'" missing-plugin
