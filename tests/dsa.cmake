@@ -2,4 +2,14 @@
 if(TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_dsa_reference SOURCES check_dsa_reference.c LABELS unit
                        LIBS dsarl-dsa-reference-objects TIMEOUT 300)
+
+  # The built plugin, loaded through its ABI from Python, against PyTorch autograd in float64. Skipped (77) when
+  # torch or numpy is missing; not registered in sanitizer builds (an ASan plugin cannot load into python3).
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND AND NOT DSARL_SANITIZE)
+    add_test(NAME dsa_reference_torch
+             COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/dsa_reference_check.py
+                     --plugin $<TARGET_FILE:dsarl-dsa-reference>)
+    set_tests_properties(dsa_reference_torch PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
+  endif()
 endif()
