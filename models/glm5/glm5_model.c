@@ -1,0 +1,162 @@
+/* glm5_model.c: allocation of a glm_moe_dsa instance, binding of layer pointers, random init. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "glm5_model.h"
+
+#define GLM5_PI 3.14159265358979323846
+
+const glm5_param *glm5_model_find_param(const dsarl_model *model, const char *name)
+{
+    for (int64_t i = 0; i < model->n_params; i++)
+        if (strcmp(model->params[i].name, name) == 0)
+            return &model->params[i];
+    return NULL;
+}
+
+// Binds each spec's device pointer to the field of its layer (by the key's suffix).
+static void bind_pointers(dsarl_model *m)
+{
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const glm5_param *p = &m->params[i];
+        void *ptr = glm5_at(m, m->weights, p->offset);
+        if (p->layer < 0) {
+            if (!strcmp(p->name, "model.embed_tokens.weight"))
+                m->embed = ptr;
+            else if (!strcmp(p->name, "model.norm.weight"))
+                m->final_norm = ptr;
+            else if (!strcmp(p->name, "lm_head.weight"))
+                m->lm_head = ptr;
+            continue;
+        }
+        glm5_layer *L = &m->layers[p->layer];
+        const char *s = strchr(p->name + strlen("model.layers."), '.') + 1; // key within the layer
+        struct { const char *key; void **field; } map[] = {
+            {"input_layernorm.weight", &L->input_norm},
+            {"post_attention_layernorm.weight", &L->post_attention_norm},
+            {"self_attn.q_a_proj.weight", &L->q_a_proj},
+            {"self_attn.q_a_layernorm.weight", &L->q_a_norm},
+            {"self_attn.q_b_proj.weight", &L->q_b_proj},
+            {"self_attn.kv_a_proj_with_mqa.weight", &L->kv_a_proj},
+            {"self_attn.kv_a_layernorm.weight", &L->kv_a_norm},
+            {"self_attn.kv_b_proj.weight", &L->kv_b_proj},
+            {"self_attn.o_proj.weight", &L->o_proj},
+            {"self_attn.indexer.wq_b.weight", &L->idx_wq_b},
+            {"self_attn.indexer.wk.weight", &L->idx_wk},
+            {"self_attn.indexer.k_norm.weight", &L->idx_k_norm_w},
+            {"self_attn.indexer.k_norm.bias", &L->idx_k_norm_b},
+            {"self_attn.indexer.weights_proj.weight", &L->idx_weights_proj},
+            {"mlp.gate_proj.weight", &L->mlp_gate_up},
+            {"mlp.shared_experts.gate_proj.weight", &L->mlp_gate_up},
+            {"mlp.down_proj.weight", &L->mlp_down},
+            {"mlp.shared_experts.down_proj.weight", &L->mlp_down},
+            {"mlp.gate.weight", &L->router},
+            {"mlp.gate.e_score_correction_bias", &L->router_bias},
+            {"mlp.experts.gate_up_proj", &L->experts_gate_up},
+            {"mlp.experts.down_proj", &L->experts_down},
+        };
+        for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
+            if (!strcmp(s, map[k].key))
+                *map[k].field = ptr;
+        if (!strcmp(s, "mlp.gate_proj.weight") || !strcmp(s, "mlp.shared_experts.gate_proj.weight"))
+            L->mlp_inner = p->shape[0];
+    }
+    if (m->cfg.tie_word_embeddings)
+        m->lm_head = m->embed;
+}
+
+int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, dsarl_device *dev,
+                     const dsarl_dsa_ops *dsa_ops, dsarl_dsa_context *dsa, const dsarl_parallel *parallel,
+                     dsarl_model **out, dsarl_error *err)
+{
+    if (!dev_ops || !dev || !dsa_ops)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a device (ops and instance) and a DSA backend");
+    if (parallel && (parallel->tp_size > 1 || parallel->ep_size > 1 || parallel->pp_size > 1 ||
+                     parallel->cp_size > 1))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: tensor/expert/pipeline/context parallel sizes > 1 are "
+                          "not implemented yet (tp %d, ep %d, pp %d, cp %d); the parameter specs record the sharding",
+                          parallel->tp_size, parallel->ep_size, parallel->pp_size, parallel->cp_size);
+    dsarl_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the model");
+    m->cfg = *cfg;
+    m->dev_ops = dev_ops, m->dev = dev, m->dsa_ops = dsa_ops, m->dsa = dsa;
+    m->parallel = parallel ? *parallel : (dsarl_parallel)DSARL_PARALLEL_SINGLE;
+    m->storage = dev_ops->storage_dtype(dev);
+    m->elem = dsarl_dtype_size(m->storage);
+    int rc = glm5_param_specs(cfg, &m->params, &m->n_params, &m->n_weights, err);
+    if (rc == 0 && !(m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(glm5_layer))))
+        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the layer table");
+    if (rc == 0)
+        rc = dev_ops->alloc(dev, (size_t)m->n_weights * m->elem, &m->weights, err);
+    if (rc == 0)
+        rc = dev_ops->zero(dev, m->weights, (size_t)m->n_weights * m->elem, err);
+    int64_t half = cfg->qk_rope_head_dim / 2;
+    if (rc == 0)
+        rc = dev_ops->alloc(dev, (size_t)half * sizeof(float), (void **)&m->inv_freq, err);
+    if (rc == 0) {
+        float *f = malloc((size_t)half * sizeof(float));
+        if (!f)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+        else {
+            glm5_rope_inv_freq(cfg, f);
+            rc = dev_ops->upload_f32(dev, m->inv_freq, DSARL_DTYPE_F32, f, (size_t)half, err);
+            free(f);
+        }
+    }
+    if (rc) {
+        glm5_model_free(m);
+        return rc;
+    }
+    bind_pointers(m);
+    *out = m;
+    return DSARL_OK;
+}
+
+void glm5_model_free(dsarl_model *m)
+{
+    if (!m)
+        return;
+    if (m->weights)
+        m->dev_ops->free(m->dev, m->weights);
+    if (m->inv_freq)
+        m->dev_ops->free(m->dev, m->inv_freq);
+    free(m->params);
+    free(m->layers);
+    free(m);
+}
+
+// splitmix64 -> Box-Muller normal; deterministic for a seed, independent of the device.
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double normal01(uint64_t *s)
+{
+    double u1 = ((double)(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * GLM5_PI * u2);
+}
+
+int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_range, dsarl_error *err)
+{
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const glm5_param *p = &m->params[i];
+        float *host = malloc((size_t)p->numel * sizeof(float));
+        if (!host)
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory initialising %s", p->name);
+        uint64_t s = seed ^ (0xA24BAED4963EE407ull * (uint64_t)(i + 1)); // one stream per tensor
+        bool is_bias = strstr(p->name, "bias") != NULL, is_norm = p->ndim == 1 && !is_bias;
+        for (int64_t j = 0; j < p->numel; j++)
+            host[j] = is_bias ? 0.0f : is_norm ? 1.0f : (float)(normal01(&s) * initializer_range);
+        int rc = m->dev_ops->upload_f32(m->dev, glm5_at(m, m->weights, p->offset), m->storage, host,
+                                        (size_t)p->numel, err);
+        free(host);
+        DSARL_TRY(rc);
+    }
+    return DSARL_OK;
+}

@@ -1,0 +1,102 @@
+/* glm5_model.h: the shared glm_moe_dsa implementation behind the glm5.1 and glm5.2 model plugins.
+ *
+ * One model instance owns one float buffer of parameters on its device; every parameter has a spec (its Hugging
+ * Face name, shape, offset in the buffer, and how it shards under tensor/expert parallelism). The forward pass
+ * composes the device ops and the DSA ops tables only, so the same code runs on every device. */
+#ifndef DSARL_GLM5_MODEL_H
+#define DSARL_GLM5_MODEL_H
+
+#include "dsarl/ops/model.h"
+#include "glm5_config.h"
+
+/* How a parameter is split across ranks (Megatron semantics); every size is 1 today. */
+typedef enum glm5_shard {
+    GLM5_SHARD_REPLICATED = 0, /* norms, router, indexer: every TP rank holds it whole */
+    GLM5_SHARD_COLUMN = 1,     /* output features split over TP (q_b, kv_b, gate/up projections) */
+    GLM5_SHARD_ROW = 2,        /* input features split over TP (o_proj, down projections) */
+    GLM5_SHARD_EXPERT = 3,     /* leading expert dimension split over EP */
+    GLM5_SHARD_VOCAB = 4,      /* vocabulary rows split over TP (embedding, LM head) */
+} glm5_shard;
+
+/* Name of a shard kind ("column", ...). */
+const char *glm5_shard_name(glm5_shard shard);
+
+typedef struct glm5_param {
+    char name[96];     /* Hugging Face key, e.g. "model.layers.3.mlp.experts.gate_up_proj" (fused experts) */
+    int32_t ndim;
+    int64_t shape[3];
+    int64_t numel;
+    int64_t offset;    /* elements into glm5_model.weights */
+    glm5_shard shard;
+    bool trainable;    /* false for e_score_correction_bias (a buffer updated by load balancing) */
+    int32_t layer;     /* decoder layer, or -1 */
+} glm5_param;
+
+/* Device pointers to one decoder layer's weights (NULL where the layer has none). */
+typedef struct glm5_layer {
+    void *input_norm, *post_attention_norm;
+    void *q_a_proj, *q_a_norm, *q_b_proj, *kv_a_proj, *kv_a_norm, *kv_b_proj, *o_proj;
+    void *idx_wq_b, *idx_wk, *idx_k_norm_w, *idx_k_norm_b, *idx_weights_proj;
+    void *mlp_gate_up, *mlp_down;          /* dense MLP, or the shared experts of a MoE layer: gate rows then up */
+    int64_t mlp_inner;                     /* intermediate size of mlp_gate_up / mlp_down */
+    void *router, *router_bias;            /* (E, C), (E) */
+    void *experts_gate_up, *experts_down;  /* (E, 2*moe_inter, C), (E, C, moe_inter) */
+} glm5_layer;
+
+struct dsarl_model {
+    glm5_config cfg;
+    const dsarl_device_ops *dev_ops;
+    dsarl_device *dev;
+    const dsarl_dsa_ops *dsa_ops;
+    dsarl_dsa_context *dsa;
+    dsarl_parallel parallel;
+    glm5_param *params;
+    int64_t n_params, n_weights; /* specs, and float elements in weights */
+    void *weights;               /* device buffer holding every parameter */
+    glm5_layer *layers;
+    void *embed, *final_norm, *lm_head;
+    float *inv_freq;             /* device (rope_dim/2) */
+    dsarl_dtype storage;         /* the device's storage dtype for weights and activations */
+    size_t elem;                 /* its size in bytes */
+};
+
+/* base advanced by n elements of the model's storage dtype. */
+static inline void *glm5_at(const dsarl_model *m, const void *base, int64_t n)
+{
+    return (char *)base + (size_t)n * m->elem;
+}
+
+/* Lists every parameter of cfg in buffer order; *out is malloc'ed (caller frees). */
+int glm5_param_specs(const glm5_config *cfg, glm5_param **out, int64_t *n_params, int64_t *n_weights,
+                     dsarl_error *err);
+
+/* Trainable parameters and buffer elements of cfg, without allocating weights. */
+int glm5_count_parameters(const glm5_config *cfg, int64_t *trainable, int64_t *buffers, dsarl_error *err);
+
+/* Allocates an instance with uninitialised weights on the given device and DSA backend. */
+int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, dsarl_device *dev,
+                     const dsarl_dsa_ops *dsa_ops, dsarl_dsa_context *dsa, const dsarl_parallel *parallel,
+                     dsarl_model **out, dsarl_error *err);
+
+/* Frees the instance and its device memory. */
+void glm5_model_free(dsarl_model *model);
+
+/* transformers' _init_weights: normal(0, initializer_range) matrices, ones for norms, zero biases. */
+int glm5_model_init_random(dsarl_model *model, uint64_t seed, double initializer_range, dsarl_error *err);
+
+/* The spec named name, or NULL. */
+const glm5_param *glm5_model_find_param(const dsarl_model *model, const char *name);
+
+/* Next-token logits (T, V) float32 in host memory for a packed batch (host memory). */
+int glm5_forward_logits(dsarl_model *model, const dsarl_token_batch *batch, float *logits, dsarl_error *err);
+
+/* Loads weights from a Hugging Face directory (config.json already parsed into model->cfg). */
+int glm5_load_hf_weights(dsarl_model *model, const char *dir, dsarl_error *err);
+
+/* Reads DIR/config.json into cfg. */
+int glm5_read_hf_config(const char *dir, glm5_config *cfg, dsarl_error *err);
+
+/* Writes config.json + model.safetensors (float32, per-expert keys) into dir atomically. */
+int glm5_save_hf(dsarl_model *model, const char *dir, dsarl_error *err);
+
+#endif /* DSARL_GLM5_MODEL_H */

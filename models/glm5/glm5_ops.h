@@ -1,0 +1,20 @@
+/* glm5_ops.h: the model ops functions shared by the glm5.1 and glm5.2 plugins, and their tables. */
+#ifndef DSARL_GLM5_OPS_H
+#define DSARL_GLM5_OPS_H
+
+#include "glm5_model.h"
+
+/* What a plugin accepts: glm5.1 runs every layer's indexer, glm5.2 also accepts IndexShare "shared" layers. */
+typedef enum glm5_family { GLM5_FAMILY_51 = 0, GLM5_FAMILY_52 = 1 } glm5_family;
+
+/* The registered tables (kind model, names "glm5.1" and "glm5.2"). */
+extern const dsarl_model_ops glm5_1_model_ops;
+extern const dsarl_model_ops glm5_2_model_ops;
+
+/* Builds a model for family from config (HF dir or recipe inline config with random init). */
+int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err);
+
+/* Checks that cfg fits the family (glm5.1 refuses "shared" layers, naming glm5.2). */
+int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *where, dsarl_error *err);
+
+#endif /* DSARL_GLM5_OPS_H */
