@@ -77,13 +77,14 @@ DSARL_API bool dsarl_node_equal(const dsarl_node *a, const dsarl_node *b);
 /* Levenshtein distance between two strings (for "did you mean"). */
 DSARL_API size_t dsarl_edit_distance(const char *a, const char *b);
 
-/* ---- internal helpers shared by recipe*.c and schema.c (hidden in libdsarl) ------------------------------ */
+/* ---- internal helpers shared by recipe*.c and schema.c (hidden in libdsarl, except the node constructors,
+ * which the host and tests use to build trees) ---------------------------------------------------------------- */
 
 /* A new empty node of the given type with a copy of origin (NULL means builtin); NULL when out of memory. */
-dsarl_node *recipe_node_new(dsarl_node_type type, const dsarl_origin *origin);
+DSARL_API dsarl_node *recipe_node_new(dsarl_node_type type, const dsarl_origin *origin);
 
 /* Frees a node and its subtree; detaching it from its parent is the caller's job. */
-void recipe_node_free(dsarl_node *node);
+DSARL_API void recipe_node_free(dsarl_node *node);
 
 /* Deep copy (parent and key of the copy are NULL); NULL when out of memory. */
 dsarl_node *recipe_node_copy(const dsarl_node *node);
@@ -95,7 +96,7 @@ int recipe_node_set_origin(dsarl_node *node, const dsarl_origin *origin);
 int recipe_node_set_origin_deep(dsarl_node *node, const dsarl_origin *origin);
 
 /* Appends child to a map (with key, copied) or list (key NULL); returns 0 or DSARL_E_NOMEM. */
-int recipe_node_append(dsarl_node *parent, const char *key, dsarl_node *child);
+DSARL_API int recipe_node_append(dsarl_node *parent, const char *key, dsarl_node *child);
 
 /* The index of key in a map, or -1. */
 long recipe_map_index(const dsarl_node *map, const char *key);
@@ -118,11 +119,11 @@ int recipe_scalar_from_plain(const char *text, size_t len, const dsarl_origin *o
 dsarl_node_type recipe_plain_type(const char *text);
 
 /* Makes a string/int/float/bool/null scalar node; NULL when out of memory. */
-dsarl_node *recipe_scalar_string(const char *s, const dsarl_origin *origin);
-dsarl_node *recipe_scalar_int(int64_t v, const dsarl_origin *origin);
-dsarl_node *recipe_scalar_float(double v, const dsarl_origin *origin);
-dsarl_node *recipe_scalar_bool(bool v, const dsarl_origin *origin);
-dsarl_node *recipe_scalar_null(const dsarl_origin *origin);
+DSARL_API dsarl_node *recipe_scalar_string(const char *s, const dsarl_origin *origin);
+DSARL_API dsarl_node *recipe_scalar_int(int64_t v, const dsarl_origin *origin);
+DSARL_API dsarl_node *recipe_scalar_float(double v, const dsarl_origin *origin);
+DSARL_API dsarl_node *recipe_scalar_bool(bool v, const dsarl_origin *origin);
+DSARL_API dsarl_node *recipe_scalar_null(const dsarl_origin *origin);
 
 /* Shortest spelling of v that reads back as the same double and as a float (".inf", "1.0", "1e-06"). */
 void recipe_format_float(double v, char *buf, size_t size);

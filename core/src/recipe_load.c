@@ -61,8 +61,9 @@ static int measure_node(measure *m, int index, int depth, dsarl_error *err)
                           "%s:%zu:%zu: an alias refers to the node that contains it (an alias cycle); aliases "
                           "must point to complete, earlier nodes",
                           m->name, node->start_mark.line + 1, node->start_mark.column + 1);
+    bool container = node->type != YAML_SCALAR_NODE;
     if (m->state[k] == 0) {
-        if (depth > DSARL_RECIPE_MAX_DEPTH)
+        if (container && depth > DSARL_RECIPE_MAX_DEPTH)
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s:%zu:%zu: nesting is deeper than %d levels", m->name,
                               node->start_mark.line + 1, node->start_mark.column + 1, DSARL_RECIPE_MAX_DEPTH);
         m->state[k] = 1;
@@ -84,7 +85,7 @@ static int measure_node(measure *m, int index, int depth, dsarl_error *err)
             }
         }
         m->sizes[k] = size;
-        m->heights[k] = height + 1;
+        m->heights[k] = container ? height + 1 : 0; // depth counts maps and lists, not scalars
         m->state[k] = 2;
     }
     if (depth + m->heights[k] - 1 > DSARL_RECIPE_MAX_DEPTH)
@@ -360,9 +361,10 @@ typedef struct include_chain {
     size_t n;
 } include_chain;
 
-static int load_tree_file(const char *path, dsarl_node **out, dsarl_error *err)
+/* Parses the file at open_path; origins and messages name it display_path. */
+static int load_tree_file(const char *open_path, const char *path, dsarl_node **out, dsarl_error *err)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(open_path, "rb");
     if (!f)
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
                           strerror(errno));
@@ -387,6 +389,49 @@ static int load_tree_string(const char *yaml, const char *name, dsarl_node **out
     int rc = load_document(&parser, name, NULL, out, err);
     yaml_parser_delete(&parser);
     return rc;
+}
+
+/* Removes "." segments and "dir/.." pairs in place, so messages say "configs/base.yaml" rather than
+ * "configs/recipes/llm/../../base.yaml". Lexical only: the cycle check uses realpath(). */
+static void normalize_lexically(char *path)
+{
+    bool absolute = path[0] == '/';
+    char *segments[256];
+    size_t slashes = 0, original_len = strlen(path);
+    for (const char *p = path; *p; p++)
+        slashes += *p == '/';
+    if (slashes >= sizeof segments / sizeof segments[0])
+        return;
+    size_t n = 0;
+    for (char *p = path, *save = NULL, *seg; (seg = strtok_r(p, "/", &save)); p = NULL) {
+        if (strcmp(seg, ".") == 0)
+            continue;
+        if (strcmp(seg, "..") == 0 && n > 0 && strcmp(segments[n - 1], "..") != 0) {
+            n--;
+            continue;
+        }
+        if (strcmp(seg, "..") == 0 && n == 0 && absolute)
+            continue;
+        segments[n++] = seg;
+    }
+    char *copy = malloc(original_len + 2);
+    if (!copy)
+        return;
+    size_t len = 0;
+    if (absolute)
+        copy[len++] = '/';
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(segments[i]);
+        memmove(copy + len, segments[i], l);
+        len += l;
+        if (i + 1 < n)
+            copy[len++] = '/';
+    }
+    if (len == 0)
+        copy[len++] = '.';
+    copy[len] = '\0';
+    strcpy(path, copy);
+    free(copy);
 }
 
 /* Joins a defaults entry to the directory of the including file (dir NULL or "" means the cwd). */
@@ -423,8 +468,12 @@ static int load_included(const dsarl_node *entry, const char *dir, include_chain
     char *path = join_relative(dir, entry->text);
     if (!path)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory");
+    // The file is opened through its realpath (the OS's view of "..", symlinks included); messages use the
+    // lexically normalized path.
     char *real = realpath(path, NULL);
     int rc = DSARL_OK;
+    if (real)
+        normalize_lexically(path);
     if (!real) {
         rc = DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: defaults file '%s' not found (looked for '%s': %s)", where,
                         entry->text, path, strerror(errno));
@@ -452,7 +501,7 @@ static int load_included(const dsarl_node *entry, const char *dir, include_chain
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: defaults nest deeper than %d files", where, MAX_INCLUDE_CHAIN);
     }
     dsarl_node *tree = NULL;
-    rc = load_tree_file(path, &tree, err);
+    rc = load_tree_file(real, path, &tree, err);
     if (rc == DSARL_OK) {
         chain->display[chain->n] = path;
         chain->real[chain->n] = real;
@@ -557,7 +606,7 @@ int dsarl_recipe_load_file(const char *path, dsarl_recipe **out, dsarl_error *er
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
                           strerror(errno));
     dsarl_node *tree = NULL;
-    int rc = load_tree_file(path, &tree, err);
+    int rc = load_tree_file(path, path, &tree, err);
     if (rc < 0) {
         free(real);
         return rc;

@@ -132,8 +132,8 @@ static int evaluate_reference(resolver *rs, dsarl_node *node, const char *ref, s
     if (target->type == DSARL_NODE_STRING && strcmp(target->text, "???") == 0) {
         char target_where[512];
         return DSARL_FAIL(rs->err, DSARL_E_INVALID,
-                          "%s: interpolation '${%.*s}' needs %s, but that mandatory value missing (??? at %s); set it "
-                          "in the recipe or on the command line",
+                          "%s: interpolation '${%.*s}': mandatory value missing at %s (??? at %s); set it in the "
+                          "recipe or on the command line",
                           where_of(node, where, sizeof where), (int)len, ref, dsarl_node_path(target, path, sizeof path),
                           where_of(target, target_where, sizeof target_where));
     }
