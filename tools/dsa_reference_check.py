@@ -296,6 +296,64 @@ def check_indexer_loss(ck, ops, ctx, case, rng, indices, q, kv, lse, attn, heads
         ck.close(f"indexer_loss_backward dweights {tag}", dw, tw.grad.numpy(), 1e-4, 1e-6)
 
 
+def check_hf_indexer(ck, ops, ctx, rng, topk=6, seq=24):
+    """transformers' GlmMoeDsaIndexer (eager, float64 weights) vs indexer_topk fed with the same projections.
+
+    The indexer's projections (wq_b, wk + k_norm, interleaved RoPE, weights_proj) are the model's job; they are
+    taken from the HF module itself, with both scales folded into the weights as dsarl/ops/dsa.h asks. HF scores in
+    float32 and torch.topk orders ties arbitrarily, so the selected sets are compared through their sorted scores.
+    """
+    try:
+        from transformers import GlmMoeDsaConfig
+        from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as hf
+    except ImportError as exc:
+        print(f"skip transformers GlmMoeDsaIndexer cross-check: {exc}")
+        return
+    cfg = GlmMoeDsaConfig(hidden_size=32, index_n_heads=4, index_head_dim=16, qk_rope_head_dim=8,
+                          qk_nope_head_dim=8, q_lora_rank=24, kv_lora_rank=16, v_head_dim=8, num_attention_heads=2,
+                          num_key_value_heads=2, index_topk=topk, num_hidden_layers=1, vocab_size=16)
+    torch.manual_seed(int(rng.integers(1 << 31)))
+    indexer = hf.GlmMoeDsaIndexer(cfg, 0).double()
+    for param in indexer.parameters():
+        torch.nn.init.uniform_(param, -0.5, 0.5)
+    batch = 2
+    hidden = torch.from_numpy(rng.standard_normal((batch, seq, cfg.hidden_size)))
+    q_resid = torch.from_numpy(rng.standard_normal((batch, seq, cfg.q_lora_rank)))
+    positions = torch.arange(seq)[None].expand(batch, seq)
+    cos, sin = hf.GlmMoeDsaRotaryEmbedding(cfg)(hidden, positions)
+    cos, sin = cos.double(), sin.double()
+    causal = torch.tril(torch.ones(seq, seq, dtype=torch.bool))[None].expand(batch, seq, seq)
+    hf_indices = indexer(hidden, q_resid, (cos, sin), causal, positions).numpy()  # (B, S, topk)
+
+    heads, dim, rope = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
+    with torch.no_grad():
+        q = indexer.wq_b(q_resid).view(batch, seq, heads, dim)
+        k = indexer.k_norm(indexer.wk(hidden)).unsqueeze(2)
+        q_rot, k_rot = hf.apply_rotary_pos_emb_interleave(q[..., :rope], k[..., :rope], cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q[..., rope:]], dim=-1)
+        k = torch.cat([k_rot, k[..., rope:]], dim=-1).squeeze(2)
+        w = indexer.weights_proj(hidden) * heads ** -0.5 * dim ** -0.5
+    q32 = np.ascontiguousarray(q.reshape(batch * seq, heads, dim).numpy(), dtype=np.float32)
+    k32 = np.ascontiguousarray(k.reshape(batch * seq, dim).numpy(), dtype=np.float32)
+    w32 = np.ascontiguousarray(w.reshape(batch * seq, heads).numpy(), dtype=np.float32)
+    case = packed([seq] * batch)
+    ix = IndexerInputs(C.sizeof(IndexerInputs), ptr(q32), ptr(k32), ptr(w32), heads, dim)
+    indices = np.empty((case.n_queries, topk), np.int32)
+    err = Error()
+    assert ops.indexer_topk(ctx, C.byref(case.batch), C.byref(ix), topk, ptr(indices), None, C.byref(err)) == 0
+    score = (np.einsum("tjd,sd->tjs", q32.astype(np.float64), k32.astype(np.float64)).clip(min=0.0)
+             * w32.astype(np.float64)[:, :, None]).sum(1)  # (Tq, Tk) of the packed batch
+    got_values, want_values = [], []
+    for b in range(batch):
+        for t in range(seq):
+            row = b * seq + t
+            n = min(topk, t + 1)
+            got_values.append(np.sort(score[row, indices[row, :n]]))
+            want_values.append(np.sort(score[row, b * seq + hf_indices[b, t, :n]]))
+    ck.close("indexer_topk vs transformers GlmMoeDsaIndexer (sorted selected scores)", np.concatenate(got_values),
+             np.concatenate(want_values), 1e-5, 1e-6)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plugin", required=True, help="path of dsarl-dsa-reference.so")
@@ -317,6 +375,7 @@ def main():
         indices = check_topk(ck, ops, ctx, case, rng, topk)
         q, kv, lse, attn = check_attention(ck, ops, ctx, case, rng, indices)
         check_indexer_loss(ck, ops, ctx, case, rng, indices, q, kv, lse, attn)
+    check_hf_indexer(ck, ops, ctx, rng)
     ops.destroy(ctx)
     print(f"dsa_reference_check: {ck.failures} failure(s)")
     return 1 if ck.failures else 0
