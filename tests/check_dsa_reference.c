@@ -1058,7 +1058,8 @@ START_TEST(test_indexer_loss_backward_vs_finite_differences) {
     for (int mode = 0; mode < 2; mode++) {  // 0: sparse, 1: dense warm-up
         loss_case lc;
         const int32_t *sel = NULL;
-        for (int attempt = 0;; attempt++) {  // resample until no ReLU argument is within 1e-4 of its kink (h = 1e-6 moves it by < 1e-5)
+        // Resample until no ReLU argument is within 1e-4 of its kink (a step h = 1e-6 moves it by < 1e-5).
+        for (int attempt = 0;; attempt++) {
             loss_case_init(&lc, &r, 5, 6);
             sel = mode == 0 ? lc.indices : NULL;
             if (min_relu_margin(&lc, sel) > 1e-4)
