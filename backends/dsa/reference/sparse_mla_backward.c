@@ -4,7 +4,7 @@
  * slot s of S(t):
  *   p(s)    = exp(softmax_scale * q[t,h,:] . kv[s,:] - lse[t,h])
  *   Delta   = out[t,h,:] . dout[t,h,:]                       (= sum_s p(s) dout . V(s))
- *   dP(s)   = p(s) * (dout[t,h,:] . kv[s,:d_v] - Delta)      (gradient wrt the pre-scale logit, times 1)
+ *   dP(s)   = p(s) * (dout[t,h,:] . kv[s,:d_v] - Delta)      (gradient wrt the scaled logit)
  *   dq[t,h] = softmax_scale * sum_s dP(s) kv[s,:]            (all d_qk columns; overwritten)
  *   dkv[s] += softmax_scale * dP(s) q[t,h,:]                 (key role, all d_qk columns)
  *   dkv[s,:d_v] += p(s) dout[t,h,:]                          (value role)
