@@ -148,3 +148,26 @@ int cli_open_registry(const dsarl_node *root, const cli_options *opts, dsarl_reg
     *out = reg;
     return 0;
 }
+
+int cli_open_session(const char *recipe_path, int n_overrides, char **overrides, const cli_options *opts,
+                     cli_session *s, dsarl_error *err)
+{
+    s->recipe = NULL;
+    s->registry = NULL;
+    int rc = cli_load_recipe(recipe_path, n_overrides, overrides, &s->recipe, err);
+    if (rc == 0)
+        rc = cli_open_registry(dsarl_recipe_root(s->recipe), opts, &s->registry, err);
+    if (rc == 0)
+        rc = dsarl_select_plugins(dsarl_recipe_root(s->recipe), s->registry, &s->selection, err);
+    if (rc < 0)
+        cli_close_session(s);
+    return rc;
+}
+
+void cli_close_session(cli_session *s)
+{
+    dsarl_registry_free(s->registry);
+    dsarl_recipe_free(s->recipe);
+    s->registry = NULL;
+    s->recipe = NULL;
+}

@@ -5,6 +5,7 @@
 #include "dsarl/error.h"
 #include "recipe_internal.h"
 #include "registry.h"
+#include "selection.h"
 
 /* Exit statuses of the dsarl binary (documented in `dsarl --help` and the README). */
 enum {
@@ -37,6 +38,21 @@ int cli_load_recipe(const char *path, int n_overrides, char **overrides, dsarl_r
 /* A registry with the search path of DESIGN.md: recipe plugins.path (root may be NULL), --plugin-path,
  * DSARL_PLUGIN_PATH, beside libdsarl; every plugin found is loaded. */
 int cli_open_registry(const dsarl_node *root, const cli_options *opts, dsarl_registry **out, dsarl_error *err);
+
+/* A recipe resolved with its overrides, the plugins found for it, and what it selects. */
+typedef struct cli_session {
+    dsarl_recipe *recipe;
+    dsarl_registry *registry;
+    dsarl_selection selection;
+} cli_session;
+
+/* Loads and resolves the recipe, opens the registry (with the recipe's plugins.path) and selects the plugins. On
+ * failure nothing stays allocated. */
+int cli_open_session(const char *recipe_path, int n_overrides, char **overrides, const cli_options *opts,
+                     cli_session *s, dsarl_error *err);
+
+/* Frees what cli_open_session allocated. */
+void cli_close_session(cli_session *s);
 
 /* True when argv[i] asks for help. */
 int cli_is_help(const char *arg);

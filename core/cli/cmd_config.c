@@ -97,20 +97,12 @@ static int config_show(int argc, char **argv, const cli_options *opts)
         return CLI_EXIT_USAGE;
     }
     dsarl_error err;
-    dsarl_recipe *recipe = NULL;
-    if (cli_load_recipe(argv[2], argc - 3, argv + 3, &recipe, &err) < 0)
+    cli_session session;
+    if (cli_open_session(argv[2], argc - 3, argv + 3, opts, &session, &err) < 0)
         return cli_fail(&err);
-    dsarl_registry *reg = NULL;
-    if (cli_open_registry(dsarl_recipe_root(recipe), opts, &reg, &err) < 0) {
-        dsarl_recipe_free(recipe);
-        return cli_fail(&err);
-    }
-    dsarl_selection sel;
+    dsarl_recipe *recipe = session.recipe;
+    dsarl_selection sel = session.selection;
     int status = CLI_EXIT_OK;
-    if (dsarl_select_plugins(dsarl_recipe_root(recipe), reg, &sel, &err) < 0) {
-        status = cli_fail(&err);
-        goto done;
-    }
     /* Plugin defaults are filled in before printing, so the output shows the values a run would use. */
     dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
     size_t n_tables = dsarl_selection_schema_tables(&sel, tables);
@@ -138,8 +130,7 @@ static int config_show(int argc, char **argv, const cli_options *opts)
         printf("#   %s\n", report.problems[i].detail);
     dsarl_schema_report_free(&report);
 done:
-    dsarl_registry_free(reg);
-    dsarl_recipe_free(recipe);
+    cli_close_session(&session);
     return status;
 }
 

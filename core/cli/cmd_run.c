@@ -45,21 +45,14 @@ int cmd_run(int argc, char **argv, const cli_options *opts)
         return CLI_EXIT_USAGE;
     }
     dsarl_error err;
-    dsarl_recipe *recipe = NULL;
-    if (cli_load_recipe(argv[1], argc - 2, argv + 2, &recipe, &err) < 0)
+    cli_session session;
+    if (cli_open_session(argv[1], argc - 2, argv + 2, opts, &session, &err) < 0)
         return cli_fail(&err);
+    dsarl_recipe *recipe = session.recipe;
+    dsarl_registry *reg = session.registry;
+    dsarl_selection sel = session.selection;
     const dsarl_node *root = dsarl_recipe_root(recipe);
-    dsarl_registry *reg = NULL;
-    if (cli_open_registry(root, opts, &reg, &err) < 0) {
-        dsarl_recipe_free(recipe);
-        return cli_fail(&err);
-    }
     int status = CLI_EXIT_OK;
-    dsarl_selection sel;
-    if (dsarl_select_plugins(root, reg, &sel, &err) < 0) {
-        status = cli_fail(&err);
-        goto done;
-    }
     /* Validate the whole recipe against what the host and the available selected plugins declare before anything
      * heavy starts. */
     dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
@@ -118,7 +111,6 @@ int cmd_run(int argc, char **argv, const cli_options *opts)
     else if (stop_requested)
         status = CLI_EXIT_INTERRUPTED;
 done:
-    dsarl_registry_free(reg);
-    dsarl_recipe_free(recipe);
+    cli_close_session(&session);
     return status;
 }
