@@ -5,3 +5,4 @@ dsarl_add_check_test(check_json SOURCES check_json.c LABELS unit LIBS PkgConfig:
 dsarl_add_check_test(check_safetensors SOURCES check_safetensors.c LABELS unit)
 dsarl_add_check_test(check_rng SOURCES check_rng.c LABELS unit)
 dsarl_add_check_test(check_arena SOURCES check_arena.c LABELS unit)
+dsarl_add_check_test(check_npy SOURCES check_npy.c LABELS unit)

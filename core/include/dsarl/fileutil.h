@@ -38,7 +38,8 @@ DSARL_API void dsarl_atomic_file_abort(dsarl_atomic_file *f);
 /* Creates path and any missing parents (mode 0755); an existing directory is success. */
 DSARL_API int dsarl_mkdir_p(const char *path, dsarl_error *err);
 
-/* Returns a malloc'd "a/b" (one separator); if b is absolute or a is empty, a copy of b. NULL only when out of memory. */
+/* Returns a malloc'd "a/b" (one separator); if b is absolute or a is empty, a copy of b. NULL only when out of
+ * memory. */
 DSARL_API char *dsarl_path_join(const char *a, const char *b);
 
 /* Returns a malloc'd POSIX dirname: "a/b/c" -> "a/b", "c" -> ".", "/c" -> "/", "a/b/" -> "a". NULL only when out of
