@@ -6,7 +6,7 @@
 int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *where, dsarl_error *err)
 {
     if (family == GLM5_FAMILY_51 && glm5_config_full_layers(cfg) != cfg->num_hidden_layers)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: the config has %d IndexShare \"shared\" layers, but glm5.1 runs "
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: the config has %d IndexShare \"shared\" layers, but glm5.1 runs "
                           "every layer's indexer; select policy.model_family=glm5.2", where,
                           cfg->num_hidden_layers - glm5_config_full_layers(cfg));
     return DSARL_OK;

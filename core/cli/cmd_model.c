@@ -1,0 +1,350 @@
+/* cmd_model.c: `dsarl logits` and `dsarl generate` for any Hugging Face glm_moe_dsa directory, on the cpu device
+ * with the reference DSA backend. The model family is glm5.1 unless the config has IndexShare "shared" layers,
+ * which glm5.1 refuses (DSARL_E_UNSUPPORTED); then glm5.2 serves it. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "cmd_model.h"
+#include "dsarl/fileutil.h"
+#include "dsarl/ops/model.h"
+
+// Everything one command holds; closed in reverse order.
+typedef struct model_session {
+    dsarl_registry *registry;
+    const dsarl_device_ops *dev_ops;
+    const dsarl_dsa_ops *dsa_ops;
+    const dsarl_model_ops *model_ops;
+    dsarl_device *dev;
+    dsarl_dsa_context *dsa;
+    dsarl_model *model;
+} model_session;
+
+static void session_close(model_session *s)
+{
+    if (s->model)
+        s->model_ops->destroy(s->model);
+    if (s->dsa)
+        s->dsa_ops->destroy(s->dsa);
+    if (s->dev)
+        s->dev_ops->destroy(s->dev);
+    dsarl_registry_free(s->registry);
+    memset(s, 0, sizeof(*s));
+}
+
+static int session_open(model_session *s, const char *model_dir, int threads, dsarl_error *err)
+{
+    memset(s, 0, sizeof(*s));
+    cli_options none = {0};
+    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *m51 = NULL, *m52 = NULL;
+    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    int rc = cli_open_registry(NULL, &none, &s->registry, err);
+    if (rc == 0)
+        rc = dsarl_registry_require(s->registry, DSARL_KIND_DEVICE, "cpu", "dsarl logits/generate", &dev_c, err);
+    if (rc == 0)
+        rc = dsarl_registry_require(s->registry, DSARL_KIND_DSA, "reference", "dsarl logits/generate", &dsa_c, err);
+    if (rc == 0)
+        rc = dsarl_registry_require(s->registry, DSARL_KIND_MODEL, "glm5.1", "dsarl logits/generate", &m51, err);
+    if (rc == 0)
+        rc = dsarl_registry_require(s->registry, DSARL_KIND_MODEL, "glm5.2", "dsarl logits/generate", &m52, err);
+    if (rc < 0)
+        return rc;
+    s->dev_ops = (const dsarl_device_ops *)dev_c;
+    s->dsa_ops = (const dsarl_dsa_ops *)dsa_c;
+    dsarl_device_config dc = {.struct_size = sizeof(dc), .parallel = &single, .threads = threads};
+    rc = s->dev_ops->create(&dc, &s->dev, err);
+    if (rc == 0)
+        rc = s->dsa_ops->create(s->dev_ops, s->dev, NULL, &s->dsa, err);
+    if (rc < 0)
+        return rc;
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .host = dsarl_registry_host(s->registry),
+                             .model_dir = model_dir, .device_ops = s->dev_ops, .device = s->dev,
+                             .dsa_ops = s->dsa_ops, .dsa = s->dsa, .parallel = &single};
+    s->model_ops = (const dsarl_model_ops *)m51;
+    rc = s->model_ops->create(&mc, &s->model, err);
+    if (rc == DSARL_E_UNSUPPORTED) { // IndexShare layers: the glm5.2 plugin
+        s->model_ops = (const dsarl_model_ops *)m52;
+        rc = s->model_ops->create(&mc, &s->model, err);
+    }
+    return rc;
+}
+
+static const char *skip_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
+        p++;
+    return p;
+}
+
+// Parses "[[1,2,3],[4,5,6]]" (equal-length rows) into a malloc'ed B*S array.
+static int parse_id_rows(const char *path, const char *text, int32_t **ids, int32_t *B, int32_t *S,
+                         dsarl_error *err)
+{
+    const char *p = text;
+    int32_t rows = 0, cols = -1, n = 0, cap = 256;
+    int32_t *out = malloc((size_t)cap * sizeof(int32_t));
+    if (!out)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "%s: out of memory", path);
+#define BAD(msg) do { free(out); return DSARL_FAIL(err, DSARL_E_INVALID, "%s: %s (byte %ld); expected a JSON list " \
+                 "of equal-length lists of token ids, e.g. [[1, 2, 3]]", path, msg, (long)(p - text)); } while (0)
+    p = skip_ws(p);
+    if (*p++ != '[')
+        BAD("not a list");
+    p = skip_ws(p);
+    while (*p == '[') {
+        p++;
+        int32_t row_len = 0;
+        p = skip_ws(p);
+        while (*p != ']') {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v > INT32_MAX)
+                BAD("a token id is not a non-negative integer");
+            p = end;
+            if (n == cap) {
+                int32_t *b = realloc(out, (size_t)(cap *= 2) * sizeof(int32_t));
+                if (!b)
+                    BAD("out of memory");
+                out = b;
+            }
+            out[n++] = (int32_t)v, row_len++;
+            p = skip_ws(p);
+            if (*p == ',')
+                p = skip_ws(p + 1);
+            else if (*p != ']')
+                BAD("missing ',' or ']'");
+        }
+        p++;
+        if (cols >= 0 && row_len != cols)
+            BAD("rows have different lengths");
+        if (row_len == 0)
+            BAD("an empty row");
+        cols = row_len, rows++;
+        p = skip_ws(p);
+        if (*p == ',')
+            p = skip_ws(p + 1);
+    }
+    if (*p != ']' || rows == 0)
+        BAD("no rows, or trailing text");
+#undef BAD
+    *ids = out, *B = rows, *S = cols;
+    return DSARL_OK;
+}
+
+// Writes a float32 C-order .npy of the given shape atomically.
+static int write_npy(const char *path, const float *data, const int64_t *shape, int ndim, dsarl_error *err)
+{
+    char header[256], dims[160] = "";
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        size_t len = strlen(dims);
+        snprintf(dims + len, sizeof dims - len, "%lld, ", (long long)shape[i]);
+        n *= shape[i];
+    }
+    dims[strlen(dims) - (ndim > 1 ? 2 : 1)] = '\0'; // "(5,)" keeps its comma for one dimension
+    int hl = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", dims);
+    int total = 10 + hl + 1, pad = (64 - total % 64) % 64; // header block is a multiple of 64 bytes
+    size_t bytes = (size_t)(total + pad) + (size_t)n * sizeof(float);
+    unsigned char *buf = malloc(bytes);
+    if (!buf)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "%s: out of memory", path);
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    unsigned hlen = (unsigned)(hl + pad + 1);
+    buf[8] = (unsigned char)(hlen & 0xff), buf[9] = (unsigned char)(hlen >> 8);
+    memcpy(buf + 10, header, (size_t)hl);
+    memset(buf + 10 + hl, ' ', (size_t)pad);
+    buf[10 + hl + pad] = '\n';
+    memcpy(buf + total + pad, data, (size_t)n * sizeof(float));
+    int rc = dsarl_write_file_atomic(path, buf, bytes, err);
+    free(buf);
+    return rc;
+}
+
+static const char *logits_help =
+    "usage: dsarl logits --model-dir DIR --input-ids FILE.json --out OUT.npy [--threads N]\n"
+    "\n"
+    "Next-token logits of a Hugging Face glm_moe_dsa model (config.json + safetensors) on the cpu device with the\n"
+    "reference DSA backend.\n"
+    "  --model-dir DIR       the model directory (GLM-5.1 style, or GLM-5.2 with IndexShare)\n"
+    "  --input-ids FILE      JSON list of equal-length lists of token ids, e.g. [[1, 2, 3], [4, 5, 6]]\n"
+    "  --out OUT.npy         float32 array [B, S, V], written atomically\n"
+    "  --threads N           OpenBLAS threads (default 1)\n";
+
+static const char *generate_help =
+    "usage: dsarl generate --model-dir DIR --prompt-ids 1,2,3 --max-new-tokens N --greedy [--threads N]\n"
+    "\n"
+    "Greedy continuation of a prompt with a Hugging Face glm_moe_dsa model; prints the new token ids as a JSON\n"
+    "list. Each step recomputes the whole sequence (no KV cache yet).\n"
+    "  --model-dir DIR         the model directory\n"
+    "  --prompt-ids IDS        comma-separated token ids\n"
+    "  --max-new-tokens N      how many tokens to generate (>= 1)\n"
+    "  --greedy                argmax decoding (the only mode for now; ties pick the lowest id)\n"
+    "  --threads N             OpenBLAS threads (default 1)\n";
+
+// Matches "--name VALUE" and "--name=VALUE"; advances *i past the value.
+static int take_value(int argc, char **argv, int *i, const char *name, const char **out)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return 0;
+    if (argv[*i][n] == '=') {
+        *out = argv[*i] + n + 1;
+        return 1;
+    }
+    if (argv[*i][n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "dsarl: error: %s needs a value\n", name);
+        return -1;
+    }
+    *out = argv[++*i];
+    return 1;
+}
+
+static int usage_error(const char *cmd, const char *what)
+{
+    fprintf(stderr, "dsarl %s: error: %s; run `dsarl %s --help`\n", cmd, what, cmd);
+    return CLI_EXIT_USAGE;
+}
+
+int dsarl_cmd_logits(int argc, char **argv)
+{
+    const char *dir = NULL, *input = NULL, *out = NULL, *threads_s = "1";
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i])) {
+            fputs(logits_help, stdout);
+            return CLI_EXIT_OK;
+        }
+        if ((r = take_value(argc, argv, &i, "--model-dir", &dir)) || (r = take_value(argc, argv, &i, "--input-ids",
+            &input)) || (r = take_value(argc, argv, &i, "--out", &out)) ||
+            (r = take_value(argc, argv, &i, "--threads", &threads_s))) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            continue;
+        }
+        char msg[300];
+        snprintf(msg, sizeof msg, "unknown argument '%s'", argv[i]);
+        return usage_error("logits", msg);
+    }
+    if (!dir || !input || !out)
+        return usage_error("logits", "--model-dir, --input-ids and --out are required");
+    dsarl_error err = {0};
+    void *text = NULL;
+    size_t size = 0;
+    int32_t *ids = NULL, B = 0, S = 0;
+    int rc = dsarl_read_file(input, &text, &size, &err);
+    if (rc == 0)
+        rc = parse_id_rows(input, text, &ids, &B, &S, &err);
+    free(text);
+    if (rc < 0)
+        return cli_fail(&err);
+    model_session s;
+    rc = session_open(&s, dir, atoi(threads_s), &err);
+    float *logits = NULL;
+    int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t));
+    if (rc == 0) {
+        int64_t V = s.model_ops->vocab_size(s.model);
+        logits = malloc((size_t)B * (size_t)S * (size_t)V * sizeof(float));
+        for (int32_t b = 0; b <= B; b++)
+            cu[b] = b * S; // rows packed as separate sequences
+        dsarl_token_batch batch = {.struct_size = sizeof(batch), .n_tokens = (int64_t)B * S, .n_sequences = B,
+                                   .tokens = ids, .cu_seqlens = cu};
+        rc = logits ? s.model_ops->forward_logits(s.model, &batch, logits, &err)
+                    : DSARL_FAIL(&err, DSARL_E_NOMEM, "out of memory for %d x %d x %lld logits", B, S, (long long)V);
+        int64_t shape[3] = {B, S, V};
+        if (rc == 0)
+            rc = write_npy(out, logits, shape, 3, &err);
+    }
+    session_close(&s);
+    free(ids), free(cu), free(logits);
+    return rc < 0 ? cli_fail(&err) : CLI_EXIT_OK;
+}
+
+int dsarl_cmd_generate(int argc, char **argv)
+{
+    const char *dir = NULL, *prompt = NULL, *max_s = NULL, *threads_s = "1";
+    int greedy = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i])) {
+            fputs(generate_help, stdout);
+            return CLI_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--greedy")) {
+            greedy = 1;
+            continue;
+        }
+        if ((r = take_value(argc, argv, &i, "--model-dir", &dir)) ||
+            (r = take_value(argc, argv, &i, "--prompt-ids", &prompt)) ||
+            (r = take_value(argc, argv, &i, "--max-new-tokens", &max_s)) ||
+            (r = take_value(argc, argv, &i, "--threads", &threads_s))) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            continue;
+        }
+        char msg[300];
+        snprintf(msg, sizeof msg, "unknown argument '%s'", argv[i]);
+        return usage_error("generate", msg);
+    }
+    if (!dir || !prompt || !max_s)
+        return usage_error("generate", "--model-dir, --prompt-ids and --max-new-tokens are required");
+    if (!greedy)
+        return usage_error("generate", "only --greedy decoding is implemented; add --greedy");
+    char *end;
+    long max_new = strtol(max_s, &end, 10);
+    if (*end || max_new < 1 || max_new > 1000000)
+        return usage_error("generate", "--max-new-tokens must be an integer >= 1");
+    // prompt "1,2,3"
+    size_t cap = strlen(prompt) / 2 + 2;
+    int32_t *seq = malloc((cap + (size_t)max_new) * sizeof(int32_t));
+    int32_t P = 0;
+    for (const char *p = prompt; *p;) {
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(seq);
+            return usage_error("generate", "--prompt-ids must be comma-separated non-negative integers");
+        }
+        seq[P++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (P == 0) {
+        free(seq);
+        return usage_error("generate", "--prompt-ids is empty");
+    }
+    dsarl_error err = {0};
+    model_session s;
+    int rc = session_open(&s, dir, atoi(threads_s), &err);
+    float *logits = NULL;
+    if (rc == 0) {
+        int64_t V = s.model_ops->vocab_size(s.model);
+        logits = malloc((size_t)(P + max_new) * (size_t)V * sizeof(float));
+        if (!logits)
+            rc = DSARL_FAIL(&err, DSARL_E_NOMEM, "out of memory for the logits");
+        for (long step = 0; step < max_new && rc == 0; step++) {
+            int32_t T = P + (int32_t)step, cu[2] = {0, T};
+            dsarl_token_batch batch = {.struct_size = sizeof(batch), .n_tokens = T, .n_sequences = 1, .tokens = seq,
+                                       .cu_seqlens = cu};
+            rc = s.model_ops->forward_logits(s.model, &batch, logits, &err);
+            if (rc < 0)
+                break;
+            const float *last = logits + (int64_t)(T - 1) * V;
+            int32_t best = 0;
+            for (int32_t v = 1; v < V; v++)
+                best = last[v] > last[best] ? v : best;
+            seq[T] = best;
+        }
+    }
+    if (rc == 0) {
+        printf("[");
+        for (long i = 0; i < max_new; i++)
+            printf("%s%d", i ? ", " : "", seq[P + i]);
+        printf("]\n");
+    }
+    session_close(&s);
+    free(seq), free(logits);
+    return rc < 0 ? cli_fail(&err) : CLI_EXIT_OK;
+}
