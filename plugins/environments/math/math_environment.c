@@ -1,0 +1,91 @@
+/* math_environment.c: the "math" environment: reward 1.0 for a correct answer, 0.0 otherwise (NeMo RL's
+ * MathEnvironment; verl's -1/1 is not used). A response the verifier cannot judge gets reward 0.0 and verdict
+ * DSARL_VERDICT_VERIFIER_FAILED, is counted (math_environment_failures) and logged, never passed off as WRONG. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsarl/log.h"
+#include "math_verify.h"
+
+struct dsarl_environment {
+    math_verify_mode mode;
+    uint64_t failures; /* verifier failures since create */
+};
+
+static const dsarl_key_spec math_keys[] = {
+    {"env.math", DSARL_KEY_MAP, NULL, "settings of the math reward environment",
+     DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
+    {"env.math.num_workers", DSARL_KEY_INT, "1",
+     "NeMo RL's number of verifier worker actors; ignored: dsarl verifies in-process", DSARL_KEY_IGNORED},
+    {"env.math.math_verify_impl", DSARL_KEY_STRING, "dapo_math_verify",
+     "answer checker: dapo_math_verify (last 'Answer:' line, normalised, exact match) | boxed (last \\boxed{})", 0},
+};
+
+static int math_create(const dsarl_node *recipe, const dsarl_node *section, dsarl_environment **out,
+                       dsarl_error *err)
+{
+    (void)section; /* keys are read by path from the root so errors name their full path */
+    *out = NULL;
+    const char *impl = "dapo_math_verify";
+    if (recipe)
+        DSARL_TRY(dsarl_recipe_string_or(recipe, "env.math.math_verify_impl", "dapo_math_verify", &impl, err));
+    math_verify_mode mode;
+    if (strcmp(impl, "dapo_math_verify") == 0) {
+        mode = MATH_VERIFY_DAPO;
+    } else if (strcmp(impl, "boxed") == 0) {
+        mode = MATH_VERIFY_BOXED;
+    } else if (strcmp(impl, "hf_math_verify") == 0) {
+        return dsarl_recipe_fail(recipe, "env.math.math_verify_impl", err, DSARL_E_UNSUPPORTED,
+                                 "is hf_math_verify, which needs Python's math_verify package; use dapo_math_verify "
+                                 "(answers after 'Answer:') or boxed (answers in \\boxed{})");
+    } else {
+        return dsarl_recipe_fail(recipe, "env.math.math_verify_impl", err, DSARL_E_INVALID,
+                                 "must be dapo_math_verify or boxed, got '%s'", impl);
+    }
+    dsarl_environment *env = calloc(1, sizeof *env);
+    if (!env)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "math environment: out of memory");
+    env->mode = mode;
+    *out = env;
+    return 0;
+}
+
+static void math_destroy(dsarl_environment *env) { free(env); }
+
+/* Logs the 1st..5th failure, then every power of two, so a broken dataset is loud but not a flood. */
+static void log_failure(const dsarl_environment *env, size_t i, const char *why)
+{
+    uint64_t k = env->failures;
+    if (k <= 5 || (k & (k - 1)) == 0)
+        dsarl_log(DSARL_LOG_WARN, "math environment: verifier failed on response %zu of the batch: %s (failure %llu "
+                  "so far; reward 0, verdict verifier_failed)", i, why, (unsigned long long)k);
+}
+
+static int math_score(dsarl_environment *env, size_t n, const char *const *responses,
+                      const char *const *ground_truths, float *rewards, dsarl_verdict *verdicts, dsarl_error *err)
+{
+    if (n > 0 && (!responses || !ground_truths || !rewards || !verdicts))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "math environment: score() needs non-NULL responses, "
+                          "ground_truths, rewards and verdicts arrays for n = %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        const char *why = NULL;
+        DSARL_TRY(math_verify_one(env->mode, responses[i], ground_truths[i], &verdicts[i], &why, err));
+        rewards[i] = verdicts[i] == DSARL_VERDICT_CORRECT ? 1.0f : 0.0f;
+        if (verdicts[i] == DSARL_VERDICT_VERIFIER_FAILED) {
+            env->failures++;
+            log_failure(env, i, why);
+        }
+    }
+    return 0;
+}
+
+uint64_t math_environment_failures(const dsarl_environment *env) { return env ? env->failures : 0; }
+
+const dsarl_environment_ops math_environment_ops = {
+    .common = DSARL_OPS_COMMON(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "math",
+                               "math answers: NeMo RL's dapo_math_verify (reward 1/0) or the last \\boxed{}",
+                               math_keys),
+    .create = math_create,
+    .destroy = math_destroy,
+    .score = math_score,
+};

@@ -1,0 +1,4 @@
+# GRPO inputs that need no model: the math reward environment, the tokenizers and the data layer.
+if(TARGET dsarl-environment-math-objects)
+  dsarl_add_check_test(check_env_math SOURCES check_env_math.c LABELS unit LIBS dsarl-environment-math-objects)
+endif()
