@@ -223,8 +223,8 @@ int dsarl_npy_read(const char *path, dsarl_tensor *out, dsarl_error *err)
     }
     memcpy(header, bytes + header_start, header_len);
     header[header_len] = '\0';
-    dsarl_dtype dtype;
-    int32_t ndim;
+    dsarl_dtype dtype = DSARL_DTYPE_INVALID;
+    int32_t ndim = 0;
     int64_t shape[DSARL_TENSOR_MAX_DIMS];
     rc = parse_header(path, header, &dtype, &ndim, shape, err);
     if (rc != DSARL_OK)
