@@ -421,9 +421,13 @@ START_TEST(test_override_typed_values)
     ck_assert_uint_eq(dsarl_node_count(at(r, "policy.stop_strings")), 3);
     ck_assert_int_eq(int_at(r, "policy.stop_strings.1"), 2);
     ck_assert_str_eq(str_at(r, "policy.stop_strings.2"), "three");
-    override_ok(r, "policy.optimizer={name: sgd, momentum: 0.9}", 6);
+    // A map value merges into the existing map (Hydra's OmegaConf.update(merge=True)).
+    override_ok(r, "policy.optimizer={name: sgd, momentum: 0.9, kwargs: {betas: [0.5]}}", 6);
     ck_assert_str_eq(str_at(r, "policy.optimizer.name"), "sgd");
-    ck_assert_ptr_null(dsarl_node_get(dsarl_recipe_root(r), "policy.optimizer.kwargs"));
+    ck_assert(float_at(r, "policy.optimizer.momentum") == 0.9);
+    ck_assert(float_at(r, "policy.optimizer.kwargs.lr") == 1e-7);
+    ck_assert_uint_eq(dsarl_node_count(at(r, "policy.optimizer.kwargs.betas")), 1);
+    ck_assert_int_eq(dsarl_node_origin(at(r, "policy.optimizer.momentum"))->index, 6);
     override_ok(r, "data.default.env_name='true'", 7);
     ck_assert_str_eq(str_at(r, "data.default.env_name"), "true");
     override_ok(r, "data.default.prompt_file=tilelang", 8);
@@ -465,6 +469,12 @@ START_TEST(test_override_add_force_delete)
     ck_assert_str_eq(str_at(r, "policy.megatron_cfg.model_overrides.dsa_kernel_backend"), "tilelang");
     ck_assert_int_eq(dsarl_node_origin(at(r, "policy.megatron_cfg"))->kind, DSARL_ORIGIN_COMMAND_LINE);
     assert_contains(override_fails(r, "+grpo.seed=3", 2), "already exists");
+    override_ok(r, "+policy.generation={top_k: 5}", 2); // + with a map merges into the existing map
+    ck_assert_int_eq(int_at(r, "policy.generation.top_k"), 5);
+    ck_assert(float_at(r, "policy.generation.temperature") == 1.0);
+    override_ok(r, "policy.model_name=null", 2);
+    override_ok(r, "+policy.model_name=now_set", 2); // + on a null key is allowed, as in Hydra
+    ck_assert_str_eq(str_at(r, "policy.model_name"), "now_set");
     override_ok(r, "++grpo.seed=3", 3);
     ck_assert_int_eq(int_at(r, "grpo.seed"), 3);
     override_ok(r, "++grpo.new_key=[a]", 4);

@@ -110,6 +110,10 @@ void recipe_node_remove_at(dsarl_node *parent, size_t i);
 /* Moves the value of src (type, scalar, children) into dst, keeping dst's key, parent and origin; frees src. */
 void recipe_node_take_value(dsarl_node *dst, dsarl_node *src);
 
+/* Merges map src into map dst (OmegaConf.merge), consuming src: maps merge key by key, anything else replaces,
+ * and a src map with `_override_: true` replaces dst's section whole. Returns 0 or DSARL_E_NOMEM. */
+int recipe_merge_maps(dsarl_node *dst, dsarl_node *src);
+
 /* Builds a typed scalar node from the text of a plain YAML scalar (strict rules above). Fails (DSARL_E_INVALID,
  * err holds the reason without location) only for an integer or float out of range. */
 int recipe_scalar_from_plain(const char *text, size_t len, const dsarl_origin *origin, dsarl_node **out,

@@ -311,9 +311,7 @@ static bool wants_override(const dsarl_node *map)
     return i >= 0 && map->items[i]->type == DSARL_NODE_BOOL && map->items[i]->bool_value;
 }
 
-/* Merges map src into map dst, consuming src: maps merge key by key, anything else replaces, and a src map with
- * `_override_: true` replaces dst's section whole. */
-static int merge_into(dsarl_node *dst, dsarl_node *src)
+int recipe_merge_maps(dsarl_node *dst, dsarl_node *src)
 {
     int rc = DSARL_OK;
     for (size_t i = 0; i < src->count && rc == DSARL_OK; i++) {
@@ -330,7 +328,7 @@ static int merge_into(dsarl_node *dst, dsarl_node *src)
             if (rc < 0)
                 recipe_node_free(s);
         } else if (s->type == DSARL_NODE_MAP && dst->items[j]->type == DSARL_NODE_MAP && !wants_override(s)) {
-            rc = merge_into(dst->items[j], s);
+            rc = recipe_merge_maps(dst->items[j], s);
         } else {
             recipe_node_replace_at(dst, (size_t)j, s);
         }
@@ -564,12 +562,12 @@ static int compose(const char *name, dsarl_node *tree, const char *dir, include_
         if (!base)
             base = parent;
         else
-            rc = merge_into(base, parent);
+            rc = recipe_merge_maps(base, parent);
     }
     recipe_node_remove_at(tree, (size_t)d);
     if (rc == DSARL_OK && base) {
         // The file itself merges on top; its _override_ flags apply to this merge only.
-        rc = merge_into(base, tree);
+        rc = recipe_merge_maps(base, tree);
         tree = NULL;
     } else if (rc == DSARL_OK) {
         base = tree;

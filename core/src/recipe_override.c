@@ -1,7 +1,8 @@
 /* recipe_override.c: Hydra command-line overrides (`a.b=v`, `+a.b=v`, `++a.b=v`, `~a.b[=v]`) and plugin defaults.
  *
  * As in Hydra's struct mode, a plain `a.b=v` may only change a key that exists, so a typo fails with "did you mean"
- * instead of silently adding a key nobody reads. */
+ * instead of silently adding a key nobody reads. Values are applied as Hydra does (OmegaConf.update with
+ * merge=True): a map value merges into an existing map, anything else replaces. */
 #include "recipe_internal.h"
 
 #include <stdlib.h>
@@ -89,13 +90,19 @@ static int apply(dsarl_recipe *r, override_op op, const char *key, const char *v
         recipe_node_remove_at(parent, i);
         return DSARL_OK;
     }
-    if (op == OVERRIDE_ADD && existing)
+    dsarl_node *value = NULL;
+    DSARL_TRY(parse_override_value(value_text, origin, &value, err));
+    // Hydra lets `+` through when the key holds null or when the value is a map or list (it merges then).
+    if (op == OVERRIDE_ADD && existing && existing->type != DSARL_NODE_NULL && value->type != DSARL_NODE_MAP &&
+        value->type != DSARL_NODE_LIST) {
+        recipe_node_free(value);
         return DSARL_FAIL(err, DSARL_E_INVALID,
                           "key '%s' already exists (set at %s); use %s=... to change it or ++%s=... for either", key,
                           dsarl_node_where(existing, where, sizeof where), key, key);
-
-    dsarl_node *value = NULL;
-    DSARL_TRY(parse_override_value(value_text, origin, &value, err));
+    }
+    // Hydra applies overrides with OmegaConf.update(merge=True): a map value merges into an existing map.
+    if (existing && existing->type == DSARL_NODE_MAP && value->type == DSARL_NODE_MAP)
+        return recipe_merge_maps(existing, value) < 0 ? DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory") : DSARL_OK;
     if (existing) {
         dsarl_node *parent = existing->parent;
         size_t i = 0;
