@@ -670,6 +670,30 @@ START_TEST(test_write_round_trip)
 }
 END_TEST
 
+START_TEST(test_write_file_atomic)
+{
+    char dir[] = "/tmp/check_recipe_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/resolved.yaml", dir);
+    dsarl_recipe *r = load_file_ok(FIXTURES "/child.yaml");
+    resolve_ok(r);
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_recipe_write_file(r, path, 1, &err), 0);
+    dsarl_recipe *back = load_file_ok(path);
+    ck_assert(dsarl_node_equal(dsarl_recipe_root(r), dsarl_recipe_root(back)));
+    dsarl_recipe_free(back);
+    // An unwritable destination fails and leaves nothing behind.
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/r.yaml", dir);
+    ck_assert_int_lt(dsarl_recipe_write_file(r, bad, 0, &err), 0);
+    ck_assert_int_ne(access(bad, F_OK), 0);
+    dsarl_recipe_free(r);
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0); // empty: no temp file was left
+}
+END_TEST
+
 /* A random tree with awkward strings, for the round trip. */
 static dsarl_node *random_tree(unsigned *seed, int depth)
 {
@@ -894,6 +918,7 @@ static Suite *recipe_suite(void)
     tcase_add_test(write, test_write_round_trip);
     tcase_add_test(write, test_write_round_trip_random);
     tcase_add_test(write, test_write_annotated);
+    tcase_add_test(write, test_write_file_atomic);
     suite_add_tcase(s, write);
     TCase *nemo = tcase_create("nemo_rl");
     tcase_add_test(nemo, test_nemo_recipes_all_load);

@@ -70,6 +70,9 @@ DSARL_API int dsarl_recipe_set_default(dsarl_recipe *r, const char *path, const 
  * `  # <where>`. */
 DSARL_API int dsarl_recipe_write(const dsarl_recipe *r, FILE *out, int annotate, dsarl_error *err);
 
+/* Writes the recipe (as dsarl_recipe_write) to path atomically: temp file, then rename. */
+DSARL_API int dsarl_recipe_write_file(const dsarl_recipe *r, const char *path, int annotate, dsarl_error *err);
+
 /* Deep comparison of two nodes' values (types, scalars, keys and order-insensitive map contents); origins are
  * ignored. For round-trip tests and `~a.b=v`. */
 DSARL_API bool dsarl_node_equal(const dsarl_node *a, const dsarl_node *b);

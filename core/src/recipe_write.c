@@ -4,6 +4,9 @@
  * "null", "") or that YAML would misread (": ", leading indicators) are double-quoted. */
 #include "recipe_internal.h"
 
+#include <stdlib.h>
+#include "dsarl/fileutil.h"
+
 #include <inttypes.h>
 #include <string.h>
 #include <strings.h>
@@ -156,4 +159,20 @@ int dsarl_recipe_write(const dsarl_recipe *r, FILE *out, int annotate, dsarl_err
     if (fflush(out) != 0 || ferror(out))
         return DSARL_FAIL(err, DSARL_E_IO, "writing the recipe failed (disk full or stream closed?)");
     return DSARL_OK;
+}
+
+int dsarl_recipe_write_file(const dsarl_recipe *r, const char *path, int annotate, dsarl_error *err)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *memory = open_memstream(&text, &size);
+    if (!memory)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory writing the recipe for '%s'", path);
+    int rc = dsarl_recipe_write(r, memory, annotate, err);
+    fclose(memory);
+    // Whole text first, then one atomic replace: a crash never leaves half a recipe in the run directory.
+    if (rc == DSARL_OK)
+        rc = dsarl_write_file_atomic(path, text, size, err);
+    free(text);
+    return rc;
 }
