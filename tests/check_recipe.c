@@ -116,6 +116,8 @@ static const char *resolve_fails(const char *yaml)
     return err.message;
 }
 
+static void assert_round_trip(const dsarl_recipe *r);
+
 /* ---- scalars and YAML safety --------------------------------------------------------------------------------- */
 
 START_TEST(test_strict_scalars)
@@ -196,12 +198,46 @@ START_TEST(test_malformed_yaml)
 }
 END_TEST
 
+START_TEST(test_mutated_yaml_never_crashes)
+{
+    // Random byte edits of a real recipe: each load either succeeds or fails with a located message.
+    FILE *f = fopen(FIXTURES "/base.yaml", "rb");
+    ck_assert_ptr_nonnull(f);
+    char original[4096];
+    size_t n = fread(original, 1, sizeof original - 1, f);
+    fclose(f);
+    original[n] = '\0';
+    static const char alphabet[] = "{}[]:,-&*!|>'\"%@`#?$ \n\tabc019.~";
+    int failures = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        char text[4096];
+        memcpy(text, original, n + 1);
+        int edits = 1 + (int)(rand_r(&test_seed) % 4);
+        for (int e = 0; e < edits; e++)
+            text[rand_r(&test_seed) % n] = alphabet[rand_r(&test_seed) % (sizeof alphabet - 1)];
+        dsarl_recipe *r = NULL;
+        dsarl_error err = {0};
+        if (dsarl_recipe_load_string(text, "t.yaml", &r, &err) < 0) {
+            failures++;
+            ck_assert_msg(strncmp(err.message, "t.yaml", 6) == 0, "unlocated error: %s", err.message);
+            continue;
+        }
+        // What loads must also resolve or fail cleanly, and write back.
+        if (dsarl_recipe_resolve(r, &err) == 0)
+            assert_round_trip(r);
+        dsarl_recipe_free(r);
+    }
+    ck_assert_int_gt(failures, 0);
+}
+END_TEST
+
 START_TEST(test_document_shape)
 {
     assert_contains(load_fails("a: 1\n---\nb: 2\n"), "t.yaml:2:1: a second YAML document");
     assert_contains(load_fails("- a\n- b\n"), "must be a map");
     assert_contains(load_fails("a: 1\n<<: {b: 2}\n"), "merge keys");
     assert_contains(load_fails("? [a, b]\n: 1\n"), "mapping keys");
+    assert_contains(load_fails("a: \xff\xfe\n"), "t.yaml: byte");
     // An empty file is an empty recipe.
     dsarl_recipe *r = load_ok("");
     ck_assert_uint_eq(dsarl_node_count(dsarl_recipe_root(r)), 0);
@@ -349,6 +385,18 @@ START_TEST(test_override_flag_replaces_section)
     ck_assert(float_at(r, "policy.optimizer.kwargs.lr") == 3e-6);
     ck_assert_uint_eq(dsarl_node_count(at(r, "policy.optimizer.kwargs.betas")), 2);
     ck_assert_ptr_null(dsarl_node_get(dsarl_recipe_root(r), "policy.optimizer._override_"));
+    dsarl_recipe_free(r);
+}
+END_TEST
+
+START_TEST(test_override_flag_in_middle_file)
+{
+    dsarl_recipe *r = load_file_ok(FIXTURES "/over_mid.yaml");
+    const dsarl_node *optimizer = at(r, "policy.optimizer");
+    ck_assert_uint_eq(dsarl_node_count(optimizer), 2); // base's kwargs dropped by the middle file
+    ck_assert_str_eq(str_at(r, "policy.optimizer.name"), "sgd");
+    ck_assert(float_at(r, "policy.optimizer.momentum") == 0.9);
+    ck_assert_int_eq(int_at(r, "policy.max_total_sequence_length"), 512);
     dsarl_recipe_free(r);
 }
 END_TEST
@@ -889,6 +937,7 @@ static Suite *recipe_suite(void)
     tcase_add_test(yaml, test_duplicate_key);
     tcase_add_test(yaml, test_malformed_yaml);
     tcase_add_test(yaml, test_document_shape);
+    tcase_add_test(yaml, test_mutated_yaml_never_crashes);
     tcase_add_test(yaml, test_alias_expands_to_copies);
     tcase_add_test(yaml, test_alias_bomb_fails_fast);
     tcase_add_test(yaml, test_alias_cycle);
@@ -898,6 +947,7 @@ static Suite *recipe_suite(void)
     tcase_add_test(defaults, test_defaults_chain);
     tcase_add_test(defaults, test_defaults_list_order);
     tcase_add_test(defaults, test_override_flag_replaces_section);
+    tcase_add_test(defaults, test_override_flag_in_middle_file);
     tcase_add_test(defaults, test_defaults_relative_to_including_file);
     tcase_add_test(defaults, test_missing_defaults_file);
     tcase_add_test(defaults, test_include_cycle);
