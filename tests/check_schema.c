@@ -138,6 +138,15 @@ START_TEST(test_unknown_keys_in_owned_sections)
     ck_assert_ptr_nonnull(strstr(m, "did you mean 'grpo.reward_shaping.enabled'?"));
     m = validate_fails("grpo:\n  something_else_entirely: 1\n");
     ck_assert_ptr_nonnull(strstr(m, "declares no such key"));
+    // An owned section that declares nothing below it accepts nothing below it.
+    static const dsarl_key_spec logger_keys[] = {{"logger", DSARL_KEY_MAP, "{}", "metrics", DSARL_KEY_OWNED}};
+    const dsarl_schema_table logger_table = {"algorithm/sft", logger_keys, 1};
+    dsarl_recipe *r = load_ok("logger:\n  wandb: true\n");
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_schema_validate(r, &logger_table, 1, NULL, &err), DSARL_E_INVALID);
+    ck_assert_str_eq(err.message, "t.yaml:2:10: unknown key 'logger.wandb' in section 'logger' (owned by algorithm/sft), "
+                                  "which declares no such key");
+    dsarl_recipe_free(r);
     // A declared map without declared keys below it is taken whole; env is not owned, so unknown keys there pass.
     validate_ok("grpo:\n  extra: {anything: [1, 2], goes: {here: true}}\nenv:\n  math: {other: 1}\n");
 }

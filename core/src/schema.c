@@ -340,8 +340,13 @@ static int check_node(validator *v, const dsarl_node *node, int depth)
             used = ref;
     }
     if (used) {
-        // A declared map with keys declared below it is checked inside; one without is taken whole.
-        if (deeper && (node->type == DSARL_NODE_MAP || node->type == DSARL_NODE_LIST))
+        // A declared map with keys declared below it, or one its owner declares OWNED, is checked inside; any
+        // other declared map is taken whole.
+        bool owned_here = false;
+        for (size_t i = 0; i < v->n_specs && !owned_here; i++)
+            owned_here = v->specs[i].n_segments == depth && (v->specs[i].spec->flags & DSARL_KEY_OWNED) &&
+                         matches_prefix(&v->specs[i], v->segments, depth);
+        if ((deeper || owned_here) && (node->type == DSARL_NODE_MAP || node->type == DSARL_NODE_LIST))
             return check_children(v, node, depth);
         return DSARL_OK;
     }
