@@ -506,6 +506,9 @@ START_TEST(test_override_unknown_key_did_you_mean)
     // Bad syntax.
     assert_contains(override_fails(r, "grpo.seed", 4), "expected key=value");
     assert_contains(override_fails(r, "grpo..seed=1", 5), "not a dotted key");
+    m = override_fails(r, "grpo.seed=[1, 2", 6);
+    ck_assert_msg(strncmp(m, "command line argument 6 'grpo.seed=[1, 2': value '[1, 2':", 57) == 0, "%s", m);
+    assert_contains(override_fails(r, "grpo.seed={a: 1, a: 2}", 7), "duplicate key 'a'");
     dsarl_recipe_free(r);
 }
 END_TEST

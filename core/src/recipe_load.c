@@ -110,13 +110,9 @@ static dsarl_origin origin_at(const converter *c, const yaml_node_t *node)
                           .column = (int)node->start_mark.column + 1};
 }
 
-/* "file:line:col" of a libyaml node for messages (the command line has no useful marks). */
+/* "file:line:col" of a libyaml node for messages (for a parsed value, "value '...':line:col"). */
 static const char *mark_text(const converter *c, const yaml_node_t *node, char *buf, size_t size)
 {
-    if (c->fixed_origin) {
-        dsarl_node tmp = {.origin = *c->fixed_origin};
-        return dsarl_node_where(&tmp, buf, size);
-    }
     snprintf(buf, size, "%s:%zu:%zu", c->name, node->start_mark.line + 1, node->start_mark.column + 1);
     return buf;
 }
@@ -290,9 +286,9 @@ static int load_document(yaml_parser_t *parser, const char *name, const dsarl_or
 int recipe_parse_value(const char *text, const dsarl_origin *origin, dsarl_node **out, dsarl_error *err)
 {
     yaml_parser_t parser;
+    // Callers prefix their own context (the argument, the plugin), so messages name just the value.
     char where[512];
-    dsarl_node tmp = {.origin = origin ? *origin : (dsarl_origin){.kind = DSARL_ORIGIN_BUILTIN}};
-    dsarl_node_where(&tmp, where, sizeof where);
+    snprintf(where, sizeof where, "value '%s'", text);
     if (!yaml_parser_initialize(&parser))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
