@@ -111,7 +111,7 @@ static int evaluate_reference(resolver *rs, dsarl_node *node, const char *ref, s
         return DSARL_FAIL(rs->err, DSARL_E_NOMEM, "out of memory");
     dsarl_node *target = (dsarl_node *)(rest[0] ? dsarl_node_get(base, rest) : base);
     if (!target) {
-        char full[512];
+        char full[1024];
         if (base != rs->root) {
             dsarl_node_path(base, path, sizeof path);
             snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "." : "", rest);

@@ -85,7 +85,7 @@ static int problem(validator *v, const dsarl_node *node, const char *fmt, ...)
     dsarl_node_where(node, where, sizeof where);
     if (!v->collect)
         return DSARL_FAIL(v->err, DSARL_E_INVALID, "%s: %s", where, message);
-    char sentence[DSARL_ERROR_MESSAGE_MAX];
+    char sentence[DSARL_ERROR_MESSAGE_MAX + 512];
     snprintf(sentence, sizeof sentence, "%s: %s", where, message);
     return add_entry(&v->report->problems, &v->report->n_problems, node, sentence, v->err);
 }
