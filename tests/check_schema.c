@@ -22,6 +22,7 @@ static const dsarl_key_spec grpo_keys[] = {
     {"grpo.reward_shaping.enabled", DSARL_KEY_BOOL, "false", "DAPO overlong shaping", 0},
     {"grpo.async_grpo", DSARL_KEY_MAP, NULL, "NeMo RL async mode", DSARL_KEY_IGNORED},
     {"grpo.extra", DSARL_KEY_MAP, "{}", "passed through whole", 0},
+    {"grpo.val_prompts", DSARL_KEY_INT, "${mul:${.num_prompts_per_step}, 2}", "validation prompts", 0},
 };
 
 static const dsarl_key_spec env_keys[] = {
@@ -96,6 +97,7 @@ START_TEST(test_defaults_fill_absent_keys)
     ck_assert(!dsarl_node_as_bool(at(r, "grpo.reward_shaping.enabled"))); // intermediate map created
     ck_assert_int_eq(dsarl_node_kind(at(r, "grpo.reward_shaping.enabled")), DSARL_NODE_BOOL);
     ck_assert_int_eq(dsarl_node_kind(at(r, "grpo.extra")), DSARL_NODE_MAP);
+    ck_assert_int_eq(dsarl_node_as_int(at(r, "grpo.val_prompts")), 2 * prompts); // a default may interpolate
     // Wildcards: a default under every existing env.<name>, and none invented for absent names.
     ck_assert_int_eq(dsarl_node_as_int(at(r, "env.math.num_workers")), 8);
     ck_assert_str_eq(dsarl_node_where(at(r, "env.math.num_workers"), where, sizeof where),
@@ -182,10 +184,11 @@ START_TEST(test_check_only_collects_every_problem)
     dsarl_schema_report_init(&report);
     dsarl_error err = {0};
     ck_assert_int_eq(dsarl_schema_check_only(r, tables, DSARL_ARRAY_LEN(tables), &report, &err), 0);
-    ck_assert_uint_eq(report.n_problems, 3);
+    ck_assert_uint_eq(report.n_problems, 4); // + the default that interpolates the mistyped value
     ck_assert_ptr_nonnull(strstr(report.problems[0].detail, "t.yaml:2:25: recipe key 'grpo.num_prompts_per_step'"));
     ck_assert_ptr_nonnull(strstr(report.problems[1].detail, "did you mean 'grpo.normalize_rewards'"));
     ck_assert_str_eq(report.problems[2].path, "env.math.num_workers");
+    ck_assert_ptr_nonnull(strstr(report.problems[3].detail, "default of algorithm/grpo: argument 1 of 'mul'"));
     ck_assert_uint_eq(report.n_unused, 1);
     ck_assert_str_eq(report.unused[0].path, "extra_section");
     // Defaults were still applied.

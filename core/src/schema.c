@@ -235,6 +235,9 @@ static bool type_fits(const dsarl_key_spec *spec, const dsarl_node *node)
 {
     if (spec->type == DSARL_KEY_ANY)
         return true;
+    // An interpolation that failed to resolve has its own error; its "${...}" text is not a type mistake.
+    if (node->type == DSARL_NODE_STRING && node->resolve_state != 2 && strstr(node->text, "${"))
+        return true;
     if (node->type == DSARL_NODE_NULL)
         return (spec->flags & DSARL_KEY_NULLABLE) != 0;
     switch (spec->type) {
@@ -382,8 +385,20 @@ static int run(dsarl_recipe *r, const dsarl_schema_table *tables, size_t n_table
     int rc = collect_specs(v, tables, n_tables);
     if (rc == DSARL_OK)
         rc = apply_defaults(v);
+    // A default may itself interpolate ("${policy.max_total_sequence_length}"); the rest is already resolved.
+    // When that fails on a mistyped recipe value, the type error below is the clearer message, so it goes first.
+    dsarl_error resolve_err = {0};
+    int resolve_rc = rc == DSARL_OK ? dsarl_recipe_resolve(r, &resolve_err) : DSARL_OK;
     if (rc == DSARL_OK)
         rc = check_children(v, r->root, 0);
+    if (rc == DSARL_OK && resolve_rc < 0) {
+        if (collect) {
+            rc = add_entry(&report->problems, &report->n_problems, r->root, resolve_err.message, err);
+        } else {
+            *err = resolve_err;
+            rc = resolve_rc;
+        }
+    }
     free_specs(v);
     free(v);
     return rc;

@@ -1,7 +1,7 @@
 /* schema.h: validating a resolved recipe against the recipe keys the selected plugins declare (host side).
  *
  * Each selected ops table contributes one table: its owner ("algorithm/grpo") and its dsarl_key_spec array.
- * Validation (1) fills declared defaults for absent keys, (2) checks types (FLOAT accepts INT, NULLABLE accepts
+ * Validation (1) fills declared defaults for absent keys (and resolves any interpolation in them), (2) checks types (FLOAT accepts INT, NULLABLE accepts
  * null, ANY accepts anything, a "*" segment matches any one key or list index), (3) refuses undeclared keys below a
  * section some plugin OWNS, with "did you mean", and (4) lists keys nobody reads (undeclared outside owned
  * sections, or declared IGNORED) so `dsarl config show` can show them. A declared MAP/LIST/ANY key with no
