@@ -2,3 +2,4 @@
 if(TARGET dsarl-environment-math-objects)
   dsarl_add_check_test(check_env_math SOURCES check_env_math.c LABELS unit LIBS dsarl-environment-math-objects)
 endif()
+dsarl_add_check_test(check_tokenizer SOURCES check_tokenizer.c LABELS unit LIBS PkgConfig::JANSSON)
