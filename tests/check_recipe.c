@@ -721,6 +721,22 @@ START_TEST(test_write_round_trip)
 }
 END_TEST
 
+START_TEST(test_write_portable_scalars)
+{
+    // Spellings YAML 1.1 readers (PyYAML) would misread are normalized or quoted.
+    dsarl_recipe *r = load_ok("a: 1e-8\nb: 00:10\nc: 0x1F\nd: 1.5\ne: 5.0e-07\nf: False\ng: on\nh: 100\n");
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_recipe_write(r, f, 0, &err), 0);
+    fclose(f);
+    ck_assert_str_eq(text, "a: 1.0e-08\nb: \"00:10\"\nc: \"0x1F\"\nd: 1.5\ne: 5.0e-07\nf: false\ng: \"on\"\nh: 100\n");
+    free(text);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 START_TEST(test_write_file_atomic)
 {
     char dir[] = "/tmp/check_recipe_XXXXXX";
@@ -788,7 +804,7 @@ END_TEST
 
 START_TEST(test_write_annotated)
 {
-    dsarl_recipe *r = load_ok("grpo:\n  seed: 5\n  list: [a]\n");
+    dsarl_recipe *r = load_ok("grpo:\n  seed: 5\n  list: [a]\n  when: 00:03:45:00\n");
     override_ok(r, "grpo.seed=6", 1);
     char *text = NULL;
     size_t size = 0;
@@ -796,7 +812,8 @@ START_TEST(test_write_annotated)
     dsarl_error err = {0};
     ck_assert_int_eq(dsarl_recipe_write(r, f, 1, &err), 0);
     fclose(f);
-    ck_assert_str_eq(text, "grpo:\n  seed: 6  # command line argument 1 'grpo.seed=6'\n  list:\n    - a  # t.yaml:3:10\n");
+    ck_assert_str_eq(text, "grpo:\n  seed: 6  # command line argument 1 'grpo.seed=6'\n  list:\n    - a  # t.yaml:3:10\n"
+                           "  when: \"00:03:45:00\"  # t.yaml:4:9\n");
     free(text);
     dsarl_recipe_free(r);
 }
@@ -972,6 +989,7 @@ static Suite *recipe_suite(void)
     tcase_add_test(write, test_write_round_trip_random);
     tcase_add_test(write, test_write_annotated);
     tcase_add_test(write, test_write_file_atomic);
+    tcase_add_test(write, test_write_portable_scalars);
     suite_add_tcase(s, write);
     TCase *nemo = tcase_create("nemo_rl");
     tcase_add_test(nemo, test_nemo_recipes_all_load);

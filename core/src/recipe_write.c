@@ -22,6 +22,9 @@ static bool needs_quotes(const char *s)
             return true;
     if (strchr("-?:,[]{}#&*!|>'\"%@` \t", s[0]))
         return true;
+    // Number-like strings (00:03:45:00, 0x10, 1_000, .5x) are numbers to YAML 1.1 readers: quote them too.
+    if (strchr("0123456789.+", s[0]))
+        return true;
     size_t len = strlen(s);
     if (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == ':')
         return true;
@@ -61,6 +64,30 @@ static void write_text(FILE *out, const char *s)
         fputs(s, out);
 }
 
+/* Whether a float spelling also reads as a float in YAML 1.1 (PyYAML): a '.' in the mantissa and a signed
+ * exponent ("5.0e-07" yes, "1e-8" no), or one of the .inf/.nan forms. */
+static bool yaml11_float(const char *text)
+{
+    const char *e = strpbrk(text, "eE");
+    if (strstr(text, "inf") || strstr(text, "nan") || strstr(text, "Inf") || strstr(text, "NaN") ||
+        strstr(text, "INF") || strstr(text, "NAN"))
+        return true;
+    const char *dot = strchr(text, '.');
+    return dot && (!e || (dot < e && (e[1] == '-' || e[1] == '+')));
+}
+
+/* A float spelling that every YAML reader takes as this float: shortest round trip, with "1e-08" -> "1.0e-08". */
+static void format_float_portable(double v, char *buf, size_t size)
+{
+    recipe_format_float(v, buf, size);
+    char *e = strpbrk(buf, "eE");
+    if (e && !strchr(buf, '.') && strlen(buf) + 3 <= size) {
+        memmove(e + 2, e, strlen(e) + 1);
+        e[0] = '.';
+        e[1] = '0';
+    }
+}
+
 static void write_scalar(FILE *out, const dsarl_node *node)
 {
     char buf[64];
@@ -69,11 +96,11 @@ static void write_scalar(FILE *out, const dsarl_node *node)
     case DSARL_NODE_BOOL: fputs(node->bool_value ? "true" : "false", out); break;
     case DSARL_NODE_INT: fprintf(out, "%" PRId64, node->int_value); break;
     case DSARL_NODE_FLOAT:
-        // Keep the spelling from the file (5.0e-07) when it reads back as this float.
-        if (node->text && recipe_plain_type(node->text) == DSARL_NODE_FLOAT)
+        // Keep the spelling from the file (5.0e-07) when every reader takes it as this float.
+        if (node->text && recipe_plain_type(node->text) == DSARL_NODE_FLOAT && yaml11_float(node->text))
             fputs(node->text, out);
         else
-            recipe_format_float(node->float_value, buf, sizeof buf), fputs(buf, out);
+            format_float_portable(node->float_value, buf, sizeof buf), fputs(buf, out);
         break;
     case DSARL_NODE_STRING: write_text(out, node->text); break;
     case DSARL_NODE_MAP: fputs("{}", out); break;
