@@ -410,6 +410,9 @@ START_TEST(test_gather_scatter_rowdot)
         ck_assert(out[3 + c] == 0.0f);
     }
     ck_assert_int_eq(cpu_row_dot(dev, dots, g, g, 3, 3, &err), 0);
+    float before = g[4];
+    ck_assert_int_eq(cpu_scale_rows(dev, g, scale, 3, 3, &err), 0);
+    ck_assert(g[4] == -before && g[0] == 0.5f * x[6]);
     ck_assert_float_eq_tol(dots[1], x[0] * x[0] + x[1] * x[1] + x[2] * x[2], 1e-6);
     free(x);
 }

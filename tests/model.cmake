@@ -14,3 +14,7 @@ if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_io SOURCES check_glm5_io.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
 endif()
+if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_glm5_grad SOURCES check_glm5_grad.c
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
+endif()

@@ -7,346 +7,315 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "glm5_model.h"
+#include "glm5_pass.h"
 
-#define GLM5_MAX_BUFFERS 64
-
-// Per-call device buffers, freed together.
-typedef struct workspace {
-    dsarl_model *m;
-    void *bufs[GLM5_MAX_BUFFERS];
-    int n;
-} workspace;
-
-static int ws_alloc(workspace *ws, size_t bytes, void **out, dsarl_error *err)
+int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
 {
-    if (ws->n == GLM5_MAX_BUFFERS)
-        return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: forward workspace has more than %d buffers",
-                          GLM5_MAX_BUFFERS);
-    DSARL_TRY(ws->m->dev_ops->alloc(ws->m->dev, bytes ? bytes : 1, out, err));
-    ws->bufs[ws->n++] = *out;
+    if (p->n_bufs == GLM5_MAX_BUFFERS)
+        return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: a pass needs more than %d buffers", GLM5_MAX_BUFFERS);
+    DSARL_TRY(p->m->dev_ops->alloc(p->m->dev, bytes ? bytes : 1, out, err));
+    p->bufs[p->n_bufs++] = *out;
     return DSARL_OK;
 }
 
-static void ws_free(workspace *ws)
+static int host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
 {
-    for (int i = 0; i < ws->n; i++)
-        ws->m->dev_ops->free(ws->m->dev, ws->bufs[i]);
-    ws->n = 0;
+    if (p->n_host == GLM5_MAX_BUFFERS || !(*out = calloc(1, bytes ? bytes : 1)))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a pass");
+    p->host_bufs[p->n_host++] = *out;
+    return DSARL_OK;
 }
 
-// Activation buffers of one forward call, sized for T tokens.
-typedef struct acts {
-    void *x, *h, *attn_out, *mlp_out;          // (T,C)
-    float *rstd, *mean;                        // (T)
-    void *qa, *q_resid;                        // (T, q_lora)
-    void *q;                                   // (T, H*qk_head_dim)
-    void *ckv;                                 // (T, kv_lora + rope)
-    void *latent, *latent_norm;                // (T, kv_lora)
-    void *kv;                                  // (T, d_qk)
-    void *q_abs;                               // (T, H, d_qk)
-    void *head_in, *head_out;                  // (T, max(nope, kv_lora, v)) per-head staging
-    void *out_latent;                          // (T, H, kv_lora)
-    float *lse;                                // (T, H)
-    void *attn;                                // (T, H*v)
-    void *iq;                                  // (T, nI*dI)
-    void *ik, *ik_raw;                          // (T, dI)
-    void *iw;                                  // (T, nI) raw head weights
-    float *iw_scaled;                          // (T, nI)
-    int32_t *topk;                             // (T, index_topk)
-    void *gate_up;                             // (max(T, T*top_k), 2*max inner)
-    void *act;                                 // (max(T, T*top_k), max inner)
-    void *expert_in, *expert_out;              // (T*top_k, C)
-    float *router_logits, *router_probs;       // (T, E)
-    int32_t *route_idx;                        // (T, top_k)
-    float *route_w;                            // (T, top_k)
-    int32_t *rows;                             // (T*top_k) tokens grouped by expert
-    float *row_scale;                          // (T*top_k)
-    int32_t *tokens, *positions, *key_start, *key_end; // (T)
-} acts;
-
-static int64_t max3(int64_t a, int64_t b, int64_t c)
+void glm5_pass_free(glm5_pass *p)
 {
-    int64_t m = a > b ? a : b;
-    return m > c ? m : c;
+    for (int i = 0; i < p->n_bufs; i++)
+        p->m->dev_ops->free(p->m->dev, p->bufs[i]);
+    for (int i = 0; i < p->n_host; i++)
+        free(p->host_bufs[i]);
+    free(p->acts);
+    p->n_bufs = p->n_host = 0;
+    p->acts = NULL;
 }
 
-static int alloc_acts(workspace *ws, const glm5_config *c, int64_t T, acts *a, dsarl_error *err)
+static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int alloc_layer_acts(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
 {
-    size_t e = ws->m->elem, f = sizeof(float), i4 = sizeof(int32_t);
+    const glm5_config *c = &p->m->cfg;
+    int64_t T = p->T;
+    size_t e = p->m->elem, f = sizeof(float), i4 = sizeof(int32_t);
     int64_t H = c->num_attention_heads, C = c->hidden_size, dqk = c->kv_lora_rank + c->qk_rope_head_dim;
-    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts;
-    int64_t inner = max3(c->intermediate_size, c->moe_intermediate_size * c->n_shared_experts,
-                         c->moe_intermediate_size);
-    int64_t rows = T * K > T ? T * K : T;
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K;
+    int64_t nI = c->index_n_heads, dI = c->index_head_dim;
+    int64_t dense = max2(c->intermediate_size, c->moe_intermediate_size), sh = c->moe_intermediate_size *
+                                                                              c->n_shared_experts;
     struct { void **p; size_t bytes; } plan[] = {
-        {&a->x, T * C * e}, {&a->h, T * C * e}, {&a->attn_out, T * C * e}, {&a->mlp_out, T * C * e},
-        {(void **)&a->rstd, T * f}, {(void **)&a->mean, T * f},
-        {&a->qa, T * c->q_lora_rank * e}, {&a->q_resid, T * c->q_lora_rank * e},
-        {&a->q, T * H * c->qk_head_dim * e}, {&a->ckv, T * dqk * e},
-        {&a->latent, T * c->kv_lora_rank * e}, {&a->latent_norm, T * c->kv_lora_rank * e}, {&a->kv, T * dqk * e},
-        {&a->q_abs, T * H * dqk * e},
-        {&a->head_in, T * max3(c->qk_nope_head_dim, c->kv_lora_rank, c->v_head_dim) * e},
-        {&a->head_out, T * max3(c->qk_nope_head_dim, c->kv_lora_rank, c->v_head_dim) * e},
+        {&a->x_in, T * C * e}, {&a->h1, T * C * e}, {&a->x_mid, T * C * e}, {&a->h2, T * C * e},
+        {(void **)&a->rstd1, T * f}, {(void **)&a->rstd2, T * f}, {(void **)&a->rstd_qa, T * f},
+        {(void **)&a->rstd_kv, T * f}, {&a->qa, T * c->q_lora_rank * e}, {&a->q_resid, T * c->q_lora_rank * e},
+        {&a->q, T * H * c->qk_head_dim * e}, {&a->ckv, T * dqk * e}, {&a->latent, T * c->kv_lora_rank * e},
+        {&a->latent_norm, T * c->kv_lora_rank * e}, {&a->kv, T * dqk * e}, {&a->q_abs, T * H * dqk * e},
         {&a->out_latent, T * H * c->kv_lora_rank * e}, {(void **)&a->lse, T * H * f},
-        {&a->attn, T * H * c->v_head_dim * e},
-        {&a->iq, T * (int64_t)c->index_n_heads * c->index_head_dim * e}, {&a->ik, T * c->index_head_dim * e}, {&a->ik_raw, T * c->index_head_dim * e},
-        {&a->iw, T * c->index_n_heads * e}, {(void **)&a->iw_scaled, T * c->index_n_heads * f},
+        {&a->attn, T * H * c->v_head_dim * e}, {&a->iq, T * nI * dI * e}, {&a->ik_raw, T * dI * e},
+        {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
+        {&a->iw, T * nI * e}, {(void **)&a->iw_scaled, T * nI * f},
         {(void **)&a->topk, T * (int64_t)c->index_topk * i4},
-        {&a->gate_up, rows * 2 * inner * e}, {&a->act, rows * inner * e},
-        {&a->expert_in, rows * C * e}, {&a->expert_out, rows * C * e},
+        {&a->gate_up, max2(T * dense, N * c->moe_intermediate_size) * 2 * e},
+        {&a->act, max2(T * dense, N * c->moe_intermediate_size) * e},
+        {&a->sh_gate_up, T * 2 * sh * e}, {&a->sh_act, T * sh * e},
+        {&a->expert_in, N * C * e}, {&a->expert_out, N * C * e},
         {(void **)&a->router_logits, T * E * f}, {(void **)&a->router_probs, T * E * f},
-        {(void **)&a->route_idx, T * K * i4}, {(void **)&a->route_w, T * K * f},
-        {(void **)&a->rows, rows * i4}, {(void **)&a->row_scale, rows * f},
-        {(void **)&a->tokens, T * i4}, {(void **)&a->positions, T * i4}, {(void **)&a->key_start, T * i4},
-        {(void **)&a->key_end, T * i4},
+        {(void **)&a->route_idx, N * i4}, {(void **)&a->route_w, N * f},
+        {(void **)&a->rows, N * i4}, {(void **)&a->row_scale, N * f},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
-        DSARL_TRY(ws_alloc(ws, plan[i].bytes, plan[i].p, err));
+        DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].p, err));
+    DSARL_TRY(host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
+    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&a->slot, err));
     return DSARL_OK;
 }
 
-// y (T,out) = x (T,in) W^T with W (out,in), as nn.Linear.
-static int linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T, int64_t in, int64_t out,
-                  dsarl_error *err)
+int glm5_linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T, int64_t in, int64_t out,
+                dsarl_error *err)
 {
     return m->dev_ops->gemm(m->dev, false, true, T, out, in, 1.0f, x, w, 0.0f, y, err);
 }
 
-// SwiGLU MLP on rows (n, C): gate_up (2*inner, C) rows [gate | up], down (C, inner).
-static int swiglu_mlp(dsarl_model *m, acts *a, void *y, const void *x, const void *gate_up, const void *down,
-                      int64_t n, int64_t inner, dsarl_error *err)
+// SwiGLU MLP on rows (n, C): gate_up (2*inner, C) rows [gate | up], down (C, inner); keeps gu and act.
+static int swiglu_mlp(dsarl_model *m, void *y, const void *x, void *gu, void *act, const void *gate_up,
+                      const void *down, int64_t n, int64_t inner, dsarl_error *err)
 {
-    const dsarl_device_ops *d = m->dev_ops;
     int64_t C = m->cfg.hidden_size;
-    DSARL_TRY(linear(m, a->gate_up, x, gate_up, n, C, 2 * inner, err));
-    DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, n, inner, err));
-    return linear(m, y, a->act, down, n, inner, C, err);
+    DSARL_TRY(glm5_linear(m, gu, x, gate_up, n, C, 2 * inner, err));
+    DSARL_TRY(m->dev_ops->swiglu_forward(m->dev, act, gu, n, inner, err));
+    return glm5_linear(m, y, act, down, n, inner, C, err);
 }
 
-static int moe_forward(dsarl_model *m, acts *a, const glm5_layer *L, int64_t T, dsarl_error *err)
+static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err)
 {
+    dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t C = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, I = c->moe_intermediate_size;
+    int64_t T = p->T, C = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    int64_t I = c->moe_intermediate_size, N = T * K;
     // router in float32: on float32 devices the storage GEMM is already fp32 (transformers routes in fp32)
-    DSARL_TRY(linear(m, a->router_logits, a->h, L->router, T, C, E, err));
+    DSARL_TRY(glm5_linear(m, a->router_logits, a->h2, L->router, T, C, E, err));
     DSARL_TRY(d->moe_route_forward(m->dev, a->route_idx, a->route_w, a->router_probs, a->router_logits,
                                    L->router_bias, T, E, (int32_t)K, c->n_group, c->topk_group, c->norm_topk_prob,
                                    (float)c->routed_scaling_factor, err));
     // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes
-    int32_t *idx = malloc((size_t)(T * K) * sizeof(int32_t));
-    float *w = malloc((size_t)(T * K) * sizeof(float));
-    int32_t *rows = malloc((size_t)(T * K) * sizeof(int32_t));
-    float *scale = malloc((size_t)(T * K) * sizeof(float));
-    int64_t *count = calloc((size_t)E + 1, sizeof(int64_t));
-    int rc = (!idx || !w || !rows || !scale || !count)
-                 ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory routing %lld tokens", (long long)T)
-                 : DSARL_OK;
-    if (rc == 0)
-        rc = d->copy(m->dev, idx, a->route_idx, (size_t)(T * K) * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, w, a->route_w, (size_t)(T * K) * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
-    if (rc == 0) {
-        for (int64_t i = 0; i < T * K; i++)
-            count[idx[i] + 1]++;
-        for (int64_t e = 0; e < E; e++)
-            count[e + 1] += count[e]; // count[e] = first row of expert e
-        int64_t *fill = malloc((size_t)E * sizeof(int64_t));
-        if (!fill)
-            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory routing");
-        else {
-            memcpy(fill, count, (size_t)E * sizeof(int64_t));
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t k = 0; k < K; k++) {
-                    int64_t r = fill[idx[t * K + k]]++;
-                    rows[r] = (int32_t)t;
-                    scale[r] = w[t * K + k];
-                }
-            free(fill);
+    int32_t *idx, *rows;
+    float *w, *scale;
+    int64_t *fill;
+    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&idx, err));
+    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&rows, err));
+    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(float), (void **)&w, err));
+    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(float), (void **)&scale, err));
+    DSARL_TRY(host_alloc(p, (size_t)E * sizeof(int64_t), (void **)&fill, err));
+    DSARL_TRY(d->copy(m->dev, idx, a->route_idx, (size_t)N * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
+    DSARL_TRY(d->copy(m->dev, w, a->route_w, (size_t)N * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err));
+    int64_t *count = a->count;
+    memset(count, 0, (size_t)(E + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < N; i++)
+        count[idx[i] + 1]++;
+    for (int64_t e = 0; e < E; e++)
+        count[e + 1] += count[e]; // count[e] = first row of expert e
+    memcpy(fill, count, (size_t)E * sizeof(int64_t));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t r = fill[idx[t * K + k]]++;
+            rows[r] = (int32_t)t;
+            scale[r] = w[t * K + k];
+            a->slot[r] = (int32_t)(t * K + k);
         }
-    }
-    if (rc == 0)
-        rc = d->copy(m->dev, a->rows, rows, (size_t)(T * K) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, a->row_scale, scale, (size_t)(T * K) * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->gather_rows(m->dev, a->expert_in, a->h, a->rows, T * K, C, err);
-    for (int64_t e = 0; e < E && rc == 0; e++) {
+    DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)N * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy(m->dev, a->row_scale, scale, (size_t)N * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, N, C, err));
+    for (int64_t e = 0; e < E; e++) {
         int64_t first = count[e], n = count[e + 1] - count[e];
-        if (n == 0)
-            continue;
-        rc = linear(m, glm5_at(m, a->gate_up, first * 2 * I), glm5_at(m, a->expert_in, first * C),
-                    glm5_at(m, L->experts_gate_up, e * 2 * I * C), n, C, 2 * I, err);
+        if (n > 0)
+            DSARL_TRY(glm5_linear(m, glm5_at(m, a->gate_up, first * 2 * I), glm5_at(m, a->expert_in, first * C),
+                                  glm5_at(m, L->experts_gate_up, e * 2 * I * C), n, C, 2 * I, err));
     }
-    if (rc == 0)
-        rc = d->swiglu_forward(m->dev, a->act, a->gate_up, T * K, I, err);
-    for (int64_t e = 0; e < E && rc == 0; e++) {
+    DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, N, I, err));
+    for (int64_t e = 0; e < E; e++) {
         int64_t first = count[e], n = count[e + 1] - count[e];
-        if (n == 0)
-            continue;
-        rc = linear(m, glm5_at(m, a->expert_out, first * C), glm5_at(m, a->act, first * I),
-                    glm5_at(m, L->experts_down, e * C * I), n, I, C, err);
+        if (n > 0)
+            DSARL_TRY(glm5_linear(m, glm5_at(m, a->expert_out, first * C), glm5_at(m, a->act, first * I),
+                                  glm5_at(m, L->experts_down, e * C * I), n, I, C, err));
     }
-    if (rc == 0)
-        rc = d->zero(m->dev, a->mlp_out, (size_t)(T * C) * m->elem, err);
-    if (rc == 0)
-        rc = d->scatter_add_rows(m->dev, a->mlp_out, a->expert_out, a->rows, a->row_scale, T * K, C, err);
-    free(idx), free(w), free(rows), free(scale), free(count);
-    DSARL_TRY(rc);
+    DSARL_TRY(d->zero(m->dev, y, (size_t)(T * C) * m->elem, err));
+    DSARL_TRY(d->scatter_add_rows(m->dev, y, a->expert_out, a->rows, a->row_scale, N, C, err));
     if (L->mlp_gate_up) { // shared experts see the same normed input and add to the routed sum
-        DSARL_TRY(swiglu_mlp(m, a, a->attn_out, a->h, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner, err));
-        DSARL_TRY(d->add(m->dev, a->mlp_out, a->mlp_out, a->attn_out, T * C, err));
+        DSARL_TRY(swiglu_mlp(m, p->tmp, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, T,
+                             L->mlp_inner, err));
+        DSARL_TRY(d->add(m->dev, y, y, p->tmp, T * C, err));
     }
     return DSARL_OK;
 }
 
-static int attention_forward(dsarl_model *m, acts *a, const glm5_layer *L, const dsarl_dsa_batch *batch,
-                             int64_t T, int first_layer, dsarl_error *err)
+static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, const int32_t *prev_topk,
+                             void *y, dsarl_error *err)
 {
+    dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
     int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope, qr = c->q_lora_rank;
-    float rs = (float)m->cfg.attention_scaling;
+    float rs = (float)c->attention_scaling;
 
     // queries: q_resid = rmsnorm(q_a_proj h) (also the indexer's input), q = q_b_proj q_resid, per head [nope|rope]
-    DSARL_TRY(linear(m, a->qa, a->h, L->q_a_proj, T, C, qr, err));
-    DSARL_TRY(d->rmsnorm_forward(m->dev, a->q_resid, a->rstd, a->qa, L->q_a_norm, T, qr, 1e-6f, err));
-    DSARL_TRY(linear(m, a->q, a->q_resid, L->q_b_proj, T, qr, H * qk, err));
-    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->q, nope), glm5_at(m, a->q, nope), a->positions, m->inv_freq, rs,
+    DSARL_TRY(glm5_linear(m, a->qa, a->h1, L->q_a_proj, T, C, qr, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->q_resid, a->rstd_qa, a->qa, L->q_a_norm, T, qr, 1e-6f, err));
+    DSARL_TRY(glm5_linear(m, a->q, a->q_resid, L->q_b_proj, T, qr, H * qk, err));
+    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->q, nope), glm5_at(m, a->q, nope), p->positions, m->inv_freq, rs,
                               T, H, H * qk, qk, rope, err));
     // shared latent: kv = [rmsnorm(c_kv) | rope(k_rope)]
-    DSARL_TRY(linear(m, a->ckv, a->h, L->kv_a_proj, T, C, dqk, err));
+    DSARL_TRY(glm5_linear(m, a->ckv, a->h1, L->kv_a_proj, T, C, dqk, err));
     DSARL_TRY(d->copy_2d(m->dev, a->latent, kvr, a->ckv, dqk, T, kvr, err));
-    DSARL_TRY(d->rmsnorm_forward(m->dev, a->latent_norm, a->rstd, a->latent, L->kv_a_norm, T, kvr, 1e-6f, err));
-    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->ckv, kvr), glm5_at(m, a->ckv, kvr), a->positions, m->inv_freq,
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->latent_norm, a->rstd_kv, a->latent, L->kv_a_norm, T, kvr, 1e-6f, err));
+    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->ckv, kvr), glm5_at(m, a->ckv, kvr), p->positions, m->inv_freq,
                               rs, T, 1, dqk, 0, rope, err));
     DSARL_TRY(d->copy_2d(m->dev, a->kv, dqk, a->latent_norm, kvr, T, kvr, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->kv, kvr), dqk, glm5_at(m, a->ckv, kvr), dqk, T, rope, err));
     // absorbed queries: q_abs[:, h] = [q_nope_h W_UK_h | q_rope_h]
     for (int64_t h = 0; h < H; h++) {
         const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr); // (nope, kv_lora)
-        DSARL_TRY(d->copy_2d(m->dev, a->head_in, nope, glm5_at(m, a->q, h * qk), H * qk, T, nope, err));
-        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, nope, 1.0f, a->head_in, w_uk, 0.0f, a->head_out, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->q_abs, h * dqk), H * dqk, a->head_out, kvr, T, kvr, err));
+        DSARL_TRY(d->copy_2d(m->dev, p->head_in, nope, glm5_at(m, a->q, h * qk), H * qk, T, nope, err));
+        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, nope, 1.0f, p->head_in, w_uk, 0.0f, p->head_out, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->q_abs, h * dqk), H * dqk, p->head_out, kvr, T, kvr, err));
         DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->q_abs, h * dqk + kvr), H * dqk, glm5_at(m, a->q, h * qk + nope),
                              H * qk, T, rope, err));
     }
     // lightning indexer on full layers; shared layers reuse the previous full layer's top-k
+    size_t topk_bytes = (size_t)(T * c->index_topk) * sizeof(int32_t);
     if (L->idx_wq_b) {
         int64_t nI = c->index_n_heads, dI = c->index_head_dim;
-        DSARL_TRY(linear(m, a->iq, a->q_resid, L->idx_wq_b, T, qr, nI * dI, err));
-        DSARL_TRY(linear(m, a->ik_raw, a->h, L->idx_wk, T, C, dI, err));
-        DSARL_TRY(d->layernorm_forward(m->dev, a->ik, a->mean, a->rstd, a->ik_raw, L->idx_k_norm_w, L->idx_k_norm_b, T,
-                                       dI, 1e-6f, err));
-        DSARL_TRY(d->rope_forward(m->dev, a->iq, a->iq, a->positions, m->inv_freq, rs, T, nI, nI * dI, dI, rope,
+        DSARL_TRY(glm5_linear(m, a->iq, a->q_resid, L->idx_wq_b, T, qr, nI * dI, err));
+        DSARL_TRY(glm5_linear(m, a->ik_raw, a->h1, L->idx_wk, T, C, dI, err));
+        DSARL_TRY(d->layernorm_forward(m->dev, a->ik, a->ik_mean, a->ik_rstd, a->ik_raw, L->idx_k_norm_w,
+                                       L->idx_k_norm_b, T, dI, 1e-6f, err));
+        DSARL_TRY(d->rope_forward(m->dev, a->iq, a->iq, p->positions, m->inv_freq, rs, T, nI, nI * dI, dI, rope,
                                   err));
-        DSARL_TRY(d->rope_forward(m->dev, a->ik, a->ik, a->positions, m->inv_freq, rs, T, 1, dI, 0, rope, err));
-        DSARL_TRY(linear(m, a->iw, a->h, L->idx_weights_proj, T, C, nI, err));
+        DSARL_TRY(d->rope_forward(m->dev, a->ik, a->ik, p->positions, m->inv_freq, rs, T, 1, dI, 0, rope, err));
+        DSARL_TRY(glm5_linear(m, a->iw, a->h1, L->idx_weights_proj, T, C, nI, err));
         // both scales folded into the head weights: n_heads^-1/2 * head_dim^-1/2
         DSARL_TRY(d->zero(m->dev, a->iw_scaled, (size_t)(T * nI) * sizeof(float), err));
         DSARL_TRY(d->axpy(m->dev, T * nI, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), a->iw, a->iw_scaled,
                           err));
         dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
                                        .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
-        DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, batch, &in, c->index_topk, a->topk, NULL, err));
-    } else if (first_layer) {
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: layer 0 is a shared indexer layer with no earlier top-k");
+        DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, c->index_topk, a->topk, NULL, err));
+    } else if (!prev_topk) {
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a shared indexer layer has no earlier full layer's top-k");
+    } else if (prev_topk != a->topk) {
+        DSARL_TRY(d->copy(m->dev, a->topk, prev_topk, topk_bytes, DSARL_COPY_DEVICE_TO_DEVICE, err));
     }
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
-    DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, batch, &at, a->topk, c->index_topk, a->out_latent, a->lse, err));
+    DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, &p->batch, &at, a->topk, c->index_topk, a->out_latent, a->lse,
+                                             err));
     // back from the latent: attn[:, h] = out_latent_h W_UV_h^T
     for (int64_t h = 0; h < H; h++) {
         const void *w_uv = glm5_at(m, L->kv_b_proj, (h * (nope + v) + nope) * kvr); // (v, kv_lora)
-        DSARL_TRY(d->copy_2d(m->dev, a->head_in, kvr, glm5_at(m, a->out_latent, h * kvr), H * kvr, T, kvr, err));
-        DSARL_TRY(d->gemm(m->dev, false, true, T, v, kvr, 1.0f, a->head_in, w_uv, 0.0f, a->head_out, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->attn, h * v), H * v, a->head_out, v, T, v, err));
+        DSARL_TRY(d->copy_2d(m->dev, p->head_in, kvr, glm5_at(m, a->out_latent, h * kvr), H * kvr, T, kvr, err));
+        DSARL_TRY(d->gemm(m->dev, false, true, T, v, kvr, 1.0f, p->head_in, w_uv, 0.0f, p->head_out, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->attn, h * v), H * v, p->head_out, v, T, v, err));
     }
-    return linear(m, a->attn_out, a->attn, L->o_proj, T, H * v, C, err);
+    return glm5_linear(m, y, a->attn, L->o_proj, T, H * v, C, err);
 }
 
 // Uploads token ids, positions within each sequence and the causal key ranges of the packed batch.
-static int upload_batch(dsarl_model *m, acts *a, const dsarl_token_batch *b, dsarl_dsa_batch *db, dsarl_error *err)
+static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *err)
 {
+    dsarl_model *m = p->m;
     int64_t T = b->n_tokens;
     if (b->n_sequences < 1 || !b->cu_seqlens || b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_sequences] != T)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: batch cu_seqlens must start at 0 and end at n_tokens (%lld)",
                           (long long)T);
-    int32_t *host = malloc((size_t)(3 * T) * sizeof(int32_t));
-    if (!host)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for the batch");
+    int32_t *host;
+    DSARL_TRY(host_alloc(p, (size_t)(3 * T) * sizeof(int32_t), (void **)&host, err));
     int32_t *pos = host, *ks = host + T, *ke = host + 2 * T, max_len = 0;
     for (int32_t s = 0; s < b->n_sequences; s++) {
         int32_t lo = b->cu_seqlens[s], hi = b->cu_seqlens[s + 1];
-        if (hi < lo) {
-            free(host);
-            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: batch cu_seqlens must be non-decreasing (sequence %d)", s);
-        }
+        if (hi < lo || hi > T)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: batch cu_seqlens must be non-decreasing within [0, %lld] "
+                              "(sequence %d)", (long long)T, s);
         max_len = hi - lo > max_len ? hi - lo : max_len;
         for (int32_t t = lo; t < hi; t++)
             pos[t] = t - lo, ks[t] = lo, ke[t] = t + 1;
     }
     const dsarl_device_ops *d = m->dev_ops;
-    int rc = d->copy(m->dev, a->tokens, b->tokens, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, a->positions, pos, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, a->key_start, ks, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, a->key_end, ke, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    free(host);
-    *db = (dsarl_dsa_batch){.struct_size = sizeof(*db), .n_queries = T, .n_keys = T, .key_start = a->key_start,
-                            .key_end = a->key_end, .max_keys_per_query = max_len};
-    return rc;
+    DSARL_TRY(d->copy(m->dev, p->tokens, b->tokens, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy(m->dev, p->positions, pos, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy(m->dev, p->key_start, ks, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy(m->dev, p->key_end, ke, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
+    p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = T,
+                                 .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_len};
+    return DSARL_OK;
 }
 
-int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *logits, dsarl_error *err)
+int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = batch->n_tokens, C = c->hidden_size, V = c->vocab_size;
+    memset(p, 0, sizeof(*p));
+    p->m = m, p->T = T;
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
-    workspace ws = {.m = m};
-    acts a;
-    dsarl_dsa_batch db;
-    void *logits_dev = NULL;
-    int rc = alloc_acts(&ws, c, T, &a, err);
-    if (rc == 0)
-        rc = ws_alloc(&ws, (size_t)(T * V) * m->elem, &logits_dev, err);
-    if (rc == 0)
-        rc = upload_batch(m, &a, batch, &db, err);
-    if (rc == 0)
-        rc = d->embedding_forward(m->dev, a.x, a.tokens, m->embed, T, C, V, err);
+    p->n_acts = save ? c->num_hidden_layers : 1;
+    if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
+    for (int i = 0; i < p->n_acts; i++)
+        DSARL_TRY(alloc_layer_acts(p, &p->acts[i], err));
+    int64_t stage = max2(max2(c->qk_nope_head_dim, c->kv_lora_rank + c->qk_rope_head_dim), c->v_head_dim);
+    size_t e = m->elem, i4 = sizeof(int32_t);
+    struct { void **ptr; size_t bytes; } plan[] = {
+        {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
+        {&p->logits, T * V * e}, {&p->head_in, T * stage * e}, {&p->head_out, T * stage * e},
+        {&p->tmp, T * C * e}, {(void **)&p->tokens, T * i4}, {(void **)&p->positions, T * i4},
+        {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
+        DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    DSARL_TRY(upload_batch(p, batch, err));
+    DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
     float eps = (float)c->rms_norm_eps;
-    for (int32_t i = 0; i < c->num_hidden_layers && rc == 0; i++) {
+    const int32_t *prev_topk = NULL;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
         const glm5_layer *L = &m->layers[i];
-        rc = d->rmsnorm_forward(m->dev, a.h, a.rstd, a.x, L->input_norm, T, C, eps, err);
-        if (rc == 0)
-            rc = attention_forward(m, &a, L, &db, T, i == 0, err);
-        if (rc == 0)
-            rc = d->add(m->dev, a.x, a.x, a.attn_out, T * C, err);
-        if (rc == 0)
-            rc = d->rmsnorm_forward(m->dev, a.h, a.rstd, a.x, L->post_attention_norm, T, C, eps, err);
-        if (rc == 0)
-            rc = c->mlp_sparse[i] ? moe_forward(m, &a, L, T, err)
-                                  : swiglu_mlp(m, &a, a.mlp_out, a.h, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner,
-                                               err);
-        if (rc == 0)
-            rc = d->add(m->dev, a.x, a.x, a.mlp_out, T * C, err);
+        glm5_layer_acts *a = &p->acts[save ? i : 0];
+        DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+        DSARL_TRY(d->rmsnorm_forward(m->dev, a->h1, a->rstd1, p->x, L->input_norm, T, C, eps, err));
+        DSARL_TRY(attention_forward(p, a, L, prev_topk, p->tmp, err));
+        prev_topk = a->topk;
+        DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, T * C, err));
+        DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+        DSARL_TRY(d->rmsnorm_forward(m->dev, a->h2, a->rstd2, p->x, L->post_attention_norm, T, C, eps, err));
+        // the MLP writes to h_final (free until the final norm): tmp is the shared experts' scratch
+        void *y = p->h_final;
+        if (c->mlp_sparse[i])
+            DSARL_TRY(moe_forward(p, a, L, y, err));
+        else
+            DSARL_TRY(swiglu_mlp(m, y, a->h2, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner,
+                                 err));
+        DSARL_TRY(d->add(m->dev, p->x, p->x, y, T * C, err));
     }
+    DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->x, m->final_norm, T, C, eps, err));
+    return glm5_linear(m, p->logits, p->h_final, m->lm_head, T, C, V, err);
+}
+
+int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *logits, dsarl_error *err)
+{
+    glm5_pass p;
+    int rc = glm5_pass_forward(m, batch, false, &p, err);
     if (rc == 0)
-        rc = d->rmsnorm_forward(m->dev, a.h, a.rstd, a.x, m->final_norm, T, C, eps, err);
+        rc = m->dev_ops->download_f32(m->dev, logits, p.logits, m->storage,
+                                      (size_t)(batch->n_tokens * m->cfg.vocab_size), err);
     if (rc == 0)
-        rc = linear(m, logits_dev, a.h, m->lm_head, T, C, V, err);
-    if (rc == 0)
-        rc = d->download_f32(m->dev, logits, logits_dev, m->storage, (size_t)(T * V), err);
-    if (rc == 0)
-        rc = d->synchronize(m->dev, err);
-    ws_free(&ws);
+        rc = m->dev_ops->synchronize(m->dev, err);
+    glm5_pass_free(&p);
     return rc;
 }

@@ -121,6 +121,8 @@ void glm5_model_free(dsarl_model *m)
         m->dev_ops->free(m->dev, m->weights);
     if (m->inv_freq)
         m->dev_ops->free(m->dev, m->inv_freq);
+    if (m->grads)
+        m->dev_ops->free(m->dev, m->grads);
     free(m->params);
     free(m->layers);
     free(m);
@@ -140,6 +142,13 @@ static double normal01(uint64_t *s)
     double u1 = ((double)(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
     double u2 = (double)(splitmix(s) >> 11) / 9007199254740992.0;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * GLM5_PI * u2);
+}
+
+int glm5_zero_grad(dsarl_model *m, dsarl_error *err)
+{
+    if (!m->grads)
+        DSARL_TRY(m->dev_ops->alloc(m->dev, (size_t)m->n_weights * m->elem, &m->grads, err));
+    return m->dev_ops->zero(m->dev, m->grads, (size_t)m->n_weights * m->elem, err);
 }
 
 int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_range, dsarl_error *err)

@@ -53,6 +53,9 @@ struct dsarl_model {
     glm5_param *params;
     int64_t n_params, n_weights; /* specs, and float elements in weights */
     void *weights;               /* device buffer holding every parameter */
+    void *grads;                 /* same layout as weights; allocated by the first zero_grad/backward */
+    float indexer_loss_coeff;    /* policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff */
+    bool indexer_sparse_loss;    /* ...dsa_indexer_use_sparse_loss: KL over the top-k set, else all keys */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
     float *inv_freq;             /* device (rope_dim/2) */
@@ -95,6 +98,23 @@ int glm5_load_hf_weights(dsarl_model *model, const char *dir, dsarl_error *err);
 
 /* Reads DIR/config.json into cfg. */
 int glm5_read_hf_config(const char *dir, glm5_config *cfg, dsarl_error *err);
+
+/* The gradient of the weight at device pointer w (same offset in the gradient buffer). */
+static inline void *glm5_grad_of(const dsarl_model *m, const void *w)
+{
+    return (char *)m->grads + ((const char *)w - (const char *)m->weights);
+}
+
+/* Allocates (first call) and zeroes the gradient buffer. */
+int glm5_zero_grad(dsarl_model *model, dsarl_error *err);
+
+/* Per-token log-probabilities of targets (T) into host memory. */
+int glm5_forward_logprobs(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets,
+                          float *logprobs, dsarl_error *err);
+
+/* Forward + backward of sum_t dlogprobs[t] logprobs[t] (+ the indexer loss); accumulates gradients. */
+int glm5_backward(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets,
+                  const float *dlogprobs, float *indexer_loss, dsarl_error *err);
 
 /* Writes config.json + model.safetensors (float32, per-expert keys) into dir atomically. */
 int glm5_save_hf(dsarl_model *model, const char *dir, dsarl_error *err);

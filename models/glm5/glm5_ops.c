@@ -33,6 +33,22 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
         if (rc == 0)
             rc = glm5_model_init_random(m, config->seed, range, err);
     }
+    // indexer loss knobs (Megatron names); the GLM-5 bridge uses coeff 0.001 with the sparse loss
+    double coeff = 0.001;
+    bool sparse = true;
+    if (rc == 0 && config->recipe) {
+        rc = dsarl_recipe_double_or(config->recipe, "policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff",
+                                    0.001, &coeff, err);
+        if (rc == 0)
+            rc = dsarl_recipe_bool_or(config->recipe,
+                                      "policy.megatron_cfg.model_overrides.dsa_indexer_use_sparse_loss", true, &sparse,
+                                      err);
+        if (rc == 0 && coeff < 0)
+            rc = dsarl_recipe_fail(config->recipe, "policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff", err,
+                                   DSARL_E_INVALID, "must be >= 0, got %g", coeff);
+    }
+    m->indexer_loss_coeff = (float)coeff;
+    m->indexer_sparse_loss = sparse;
     if (rc) {
         glm5_model_free(m);
         return rc;
@@ -58,11 +74,60 @@ static int parameter_count(const dsarl_model *m, int64_t *trainable, int64_t *bu
 
 static int64_t vocab_size(const dsarl_model *m) { return m->cfg.vocab_size; }
 
+static int64_t parameter_tensors(const dsarl_model *m) { return m->n_params; }
+
+static int parameter_info(const dsarl_model *m, int64_t i, const char **name, int32_t *ndim, int64_t *shape,
+                          int *trainable, dsarl_error *err)
+{
+    if (i < 0 || i >= m->n_params)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: parameter index %lld is outside [0, %lld)", (long long)i,
+                          (long long)m->n_params);
+    const glm5_param *p = &m->params[i];
+    if (name)
+        *name = p->name;
+    if (ndim)
+        *ndim = p->ndim;
+    for (int32_t d = 0; shape && d < p->ndim; d++)
+        shape[d] = p->shape[d];
+    if (trainable)
+        *trainable = p->trainable;
+    return DSARL_OK;
+}
+
+static int read_parameter(dsarl_model *m, int64_t i, float *value, float *grad, dsarl_error *err)
+{
+    DSARL_TRY(parameter_info(m, i, NULL, NULL, NULL, NULL, err));
+    const glm5_param *p = &m->params[i];
+    if (value)
+        DSARL_TRY(m->dev_ops->download_f32(m->dev, value, glm5_at(m, m->weights, p->offset), m->storage,
+                                           (size_t)p->numel, err));
+    if (grad) {
+        if (!m->grads)
+            DSARL_TRY(glm5_zero_grad(m, err));
+        DSARL_TRY(m->dev_ops->download_f32(m->dev, grad, glm5_at(m, m->grads, p->offset), m->storage,
+                                           (size_t)p->numel, err));
+    }
+    return DSARL_OK;
+}
+
+static int write_parameter(dsarl_model *m, int64_t i, const float *value, dsarl_error *err)
+{
+    DSARL_TRY(parameter_info(m, i, NULL, NULL, NULL, NULL, err));
+    const glm5_param *p = &m->params[i];
+    return m->dev_ops->upload_f32(m->dev, glm5_at(m, m->weights, p->offset), m->storage, value, (size_t)p->numel,
+                                  err);
+}
+
 static const dsarl_key_spec glm5_keys[] = {
     {.path = "policy.model_config", .type = DSARL_KEY_MAP, .default_value = NULL, .flags = DSARL_KEY_NULLABLE,
      .doc = "Hugging Face glm_moe_dsa config keys for a model built from the recipe (random init)"},
     {.path = "policy.hf_config_overrides", .type = DSARL_KEY_MAP, .default_value = NULL, .flags = DSARL_KEY_NULLABLE,
      .doc = "config.json keys applied on top of the model's config"},
+    {.path = "policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff", .type = DSARL_KEY_FLOAT,
+     .default_value = "0.001", .doc = "weight of the DSA indexer KL loss (0 disables it)"},
+    {.path = "policy.megatron_cfg.model_overrides.dsa_indexer_use_sparse_loss", .type = DSARL_KEY_BOOL,
+     .default_value = "true", .doc = "indexer KL over the selected top-k keys (sparse stage) or all keys (dense "
+     "warm-up)"},
 };
 
 const dsarl_model_ops glm5_1_model_ops = {
@@ -74,6 +139,13 @@ const dsarl_model_ops glm5_1_model_ops = {
     .vocab_size = vocab_size,
     .forward_logits = glm5_forward_logits,
     .save = glm5_save_hf,
+    .forward_logprobs = glm5_forward_logprobs,
+    .backward = glm5_backward,
+    .zero_grad = glm5_zero_grad,
+    .parameter_tensors = parameter_tensors,
+    .parameter_info = parameter_info,
+    .read_parameter = read_parameter,
+    .write_parameter = write_parameter,
 };
 
 const dsarl_model_ops glm5_2_model_ops = {
@@ -86,4 +158,11 @@ const dsarl_model_ops glm5_2_model_ops = {
     .vocab_size = vocab_size,
     .forward_logits = glm5_forward_logits,
     .save = glm5_save_hf,
+    .forward_logprobs = glm5_forward_logprobs,
+    .backward = glm5_backward,
+    .zero_grad = glm5_zero_grad,
+    .parameter_tensors = parameter_tensors,
+    .parameter_info = parameter_info,
+    .read_parameter = read_parameter,
+    .write_parameter = write_parameter,
 };

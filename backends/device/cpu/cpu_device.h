@@ -77,6 +77,7 @@ int cpu_gather_rows(dsarl_device *dev, void *out, const void *inp, const int32_t
                     dsarl_error *err);
 int cpu_scatter_add_rows(dsarl_device *dev, void *out, const void *inp, const int32_t *rows, const float *scale,
                          int64_t n, int64_t C, dsarl_error *err);
+int cpu_scale_rows(dsarl_device *dev, void *x, const float *scale, int64_t n, int64_t C, dsarl_error *err);
 int cpu_row_dot(dsarl_device *dev, float *out, const void *a, const void *b, int64_t n, int64_t C,
                 dsarl_error *err);
 

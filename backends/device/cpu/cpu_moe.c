@@ -128,6 +128,16 @@ int cpu_scatter_add_rows(dsarl_device *dev, void *out, const void *inp, const in
     return DSARL_OK;
 }
 
+int cpu_scale_rows(dsarl_device *dev, void *x, const float *scale, int64_t n, int64_t C, dsarl_error *err)
+{
+    for (int64_t r = 0; r < n; r++) {
+        float *row = (float *)x + r * C;
+        for (int64_t c = 0; c < C; c++)
+            row[c] *= scale[r];
+    }
+    return DSARL_OK;
+}
+
 int cpu_row_dot(dsarl_device *dev, float *out, const void *a, const void *b, int64_t n, int64_t C, dsarl_error *err)
 {
     for (int64_t r = 0; r < n; r++) {

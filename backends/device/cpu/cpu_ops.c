@@ -38,6 +38,7 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .moe_route_backward = cpu_moe_route_backward,
     .gather_rows = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,
+    .scale_rows = cpu_scale_rows,
     .row_dot = cpu_row_dot,
     .logprobs_forward = cpu_logprobs_forward,
     .logprobs_backward = cpu_logprobs_backward,

@@ -146,6 +146,8 @@ typedef struct dsarl_device_ops {
      * applied in order r = 0..n-1, so the result is deterministic. */
     int (*scatter_add_rows)(dsarl_device *dev, void *out, const void *inp, const int32_t *rows,
                             const float *scale, int64_t n, int64_t C, dsarl_error *err);
+    /* x (n,C) row r *= scale[r] in place; scale (n) float32 (routing weights applied to permuted gradients). */
+    int (*scale_rows)(dsarl_device *dev, void *x, const float *scale, int64_t n, int64_t C, dsarl_error *err);
     /* scale[r] = dot(a row r, b row r) over C for n rows (gradient of the per-row routing weight). */
     int (*row_dot)(dsarl_device *dev, float *out, const void *a, const void *b, int64_t n, int64_t C,
                    dsarl_error *err);

@@ -57,6 +57,30 @@ typedef struct dsarl_model_ops {
     /* Writes the model in Hugging Face layout (config.json + model.safetensors) into dir, atomically. */
     int (*save)(dsarl_model *model, const char *dir, dsarl_error *err);
 
+    /* --- training ------------------------------------------------------------------------------------------ */
+    /* Per-token log-probabilities: logprobs (T) = log softmax(logits[t])[targets[t]] (targets (T) host, the
+     * next token of each position; < 0 = ignored, gives 0). Host memory. */
+    int (*forward_logprobs)(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets,
+                            float *logprobs, dsarl_error *err);
+    /* Forward + backward of L = sum_t dlogprobs[t] * logprobs[t], plus the DSA indexer KL loss when its
+     * coefficient (policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff) is > 0; ACCUMULATES into the
+     * parameter gradients. The indexer loss reaches only the indexer weights (its inputs are detached) and the
+     * LM loss never reaches them. indexer_loss (may be NULL) receives coeff * mean over tokens of the KL summed
+     * over full layers. */
+    int (*backward)(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets,
+                    const float *dlogprobs, float *indexer_loss, dsarl_error *err);
+    /* Sets every parameter gradient to zero. */
+    int (*zero_grad)(dsarl_model *model, dsarl_error *err);
+    /* Number of parameter tensors (trainable parameters and buffers). */
+    int64_t (*parameter_tensors)(const dsarl_model *model);
+    /* Name (Hugging Face key, fused 3-D for experts), shape and trainability of tensor i. */
+    int (*parameter_info)(const dsarl_model *model, int64_t i, const char **name, int32_t *ndim, int64_t *shape,
+                          int *trainable, dsarl_error *err);
+    /* Host float32 copies of tensor i's value and gradient (either pointer may be NULL). */
+    int (*read_parameter)(dsarl_model *model, int64_t i, float *value, float *grad, dsarl_error *err);
+    /* Overwrites tensor i's value from host float32. */
+    int (*write_parameter)(dsarl_model *model, int64_t i, const float *value, dsarl_error *err);
+
     void *reserved[16];
 } dsarl_model_ops;
 

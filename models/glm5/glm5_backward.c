@@ -1,0 +1,325 @@
+/* glm5_backward.c: per-token log-probabilities, and the backward pass through every layer and parameter, plus
+ * the DSA indexer KL loss with DeepSeek-V3.2's detach semantics.
+ *
+ * Gradients follow transformers' autograd graph: the top-k choices (indexer and router) are not differentiated,
+ * the routing weights are (through the sigmoid and the norm_topk_prob denominator), and the indexer is outside
+ * the LM graph (HF runs it under no_grad). The indexer loss sees detached inputs (h, q_resid, and the attention
+ * it distils), so its gradient reaches only wq_b, wk, k_norm and weights_proj of full layers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "glm5_pass.h"
+
+// Backward scratch, sized once per call.
+typedef struct grad_bufs {
+    float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *ilosses, *idloss;
+    int32_t *targets;
+    void *dx, *dh, *dh2, *dtmp;                         // (T,C)
+    void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention
+    void *dqr, *dqa, *dlat, *dlatn, *dckv;
+    void *s1, *s2, *s3;                                 // per-head staging
+    void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
+    void *diq, *dik, *dik_raw, *diw;                    // indexer
+} grad_bufs;
+
+static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
+{
+    const glm5_config *c = &p->m->cfg;
+    int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, H = c->num_attention_heads;
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, kvr = c->kv_lora_rank;
+    int64_t dqk = kvr + c->qk_rope_head_dim, qr = c->q_lora_rank, nI = c->index_n_heads, dI = c->index_head_dim;
+    int64_t stage = dqk > c->v_head_dim ? dqk : c->v_head_dim;
+    stage = stage > c->qk_nope_head_dim ? stage : c->qk_nope_head_dim;
+    int64_t inner_rows = T * c->intermediate_size;
+    int64_t moe_rows = N * c->moe_intermediate_size, sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
+    inner_rows = inner_rows > moe_rows ? inner_rows : moe_rows;
+    inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
+    size_t e = p->m->elem, f = sizeof(float);
+    struct { void **ptr; size_t bytes; } plan[] = {
+        {(void **)&g->dlogits, T * V * f}, {(void **)&g->dlogprobs, T * f}, {(void **)&g->drouter, T * E * f},
+        {(void **)&g->dscale, N * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
+        {(void **)&g->ilosses, T * f}, {(void **)&g->idloss, T * f}, {(void **)&g->targets, T * sizeof(int32_t)},
+        {&g->dx, T * C * e}, {&g->dh, T * C * e}, {&g->dh2, T * C * e}, {&g->dtmp, T * C * e},
+        {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, T * H * kvr * e}, {&g->dq_abs, T * H * dqk * e},
+        {&g->dkv, T * dqk * e}, {&g->dq, T * H * c->qk_head_dim * e}, {&g->dqr, T * qr * e}, {&g->dqa, T * qr * e},
+        {&g->dlat, T * kvr * e}, {&g->dlatn, T * kvr * e}, {&g->dckv, T * dqk * e},
+        {&g->s1, T * stage * e}, {&g->s2, T * stage * e}, {&g->s3, T * stage * e},
+        {&g->dact, inner_rows * e}, {&g->dgu, 2 * inner_rows * e}, {&g->dexp, N * C * e}, {&g->dxin, N * C * e},
+        {&g->diq, T * nI * dI * e}, {&g->dik, T * dI * e}, {&g->dik_raw, T * dI * e}, {&g->diw, T * nI * e},
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
+        DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    return DSARL_OK;
+}
+
+// dW (out,in) += dy^T x for y = x W^T over n rows.
+static int linear_dweight(dsarl_model *m, const void *w, const void *dy, const void *x, int64_t n, int64_t in,
+                          int64_t out, dsarl_error *err)
+{
+    return m->dev_ops->gemm(m->dev, true, false, out, in, n, 1.0f, dy, x, 1.0f, glm5_grad_of(m, w), err);
+}
+
+// dx (n,in) = dy W (beta 0: overwrite, 1: accumulate).
+static int linear_dinput(dsarl_model *m, void *dx, const void *dy, const void *w, int64_t n, int64_t in,
+                         int64_t out, float beta, dsarl_error *err)
+{
+    return m->dev_ops->gemm(m->dev, false, false, n, in, out, 1.0f, dy, w, beta, dx, err);
+}
+
+// Backward of the SwiGLU MLP y = down(swiglu(x gate_up^T)); dx (n,C) accumulated.
+static int mlp_backward(dsarl_model *m, grad_bufs *g, void *dx, const void *dy, const void *x, const void *gu,
+                        const void *act, const void *w_gate_up, const void *w_down, int64_t n, int64_t inner,
+                        dsarl_error *err)
+{
+    int64_t C = m->cfg.hidden_size;
+    DSARL_TRY(linear_dinput(m, g->dact, dy, w_down, n, inner, C, 0.0f, err));
+    DSARL_TRY(linear_dweight(m, w_down, dy, act, n, inner, C, err));
+    DSARL_TRY(m->dev_ops->swiglu_backward(m->dev, g->dgu, g->dact, gu, n, inner, err));
+    DSARL_TRY(linear_dweight(m, w_gate_up, g->dgu, x, n, C, 2 * inner, err));
+    return linear_dinput(m, dx, g->dgu, w_gate_up, n, C, 2 * inner, 1.0f, err);
+}
+
+static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                        const void *dy, void *dh2, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    int64_t I = c->moe_intermediate_size, N = T * K;
+    if (L->mlp_gate_up)
+        DSARL_TRY(mlp_backward(m, g, dh2, dy, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, T,
+                               L->mlp_inner, err));
+    // routed rows: y[t] += w_r * expert_out_r  ->  d expert_out_r = w_r dy[t], d w_r = <dy[t], expert_out_r>
+    DSARL_TRY(d->gather_rows(m->dev, g->dexp, dy, a->rows, N, C, err));
+    DSARL_TRY(d->row_dot(m->dev, g->dscale, g->dexp, a->expert_out, N, C, err));
+    DSARL_TRY(d->scale_rows(m->dev, g->dexp, a->row_scale, N, C, err));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
+        if (n == 0)
+            continue;
+        const void *w_down = glm5_at(m, L->experts_down, e * C * I);
+        DSARL_TRY(d->gemm(m->dev, false, false, n, I, C, 1.0f, glm5_at(m, g->dexp, first * C), w_down, 0.0f,
+                          glm5_at(m, g->dact, first * I), err));
+        DSARL_TRY(d->gemm(m->dev, true, false, C, I, n, 1.0f, glm5_at(m, g->dexp, first * C),
+                          glm5_at(m, a->act, first * I), 1.0f, glm5_grad_of(m, w_down), err));
+    }
+    DSARL_TRY(d->swiglu_backward(m->dev, g->dgu, g->dact, a->gate_up, N, I, err));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
+        if (n == 0)
+            continue;
+        const void *w_gu = glm5_at(m, L->experts_gate_up, e * 2 * I * C);
+        DSARL_TRY(d->gemm(m->dev, true, false, 2 * I, C, n, 1.0f, glm5_at(m, g->dgu, first * 2 * I),
+                          glm5_at(m, a->expert_in, first * C), 1.0f, glm5_grad_of(m, w_gu), err));
+        DSARL_TRY(d->gemm(m->dev, false, false, n, C, 2 * I, 1.0f, glm5_at(m, g->dgu, first * 2 * I), w_gu, 0.0f,
+                          glm5_at(m, g->dxin, first * C), err));
+    }
+    DSARL_TRY(d->scatter_add_rows(m->dev, dh2, g->dxin, a->rows, NULL, N, C, err));
+    // routing weights back to their (token, slot), then through the router
+    float *host = malloc((size_t)N * 2 * sizeof(float));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the MoE backward");
+    int rc = d->copy(m->dev, host, g->dscale, (size_t)N * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
+    for (int64_t r = 0; r < N; r++)
+        host[N + a->slot[r]] = host[r];
+    if (rc == 0)
+        rc = d->copy(m->dev, g->droute_w, host + N, (size_t)N * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
+    DSARL_TRY(rc);
+    DSARL_TRY(d->moe_route_backward(m->dev, g->drouter, g->droute_w, a->route_idx, a->router_probs, T, E,
+                                    (int32_t)K, c->norm_topk_prob, (float)c->routed_scaling_factor, err));
+    DSARL_TRY(linear_dweight(m, L->router, g->drouter, a->h2, T, C, E, err));
+    return linear_dinput(m, dh2, g->drouter, L->router, T, C, E, 1.0f, err);
+}
+
+// d of attention output dy (T,C) -> dh1 (T,C) overwritten, weight gradients accumulated.
+static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                              const void *dy, void *dh1, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
+    int64_t dqk = kvr + rope, qr = c->q_lora_rank;
+    float rs = (float)c->attention_scaling;
+    DSARL_TRY(linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
+    DSARL_TRY(linear_dweight(m, L->o_proj, dy, a->attn, T, H * v, C, err));
+    for (int64_t h = 0; h < H; h++) { // attn_h = out_latent_h W_UV_h^T
+        const void *w_uv = glm5_at(m, L->kv_b_proj, (h * (nope + v) + nope) * kvr);
+        DSARL_TRY(d->copy_2d(m->dev, g->s1, v, glm5_at(m, g->dattn, h * v), H * v, T, v, err));
+        DSARL_TRY(d->copy_2d(m->dev, g->s2, kvr, glm5_at(m, a->out_latent, h * kvr), H * kvr, T, kvr, err));
+        DSARL_TRY(d->gemm(m->dev, true, false, v, kvr, T, 1.0f, g->s1, g->s2, 1.0f, glm5_grad_of(m, w_uv), err));
+        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, v, 1.0f, g->s1, w_uv, 0.0f, g->s3, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dout_latent, h * kvr), H * kvr, g->s3, kvr, T, kvr, err));
+    }
+    DSARL_TRY(d->zero(m->dev, g->dkv, (size_t)(T * dqk) * m->elem, err));
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
+                                     .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
+                                     .softmax_scale = (float)c->softmax_scale};
+    DSARL_TRY(m->dsa_ops->sparse_mla_backward(m->dsa, &p->batch, &at, a->topk, c->index_topk, a->out_latent, a->lse,
+                                              g->dout_latent, g->dq_abs, g->dkv, err));
+    for (int64_t h = 0; h < H; h++) { // q_abs_h = [q_nope_h W_UK_h | q_rope_h]
+        const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr);
+        DSARL_TRY(d->copy_2d(m->dev, g->s1, kvr, glm5_at(m, g->dq_abs, h * dqk), H * dqk, T, kvr, err));
+        DSARL_TRY(d->copy_2d(m->dev, g->s2, nope, glm5_at(m, a->q, h * qk), H * qk, T, nope, err));
+        DSARL_TRY(d->gemm(m->dev, true, false, nope, kvr, T, 1.0f, g->s2, g->s1, 1.0f, glm5_grad_of(m, w_uk), err));
+        DSARL_TRY(d->gemm(m->dev, false, true, T, nope, kvr, 1.0f, g->s1, w_uk, 0.0f, g->s3, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dq, h * qk), H * qk, g->s3, nope, T, nope, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dq, h * qk + nope), H * qk, glm5_at(m, g->dq_abs, h * dqk + kvr),
+                             H * dqk, T, rope, err));
+    }
+    DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dq, nope), glm5_at(m, g->dq, nope), p->positions, m->inv_freq,
+                               rs, T, H, H * qk, qk, rope, err));
+    DSARL_TRY(linear_dweight(m, L->q_b_proj, g->dq, a->q_resid, T, qr, H * qk, err));
+    DSARL_TRY(linear_dinput(m, g->dqr, g->dq, L->q_b_proj, T, qr, H * qk, 0.0f, err));
+    DSARL_TRY(d->rmsnorm_backward(m->dev, g->dqa, glm5_grad_of(m, L->q_a_norm), g->dqr, a->qa, L->q_a_norm,
+                                  a->rstd_qa, T, qr, err));
+    DSARL_TRY(linear_dweight(m, L->q_a_proj, g->dqa, a->h1, T, C, qr, err));
+    DSARL_TRY(linear_dinput(m, dh1, g->dqa, L->q_a_proj, T, C, qr, 0.0f, err));
+    // latent: kv = [rmsnorm(c_kv) | rope(k_rope)]
+    DSARL_TRY(d->copy_2d(m->dev, g->dlatn, kvr, g->dkv, dqk, T, kvr, err));
+    DSARL_TRY(d->rmsnorm_backward(m->dev, g->dlat, glm5_grad_of(m, L->kv_a_norm), g->dlatn, a->latent, L->kv_a_norm,
+                                  a->rstd_kv, T, kvr, err));
+    DSARL_TRY(d->copy_2d(m->dev, g->dckv, dqk, g->dlat, kvr, T, kvr, err));
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dckv, kvr), dqk, glm5_at(m, g->dkv, kvr), dqk, T, rope, err));
+    DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dckv, kvr), glm5_at(m, g->dckv, kvr), p->positions, m->inv_freq,
+                               rs, T, 1, dqk, 0, rope, err));
+    DSARL_TRY(linear_dweight(m, L->kv_a_proj, g->dckv, a->h1, T, C, dqk, err));
+    return linear_dinput(m, dh1, g->dckv, L->kv_a_proj, T, C, dqk, 1.0f, err);
+}
+
+// Indexer KL loss of one full layer: adds coeff * mean_t KL(t) to *loss and its gradient to the indexer weights.
+static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                              double *loss, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, rope = c->qk_rope_head_dim;
+    int64_t nI = c->index_n_heads, dI = c->index_head_dim, qr = c->q_lora_rank;
+    float rs = (float)c->attention_scaling;
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
+                                     .d_qk = (int32_t)(c->kv_lora_rank + rope), .d_v = (int32_t)c->kv_lora_rank,
+                                     .softmax_scale = (float)c->softmax_scale};
+    dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
+                                   .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
+    const int32_t *indices = m->indexer_sparse_loss ? a->topk : NULL;
+    DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, a->lse, &in, indices, c->index_topk,
+                                               g->ilosses, err));
+    float *host = malloc((size_t)T * sizeof(float));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
+    int rc = d->copy(m->dev, host, g->ilosses, (size_t)T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
+    double sum = 0.0;
+    for (int64_t t = 0; t < T; t++)
+        sum += host[t], host[t] = m->indexer_loss_coeff / (float)T; // mean over query tokens
+    *loss += m->indexer_loss_coeff * sum / (double)T;
+    if (rc == 0)
+        rc = d->copy(m->dev, g->idloss, host, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
+    DSARL_TRY(rc);
+    DSARL_TRY(d->zero(m->dev, g->dik, (size_t)(T * dI) * m->elem, err));
+    DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, a->lse, &in, indices, c->index_topk,
+                                                g->idloss, g->diq, g->dik, g->iw_grad, err));
+    // weights: iw_scaled = s * (h weights_proj^T); h is detached
+    DSARL_TRY(d->zero(m->dev, g->diw, (size_t)(T * nI) * m->elem, err));
+    DSARL_TRY(d->axpy(m->dev, T * nI, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), g->iw_grad, g->diw, err));
+    DSARL_TRY(linear_dweight(m, L->idx_weights_proj, g->diw, a->h1, T, C, nI, err));
+    // queries: iq = rope(q_resid wq_b^T); q_resid is detached
+    DSARL_TRY(d->rope_backward(m->dev, g->diq, g->diq, p->positions, m->inv_freq, rs, T, nI, nI * dI, dI, rope, err));
+    DSARL_TRY(linear_dweight(m, L->idx_wq_b, g->diq, a->q_resid, T, qr, nI * dI, err));
+    // keys: ik = rope(layernorm(h wk^T))
+    DSARL_TRY(d->rope_backward(m->dev, g->dik, g->dik, p->positions, m->inv_freq, rs, T, 1, dI, 0, rope, err));
+    DSARL_TRY(d->layernorm_backward(m->dev, g->dik_raw, glm5_grad_of(m, L->idx_k_norm_w),
+                                    glm5_grad_of(m, L->idx_k_norm_b), g->dik, a->ik_raw, L->idx_k_norm_w, a->ik_mean,
+                                    a->ik_rstd, T, dI, err));
+    return linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
+}
+
+static int upload_targets(glm5_pass *p, grad_bufs *g, const int32_t *targets, dsarl_error *err)
+{
+    for (int64_t t = 0; t < p->T; t++)
+        if (targets[t] >= p->m->cfg.vocab_size)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: target id %d at position %lld is outside the vocabulary "
+                              "[0, %lld)", targets[t], (long long)t, (long long)p->m->cfg.vocab_size);
+    return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)p->T * sizeof(int32_t),
+                               DSARL_COPY_HOST_TO_DEVICE, err);
+}
+
+int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
+                          dsarl_error *err)
+{
+    glm5_pass p;
+    grad_bufs g;
+    int rc = glm5_pass_forward(m, batch, false, &p, err);
+    if (rc == 0) // only targets and log-probs of grad_bufs are used here; the rest is small next to activations
+        rc = alloc_grad_bufs(&p, &g, err);
+    if (rc == 0)
+        rc = upload_targets(&p, &g, targets, err);
+    if (rc == 0)
+        rc = m->dev_ops->logprobs_forward(m->dev, g.dlogprobs, p.logits, g.targets, p.T, m->cfg.vocab_size, err);
+    if (rc == 0)
+        rc = m->dev_ops->copy(m->dev, logprobs, g.dlogprobs, (size_t)p.T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
+                              err);
+    glm5_pass_free(&p);
+    return rc;
+}
+
+static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32_t *targets,
+                         const float *dlogprobs, float *indexer_loss, dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, V = c->vocab_size;
+    DSARL_TRY(upload_targets(p, g, targets, err));
+    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
+    DSARL_TRY(linear_dweight(m, m->lm_head, g->dlogits, p->h_final, T, C, V, err));
+    DSARL_TRY(linear_dinput(m, g->dh, g->dlogits, m->lm_head, T, C, V, 0.0f, err));
+    DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
+                                  p->rstd_final, T, C, err));
+    double iloss = 0.0;
+    for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
+        const glm5_layer *L = &m->layers[i];
+        const glm5_layer_acts *a = &p->acts[i];
+        // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid))
+        DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(T * C) * m->elem, err));
+        if (c->mlp_sparse[i])
+            DSARL_TRY(moe_backward(p, g, a, L, g->dx, g->dh2, err));
+        else
+            DSARL_TRY(mlp_backward(m, g, g->dh2, g->dx, a->h2, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T,
+                                   L->mlp_inner, err));
+        DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->post_attention_norm), g->dh2, a->x_mid,
+                                      L->post_attention_norm, a->rstd2, T, C, err));
+        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, T * C, err));
+        // attention branch: x_mid = x_in + attn(rmsnorm(x_in))
+        DSARL_TRY(attention_backward(p, g, a, L, g->dx, g->dh, err));
+        DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->input_norm), g->dh, a->x_in, L->input_norm,
+                                      a->rstd1, T, C, err));
+        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, T * C, err));
+        if (L->idx_wq_b && m->indexer_loss_coeff > 0.0f)
+            DSARL_TRY(indexer_loss_layer(p, g, a, L, &iloss, err));
+    }
+    DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err));
+    if (indexer_loss)
+        *indexer_loss = (float)iloss;
+    return d->synchronize(m->dev, err);
+}
+
+int glm5_backward(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, const float *dlogprobs,
+                  float *indexer_loss, dsarl_error *err)
+{
+    if (!m->grads)
+        DSARL_TRY(glm5_zero_grad(m, err));
+    glm5_pass p;
+    grad_bufs g;
+    int rc = glm5_pass_forward(m, batch, true, &p, err);
+    if (rc == 0)
+        rc = alloc_grad_bufs(&p, &g, err);
+    if (rc == 0)
+        rc = backward_pass(m, &p, &g, targets, dlogprobs, indexer_loss, err);
+    glm5_pass_free(&p);
+    return rc;
+}

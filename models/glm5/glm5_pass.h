@@ -1,0 +1,74 @@
+/* glm5_pass.h: the buffers of one forward (and backward) pass over a packed batch. Internal to models/glm5.
+ *
+ * Inference keeps one set of layer activations and reuses it layer after layer; training keeps one set per
+ * layer so the backward pass can read every layer's inputs. */
+#ifndef DSARL_GLM5_PASS_H
+#define DSARL_GLM5_PASS_H
+
+#include "glm5_model.h"
+
+#define GLM5_MAX_BUFFERS 4096
+
+// Activations of one decoder layer (T tokens; K = experts per token; N = T*K routed rows).
+typedef struct glm5_layer_acts {
+    void *x_in, *h1, *x_mid, *h2;              // (T,C): layer input, its norm, after attention, its norm
+    float *rstd1, *rstd2, *rstd_qa, *rstd_kv;  // (T)
+    void *qa, *q_resid;                        // (T, q_lora)
+    void *q;                                   // (T, H*qk) rope slices rotated
+    void *ckv;                                 // (T, kv_lora + rope) rope slice rotated
+    void *latent, *latent_norm;                // (T, kv_lora)
+    void *kv;                                  // (T, d_qk)
+    void *q_abs;                               // (T, H, d_qk)
+    void *out_latent;                          // (T, H, kv_lora)
+    float *lse;                                // (T, H)
+    void *attn;                                // (T, H*v)
+    void *iq, *ik_raw, *ik;                    // (T, nI*dI), (T, dI), (T, dI)
+    float *ik_mean, *ik_rstd;                  // (T)
+    void *iw;                                  // (T, nI)
+    float *iw_scaled;                          // (T, nI)
+    int32_t *topk;                             // (T, index_topk)
+    void *gate_up, *act;                       // dense MLP (T, 2I), (T, I); routed experts (N, 2I), (N, I)
+    void *sh_gate_up, *sh_act;                 // shared experts (T, 2Is), (T, Is)
+    void *expert_in, *expert_out;              // (N, C)
+    float *router_logits, *router_probs;       // (T, E)
+    int32_t *route_idx;                        // (T, K)
+    float *route_w;                            // (T, K)
+    int32_t *rows;                             // (N) token of each routed row, grouped by expert
+    float *row_scale;                          // (N) its routing weight
+    int64_t *count;                            // host (E+1): first row of each expert
+    int32_t *slot;                             // host (N): t*K + k of each routed row
+} glm5_layer_acts;
+
+typedef struct glm5_pass {
+    dsarl_model *m;
+    int64_t T;
+    int n_acts;                                // 1 (inference) or num_hidden_layers (training)
+    glm5_layer_acts *acts;
+    void *x;                                   // (T,C) residual stream
+    void *h_final;                             // (T,C) final norm output
+    float *rstd_final;                         // (T)
+    void *logits;                              // (T,V) device
+    void *head_in, *head_out;                  // per-head staging (T, max(nope, kv_lora, v, d_qk))
+    void *tmp;                                 // (T,C) scratch
+    int32_t *tokens, *positions, *key_start, *key_end; // (T) device
+    dsarl_dsa_batch batch;
+    void *bufs[GLM5_MAX_BUFFERS];
+    void *host_bufs[GLM5_MAX_BUFFERS];
+    int n_bufs, n_host;
+} glm5_pass;
+
+/* Runs the forward pass; save keeps every layer's activations for glm5_backward_pass. Free with
+ * glm5_pass_free, also on failure. */
+int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err);
+
+/* Allocates device memory owned by the pass. */
+int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
+
+/* Frees everything the pass allocated. */
+void glm5_pass_free(glm5_pass *p);
+
+/* y (T,out) = x (T,in) W^T with W (out,in), as nn.Linear. */
+int glm5_linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T, int64_t in, int64_t out,
+                dsarl_error *err);
+
+#endif /* DSARL_GLM5_PASS_H */
