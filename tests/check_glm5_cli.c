@@ -1,0 +1,129 @@
+/* check_glm5_cli.c: `dsarl logits` and `dsarl generate` end to end (the built binary and plugins) on the
+ * transformers fixtures: the .npy logits within max relative error 1e-4 and the greedy tokens identical; usage and
+ * bad-directory errors exit with the documented statuses. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "dsarl/json.h"
+
+#define DSARL_BIN DSARL_BINARY_DIR "/bin/dsarl"
+#define FIXTURES DSARL_SOURCE_DIR "/tests/fixtures/glm5/"
+
+static int run(const char *cmd, char *out, size_t size)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static float *read_npy(const char *path, long *count, char *header_out, size_t header_size)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "missing %s", path);
+    unsigned char pre[10];
+    ck_assert_int_eq(fread(pre, 1, 10, f), 10);
+    ck_assert_int_eq(memcmp(pre, "\x93NUMPY\x01\x00", 8), 0);
+    size_t hl = pre[8] | (size_t)pre[9] << 8;
+    ck_assert_int_eq((10 + hl) % 64, 0);
+    char *h = calloc(hl + 1, 1);
+    ck_assert_int_eq(fread(h, 1, hl, f), hl);
+    snprintf(header_out, header_size, "%s", h);
+    long n = 1;
+    for (const char *s = strstr(h, "(") + 1; *s && *s != ')';) {
+        n *= strtol(s, (char **)&s, 10);
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+    float *d = malloc((size_t)n * sizeof(float));
+    ck_assert_int_eq(fread(d, sizeof(float), (size_t)n, f), (size_t)n);
+    fclose(f);
+    free(h);
+    *count = n;
+    return d;
+}
+
+static void check_fixture(const char *name)
+{
+    char cmd[2048], out[4096], header[256], path[512], prompt[512] = "", want_tokens[512] = "[";
+    dsarl_error err;
+    json_t *g = NULL;
+    snprintf(path, sizeof path, FIXTURES "%s/generate.json", name);
+    ck_assert_int_eq(dsarl_json_load_file(path, &g, &err), 0);
+    for (size_t i = 0; i < json_array_size(json_object_get(g, "prompt")); i++)
+        snprintf(prompt + strlen(prompt), sizeof prompt - strlen(prompt), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(json_object_get(g, "prompt"), i)));
+    for (size_t i = 0; i < json_array_size(json_object_get(g, "tokens")); i++)
+        snprintf(want_tokens + strlen(want_tokens), sizeof want_tokens - strlen(want_tokens), "%s%lld",
+                 i ? ", " : "", (long long)json_integer_value(json_array_get(json_object_get(g, "tokens"), i)));
+    strcat(want_tokens, "]");
+    json_decref(g);
+    snprintf(path, sizeof path, "/tmp/check_glm5_cli_%d_%s.npy", (int)getpid(), name);
+    snprintf(cmd, sizeof cmd, "'%s' logits --model-dir '" FIXTURES "%s' --input-ids '" FIXTURES
+             "%s/input_ids.json' --out '%s' 2>&1", DSARL_BIN, name, name, path);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+    long n = 0, nref = 0;
+    float *got = read_npy(path, &n, header, sizeof header);
+    ck_assert_msg(strstr(header, "'shape': (2, 12, 128)") != NULL, "%s", header);
+    snprintf(cmd, sizeof cmd, FIXTURES "%s/logits.npy", name);
+    float *ref = read_npy(cmd, &nref, header, sizeof header);
+    ck_assert_int_eq(n, nref);
+    double mx = 0, me = 0;
+    for (long i = 0; i < n; i++)
+        mx = fmax(mx, fabs(ref[i])), me = fmax(me, fabs((double)got[i] - ref[i]));
+    ck_assert_msg(me / mx < 1e-4, "%s: max relative error %g", name, me / mx);
+    remove(path);
+    free(got), free(ref);
+    snprintf(cmd, sizeof cmd, "'%s' generate --model-dir '" FIXTURES "%s' --prompt-ids %s --max-new-tokens 7 "
+             "--greedy 2>/dev/null", DSARL_BIN, name, prompt);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strncmp(out, want_tokens, strlen(want_tokens)) == 0, "%s: got %s want %s", name, out, want_tokens);
+}
+
+START_TEST(test_glm51) { check_fixture("glm5.1-tiny"); }
+END_TEST
+START_TEST(test_glm52) { check_fixture("glm5.2-tiny"); }
+END_TEST
+START_TEST(test_groups) { check_fixture("glm5-groups-bf16"); }
+END_TEST
+
+START_TEST(test_errors)
+{
+    char out[4096];
+    ck_assert_int_eq(run("'" DSARL_BIN "' logits --model-dir /nonexistent --input-ids x --out y 2>&1", out,
+                         sizeof out), 3);
+    ck_assert_ptr_nonnull(strstr(out, "x")); // the unreadable input file is named
+    ck_assert_int_eq(run("'" DSARL_BIN "' logits --model-dir 2>&1", out, sizeof out), 2);
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.1-tiny --prompt-ids 1,2 "
+                         "--max-new-tokens 2 2>&1", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--greedy"));
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir /nonexistent --prompt-ids 1,2 --max-new-tokens 2 "
+                         "--greedy 2>&1", out, sizeof out), 3);
+    ck_assert_ptr_nonnull(strstr(out, "/nonexistent/config.json"));
+    ck_assert_int_eq(run("'" DSARL_BIN "' logits --help", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--input-ids"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("glm5_cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_glm51);
+    tcase_add_test(tc, test_glm52);
+    tcase_add_test(tc, test_groups);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
