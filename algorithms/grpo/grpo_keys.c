@@ -1,0 +1,127 @@
+/* grpo_keys.c: the recipe keys of algorithm/grpo, with NeMo RL's defaults (examples/configs/grpo_math_1B.yaml and
+ * the GRPOConfig / ClippedPGLossConfig classes), so NeMo RL recipes read the same.
+ *
+ * `grpo` and `loss_fn` are owned: a misspelt key below them fails with "did you mean". Keys of NeMo RL features
+ * dsarl does not implement fall in two groups:
+ *   - keys whose value changes the algorithm (async_grpo.enabled, adv_estimator.name, max_rollout_turns,
+ *     seq_logprob_error_threshold, invalid_tool_call_advantage, malformed_thinking_advantage,
+ *     sequence_level_importance_ratios, use_kl_in_reward, use_cispo, disable_ppo_ratio,
+ *     positive_example_nll_weight) are declared normally and grpo_config_validate refuses any value but the
+ *     default with "not supported yet", so a recipe never silently trains something else than it says;
+ *   - keys that only tune those features or NeMo's machinery (async_grpo's knobs, adv_estimator.minus_baseline /
+ *     reward_weights, calculate_advantages_on_gpu, deduplicate_multimodal_data, debug_payload_metrics) are
+ *     DSARL_KEY_IGNORED: accepted, reported as unused.
+ * The policy.* keys are the ones the optimizer schedule and the batch checks read; the model plugin may declare
+ * them too. */
+#include "grpo.h"
+
+#define N DSARL_KEY_NULLABLE
+#define IGN DSARL_KEY_IGNORED
+
+const dsarl_key_spec grpo_recipe_keys[GRPO_N_RECIPE_KEYS] = {
+    {"algorithm.name", DSARL_KEY_STRING, "grpo", "algorithm plugin that runs the job", 0},
+
+    {"grpo", DSARL_KEY_MAP, NULL, "GRPO loop, advantage and DAPO settings (NeMo RL's grpo section)", DSARL_KEY_OWNED},
+    {"grpo.num_prompts_per_step", DSARL_KEY_INT, "32", "prompts per training step", 0},
+    {"grpo.num_generations_per_prompt", DSARL_KEY_INT, "16", "responses per prompt (the group size)", 0},
+    {"grpo.max_rollout_turns", DSARL_KEY_INT, "1", "rollout turns per sample; only 1 is supported yet", 0},
+    {"grpo.max_num_epochs", DSARL_KEY_INT, "1", "passes over the training data", 0},
+    {"grpo.max_num_steps", DSARL_KEY_INT, "1000000", "training steps (the run stops at whichever limit comes first)", 0},
+    {"grpo.normalize_rewards", DSARL_KEY_BOOL, "true", "divide advantages by the group std (+1e-6) where it is > 0", 0},
+    {"grpo.use_leave_one_out_baseline", DSARL_KEY_BOOL, "true", "baseline = mean of the other responses (RLOO)", 0},
+    {"grpo.val_period", DSARL_KEY_INT, "10", "validate every N steps; 0 = never", 0},
+    {"grpo.val_start_at", DSARL_KEY_INT, "-1", "first step eligible for periodic validation; -1 = no delay", 0},
+    {"grpo.val_at_start", DSARL_KEY_BOOL, "false", "validate before the first step", 0},
+    {"grpo.val_at_end", DSARL_KEY_BOOL, "false", "validate after the last step", 0},
+    {"grpo.overlong_filtering", DSARL_KEY_BOOL, "false", "truncated responses get loss multiplier 0 (DAPO)", 0},
+    {"grpo.advantage_clip_low", DSARL_KEY_FLOAT, "null", "clamp advantages from below after normalisation", N},
+    {"grpo.advantage_clip_high", DSARL_KEY_FLOAT, "null", "clamp advantages from above after normalisation", N},
+    {"grpo.max_val_samples", DSARL_KEY_INT, "256", "validation prompts; null = the whole validation set", N},
+    {"grpo.val_num_generations_per_prompt", DSARL_KEY_INT, "1", "validation responses per prompt (k of pass@k)", 0},
+    {"grpo.stop_at_validation_metric", DSARL_KEY_STRING, "null", "early stop metric: accuracy | pass_k | avg_length", N},
+    {"grpo.stop_at_validation_threshold", DSARL_KEY_FLOAT, "null", "early stop once the metric reaches this", N},
+    {"grpo.val_batch_size", DSARL_KEY_INT, "256", "validation prompts per generation batch", N},
+    {"grpo.seed", DSARL_KEY_INT, "42", "seed of data order, sampling and initialisation", 0},
+    {"grpo.use_dynamic_sampling", DSARL_KEY_BOOL, "false", "keep only prompt groups whose rewards differ (DAPO)", 0},
+    {"grpo.dynamic_sampling_max_gen_batches", DSARL_KEY_INT, "10", "generation rounds before dynamic sampling fails", 0},
+    {"grpo.batch_multiplier", DSARL_KEY_FLOAT, "1", "prompts per generation round = num_prompts_per_step * this", 0},
+    {"grpo.skip_reference_policy_logprobs_calculation", DSARL_KEY_BOOL, "false",
+     "skip the reference forward (needs loss_fn.reference_policy_kl_penalty = 0; implied by it)", 0},
+    {"grpo.calculate_advantages_on_gpu", DSARL_KEY_BOOL, "false", "NeMo RL only: dsarl computes them on the host", IGN},
+
+    {"grpo.reward_shaping", DSARL_KEY_MAP, NULL, "DAPO overlong reward shaping", 0},
+    {"grpo.reward_shaping.enabled", DSARL_KEY_BOOL, "false", "apply the shaping", 0},
+    {"grpo.reward_shaping.overlong_buffer_length", DSARL_KEY_INT, "128", "tokens over which the penalty ramps up", N},
+    {"grpo.reward_shaping.overlong_buffer_penalty", DSARL_KEY_FLOAT, "1", "penalty at the end of the buffer", N},
+    {"grpo.reward_shaping.max_response_length", DSARL_KEY_INT, "null",
+     "length where the penalty is full; null = policy.max_total_sequence_length", N},
+    {"grpo.reward_shaping.stop_properly_penalty_coef", DSARL_KEY_FLOAT, "null",
+     "in [0, 1]: multiply truncated responses' reward by this instead of the overlong penalty", N},
+
+    {"grpo.reward_scaling", DSARL_KEY_MAP, NULL, "linear map of rewards before the advantages", 0},
+    {"grpo.reward_scaling.enabled", DSARL_KEY_BOOL, "false", "apply the scaling", 0},
+    {"grpo.reward_scaling.source_min", DSARL_KEY_FLOAT, "0.0", "rewards are clamped to [source_min, source_max]", 0},
+    {"grpo.reward_scaling.source_max", DSARL_KEY_FLOAT, "1.0", "upper end of the source range", 0},
+    {"grpo.reward_scaling.target_min", DSARL_KEY_FLOAT, "0.0", "source_min maps to this", 0},
+    {"grpo.reward_scaling.target_max", DSARL_KEY_FLOAT, "1.0", "source_max maps to this", 0},
+
+    {"grpo.adv_estimator", DSARL_KEY_MAP, NULL, "advantage estimator (NeMo RL's adv_estimator)", 0},
+    {"grpo.adv_estimator.name", DSARL_KEY_STRING, "grpo", "only grpo is supported yet", 0},
+    {"grpo.adv_estimator.normalize_rewards", DSARL_KEY_BOOL, "null", "null = grpo.normalize_rewards", N},
+    {"grpo.adv_estimator.use_leave_one_out_baseline", DSARL_KEY_BOOL, "null",
+     "null = grpo.use_leave_one_out_baseline", N},
+    {"grpo.adv_estimator.minus_baseline", DSARL_KEY_BOOL, "true", "Reinforce++ only", IGN},
+    {"grpo.adv_estimator.reward_weights", DSARL_KEY_LIST, "null", "GDPO only", N | IGN},
+
+    {"grpo.seq_logprob_error_threshold", DSARL_KEY_FLOAT, "null", "sequence masking by logprob error; not supported yet",
+     N},
+    {"grpo.invalid_tool_call_advantage", DSARL_KEY_FLOAT, "null", "tool-call penalty; not supported yet", N},
+    {"grpo.malformed_thinking_advantage", DSARL_KEY_FLOAT, "null", "<think> tag penalty; not supported yet", N},
+
+    {"grpo.async_grpo", DSARL_KEY_MAP, NULL, "asynchronous GRPO; not supported yet", N},
+    {"grpo.async_grpo.enabled", DSARL_KEY_BOOL, "false", "must be false", 0},
+    {"grpo.async_grpo.max_trajectory_age_steps", DSARL_KEY_INT, "1", "async GRPO only", IGN},
+    {"grpo.async_grpo.max_generation_failures", DSARL_KEY_INT, "0", "async GRPO only", IGN},
+    {"grpo.async_grpo.in_flight_weight_updates", DSARL_KEY_BOOL, "false", "async GRPO only", IGN},
+    {"grpo.async_grpo.recompute_kv_cache_after_weight_updates", DSARL_KEY_BOOL, "false", "async GRPO only", IGN},
+    {"grpo.deduplicate_multimodal_data", DSARL_KEY_BOOL, "false", "NeMo RL multimodal transfer only", IGN},
+    {"grpo.debug_payload_metrics", DSARL_KEY_BOOL, "false", "NeMo RL multimodal transfer only", IGN},
+
+    {"loss_fn", DSARL_KEY_MAP, NULL, "ClippedPGLoss settings (NeMo RL's loss_fn section)", DSARL_KEY_OWNED},
+    {"loss_fn.reference_policy_kl_penalty", DSARL_KEY_FLOAT, "0.01", "beta of the KL to the reference; 0 = no reference",
+     0},
+    {"loss_fn.reference_policy_kl_type", DSARL_KEY_STRING, "k3", "KL estimator: k1 | k2 | k3", 0},
+    {"loss_fn.kl_input_clamp_value", DSARL_KEY_FLOAT, "20.0", "clamp of lp_ref - lp before the estimator", N},
+    {"loss_fn.kl_output_clamp_value", DSARL_KEY_FLOAT, "10.0", "clamp of the per-token KL", N},
+    {"loss_fn.ratio_clip_min", DSARL_KEY_FLOAT, "0.2", "ratio clamped at 1 - this from below, in [0, 1]", 0},
+    {"loss_fn.ratio_clip_max", DSARL_KEY_FLOAT, "0.2", "ratio clamped at 1 + this from above (clip-higher)", 0},
+    {"loss_fn.ratio_clip_c", DSARL_KEY_FLOAT, "null", "dual clip c > 1 for negative advantages; null = off", N},
+    {"loss_fn.use_on_policy_kl_approximation", DSARL_KEY_BOOL, "false", "weight the KL by exp(lp - lp_gen)", 0},
+    {"loss_fn.use_importance_sampling_correction", DSARL_KEY_BOOL, "false",
+     "weight tokens by exp(lp_old - lp_gen) (train/inference mismatch)", 0},
+    {"loss_fn.truncated_importance_sampling_type", DSARL_KEY_STRING, "null", "tis | icepop | seq-mask-tis", N},
+    {"loss_fn.truncated_importance_sampling_ratio", DSARL_KEY_FLOAT, "null", "upper bound of the IS weight", N},
+    {"loss_fn.truncated_importance_sampling_ratio_min", DSARL_KEY_FLOAT, "null",
+     "lower bound (tis: null = 0; required for icepop and seq-mask-tis)", N},
+    {"loss_fn.sequence_level_importance_ratios", DSARL_KEY_BOOL, "false", "GSPO; not supported yet", 0},
+    {"loss_fn.token_level_loss", DSARL_KEY_BOOL, "true", "true: mean over tokens; false: mean of sequence means", 0},
+    {"loss_fn.force_on_policy_ratio", DSARL_KEY_BOOL, "false",
+     "ratio = 1 with its gradient (needs train_global_batch_size = prompts x generations)", 0},
+    {"loss_fn.use_kl_in_reward", DSARL_KEY_BOOL, "false", "Reinforce++ KL in the reward; not supported yet", 0},
+    {"loss_fn.use_cispo", DSARL_KEY_BOOL, "false", "CISPO; not supported yet", 0},
+    {"loss_fn.disable_ppo_ratio", DSARL_KEY_BOOL, "false", "REINFORCE surrogate; not supported yet", 0},
+    {"loss_fn.positive_example_nll_weight", DSARL_KEY_FLOAT, "0.0", "VAPO NLL weight; not supported yet", 0},
+
+    {"policy.train_global_batch_size", DSARL_KEY_INT, "512", "samples per optimizer step", 0},
+    {"policy.max_total_sequence_length", DSARL_KEY_INT, "512", "prompt + response tokens", 0},
+    {"policy.max_grad_norm", DSARL_KEY_FLOAT, "1.0", "gradient-norm clip; 0 = off", N},
+    {"policy.megatron_cfg.optimizer.lr", DSARL_KEY_FLOAT, "5.0e-6", "peak learning rate", 0},
+    {"policy.megatron_cfg.optimizer.min_lr", DSARL_KEY_FLOAT, "5.0e-7", "learning rate at the end of the decay", 0},
+    {"policy.megatron_cfg.optimizer.clip_grad", DSARL_KEY_FLOAT, "null",
+     "gradient-norm clip; null = policy.max_grad_norm", N},
+    {"policy.megatron_cfg.scheduler.lr_decay_style", DSARL_KEY_STRING, "constant", "constant | linear | cosine", 0},
+    {"policy.megatron_cfg.scheduler.lr_decay_iters", DSARL_KEY_INT, "null",
+     "optimizer steps to reach min_lr; null = grpo.max_num_steps", N},
+    {"policy.megatron_cfg.scheduler.lr_warmup_iters", DSARL_KEY_INT, "13", "linear warm-up steps", 0},
+    {"policy.megatron_cfg.scheduler.lr_warmup_init", DSARL_KEY_FLOAT, "5.0e-7", "learning rate at warm-up step 0", 0},
+};
