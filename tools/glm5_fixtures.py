@@ -27,7 +27,7 @@ MARGIN = 2e-4  # minimum gap between the last chosen and the first rejected cand
 
 
 def tiny_config(**over):
-    base = dict(vocab_size=128, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+    base = dict(vocab_size=128, hidden_size=32, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=3,
                 num_attention_heads=2, num_key_value_heads=2, n_routed_experts=8, num_experts_per_tok=2,
                 q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
                 index_topk=4, index_head_dim=16, index_n_heads=4, first_k_dense_replace=1,
@@ -40,15 +40,19 @@ def tiny_config(**over):
 FIXTURES = {
     # GLM-5.1 style: every layer runs its own indexer; index_topk 4 < sequence length 12.
     "glm5.1-tiny": dict(config=dict(), dtype="float32", fused=False),
-    # GLM-5.2 style IndexShare: freq 2, offset 2 over 4 layers -> full, full, shared, full.
+    # GLM-5.2 style IndexShare: freq 2, offset 2 over 4 layers -> full, full, shared, full; float16 weights.
     "glm5.2-tiny": dict(config=dict(num_hidden_layers=4, index_topk_freq=2, index_skip_topk_offset=2,
                                     first_k_dense_replace=2, rope_parameters={"rope_type": "default",
                                                                                "rope_theta": 8000000.0}),
-                        dtype="float32", fused=False),
-    # Group-limited routing (4 groups of 4, keep 2), norm_topk_prob false, bf16 weights, fused 3-D expert keys.
+                        dtype="float16", fused=False),
+    # Group-limited routing (4 groups of 4, keep 2), norm_topk_prob false, YaRN rope with mscale (DeepSeek-V3.2
+    # style attention scaling), bf16 weights, fused 3-D expert keys.
     "glm5-groups-bf16": dict(config=dict(n_routed_experts=16, num_experts_per_tok=3, n_group=4, topk_group=2,
                                          norm_topk_prob=False, routed_scaling_factor=1.5, n_shared_experts=2,
-                                         index_topk=5, index_topk_pattern="FSF"),
+                                         index_topk=5, index_topk_pattern="FSF",
+                                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                          "original_max_position_embeddings": 64, "mscale": 0.8,
+                                                          "mscale_all_dim": 1.0}),
                              dtype="bfloat16", fused=True),
 }
 
@@ -157,10 +161,14 @@ def build(name, spec, out_root):
         cfg = tiny_config(**spec["config"])
         model = GlmMoeDsaForCausalLM(cfg).eval()
         randomize(model, gen)
-        if spec["dtype"] == "bfloat16":  # the reference sees exactly the weights the file holds
+        low = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(spec["dtype"])
+        if low is not None:  # the reference sees exactly the weights the file holds
             with torch.no_grad():
                 for p in model.parameters():
-                    p.copy_(p.to(torch.bfloat16).float())
+                    p.copy_(p.to(low).float())
+                for bname, b in model.named_buffers():  # e_score_correction_bias is saved in the same dtype
+                    if bname.endswith("e_score_correction_bias"):
+                        b.copy_(b.to(low).float())
         ids = torch.randint(0, cfg.vocab_size, (2, 12), generator=gen)
         with MarginProbe() as probe, torch.no_grad():
             logits = model(input_ids=ids, use_cache=False).logits.float()
@@ -182,7 +190,7 @@ def build(name, spec, out_root):
         os.makedirs(d, exist_ok=True)
         for f in os.listdir(d):
             os.remove(os.path.join(d, f))
-        model.to(torch.bfloat16 if spec["dtype"] == "bfloat16" else torch.float32).save_pretrained(d)
+        model.to(getattr(torch, spec["dtype"])).save_pretrained(d)
         for f in os.listdir(d):
             if f not in ("config.json", "model.safetensors"):
                 os.remove(os.path.join(d, f))
