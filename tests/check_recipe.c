@@ -318,6 +318,20 @@ START_TEST(test_nesting_depth)
     const char *m = load_fails(yaml);
     assert_contains(m, "deeper than 64");
     assert_contains(m, "t.yaml:1:");
+    // Hostile depth is refused before libyaml's loader (quadratic in flow depth) ever sees it.
+    size_t deep = 200000;
+    char *huge = malloc(2 * deep + 8);
+    ck_assert_ptr_nonnull(huge);
+    memcpy(huge, "a: ", 3);
+    memset(huge + 3, '[', deep);
+    memset(huge + 3 + deep, ']', deep);
+    huge[3 + 2 * deep] = '\0';
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_contains(load_fails(huge), "t.yaml:1:67: nesting is deeper than 64");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_msg(t1.tv_sec - t0.tv_sec < 2, "deep nesting took %ld s", (long)(t1.tv_sec - t0.tv_sec));
+    free(huge);
     // Through an alias too.
     len = (size_t)snprintf(yaml, sizeof yaml, "a: &d ");
     for (int i = 0; i < 40; i++)

@@ -283,17 +283,61 @@ static int load_document(yaml_parser_t *parser, const char *name, const dsarl_or
     return rc;
 }
 
-int recipe_parse_value(const char *text, const dsarl_origin *origin, dsarl_node **out, dsarl_error *err)
+/* Streams the events once, only counting nesting, and stops at the first level past the cap. libyaml's scanner
+ * slows down quadratically with flow nesting ("[[[[..." 200,000 deep takes minutes), so the cap must bite before
+ * the document loader ever sees such input. */
+static int check_nesting(const char *data, size_t len, const char *name, dsarl_error *err)
 {
     yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    int rc = DSARL_OK, depth = 0;
+    for (bool done = false; !done && rc == DSARL_OK;) {
+        yaml_event_t event;
+        if (!yaml_parser_parse(&parser, &event)) {
+            rc = parser_error(&parser, name, err);
+            break;
+        }
+        switch (event.type) {
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT:
+            if (++depth > DSARL_RECIPE_MAX_DEPTH)
+                rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s:%zu:%zu: nesting is deeper than %d levels", name,
+                                event.start_mark.line + 1, event.start_mark.column + 1, DSARL_RECIPE_MAX_DEPTH);
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT: depth--; break;
+        case YAML_STREAM_END_EVENT: done = true; break;
+        default: break;
+        }
+        yaml_event_delete(&event);
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+/* Parses YAML text (one document) into *out: nesting check first, then the document loader. */
+static int parse_text(const char *data, size_t len, const char *name, const dsarl_origin *fixed_origin,
+                      dsarl_node **out, dsarl_error *err)
+{
+    *out = NULL;
+    DSARL_TRY(check_nesting(data, len, name, err));
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    int rc = load_document(&parser, name, fixed_origin, out, err);
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+int recipe_parse_value(const char *text, const dsarl_origin *origin, dsarl_node **out, dsarl_error *err)
+{
     // Callers prefix their own context (the argument, the plugin), so messages name just the value.
     char where[512];
     snprintf(where, sizeof where, "value '%s'", text);
-    if (!yaml_parser_initialize(&parser))
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
-    int rc = load_document(&parser, where, origin, out, err);
-    yaml_parser_delete(&parser);
+    int rc = parse_text(text, strlen(text), where, origin, out, err);
     if (rc == DSARL_OK && !*out && !(*out = recipe_scalar_null(origin)))
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory");
     return rc;
@@ -355,34 +399,45 @@ typedef struct include_chain {
     size_t n;
 } include_chain;
 
-/* Parses the file at open_path; origins and messages name it display_path. */
+/* Parses the file at open_path; origins and messages name it path. */
 static int load_tree_file(const char *open_path, const char *path, dsarl_node **out, dsarl_error *err)
 {
     FILE *f = fopen(open_path, "rb");
     if (!f)
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
                           strerror(errno));
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(f);
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
+    // Recipes are small: read the whole file, since the nesting check and the loader each need a pass.
+    size_t len = 0, cap = 1 << 16;
+    char *data = malloc(cap);
+    int rc = data ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory reading '%s'", path);
+    while (rc == DSARL_OK) {
+        if (len == cap) {
+            char *grown = cap < ((size_t)1 << 30) ? realloc(data, cap * 2) : NULL;
+            if (!grown) {
+                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "recipe '%s' is too large to read (over %zu bytes)", path, cap);
+                break;
+            }
+            data = grown;
+            cap *= 2;
+        }
+        size_t got = fread(data + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                rc = DSARL_FAIL(err, DSARL_E_IO, "cannot read recipe '%s': %s", path, strerror(errno));
+            break;
+        }
     }
-    yaml_parser_set_input_file(&parser, f);
-    int rc = load_document(&parser, path, NULL, out, err);
-    yaml_parser_delete(&parser);
     fclose(f);
+    if (rc == DSARL_OK)
+        rc = parse_text(data, len, path, NULL, out, err);
+    free(data);
     return rc;
 }
 
 static int load_tree_string(const char *yaml, const char *name, dsarl_node **out, dsarl_error *err)
 {
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, strlen(yaml));
-    int rc = load_document(&parser, name, NULL, out, err);
-    yaml_parser_delete(&parser);
-    return rc;
+    return parse_text(yaml, strlen(yaml), name, NULL, out, err);
 }
 
 /* Removes "." segments and "dir/.." pairs in place, so messages say "configs/base.yaml" rather than
