@@ -49,7 +49,8 @@ DSARL_API int dsarl_recipe_load_file(const char *path, dsarl_recipe **out, dsarl
 /* Loads a recipe from a string; name is used as the file in origins; `defaults` are relative to the cwd. */
 DSARL_API int dsarl_recipe_load_string(const char *yaml, const char *name, dsarl_recipe **out, dsarl_error *err);
 
-/* Applies one Hydra override (`a.b=v`, `+a.b=v`, `++a.b=v`, `~a.b`, `~a.b=v`); index is its 1-based position. */
+/* Applies one Hydra override (`a.b=v` existing key, `+a.b=v` new, `++a.b=v` either, `~a.b[=v]` delete); index is
+ * its 1-based position. A map value merges into an existing map, as Hydra's OmegaConf.update(merge=True) does. */
 DSARL_API int dsarl_recipe_override(dsarl_recipe *r, const char *arg, int index, dsarl_error *err);
 
 /* Resolves every `${...}` interpolation and resolver (mul, add, div, max) in place. */
