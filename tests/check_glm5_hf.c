@@ -1,6 +1,7 @@
 /* check_glm5_hf.c: the glm_moe_dsa model against transformers' GlmMoeDsaForCausalLM (eager, fp32) on the tiny
- * fixtures made by tools/glm5_fixtures.py: logits within max relative error 1e-4 (max |ours - HF| / max |HF|) and
- * identical greedy tokens, for glm5.1-style, glm5.2 IndexShare, grouped routing + bf16 + fused expert keys. */
+ * fixtures made by tools/glm5_fixtures.py: logits within max relative error 1e-4 (max |ours - HF| / max |HF|),
+ * identical greedy tokens and the same parameter gradients as autograd, for glm5.1-style (f32), glm5.2 IndexShare
+ * (f16), grouped routing + YaRN + bf16 + fused expert keys. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -137,6 +138,81 @@ static void check_greedy(const char *name)
     glm5_model_free(m);
 }
 
+// Gradients of L = sum_t w_t log p(target_t) against transformers' autograd (grads.json): every parameter's L2
+// norm and 8 sampled entries; the indexer gets none from the LM loss, as under transformers' no_grad.
+static void check_grads(const char *name)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, FIXTURES "%s", name);
+    dsarl_model *m = load(strstr(name, "5.1") ? GLM5_FAMILY_51 : GLM5_FAMILY_52, dir);
+    m->indexer_loss_coeff = 0.0f; // LM loss only, as in the reference
+    snprintf(path, sizeof path, "%s/input_ids.json", dir);
+    json_t *ids = NULL, *g = NULL;
+    ck_assert_int_eq(dsarl_json_load_file(path, &ids, &err), 0);
+    snprintf(path, sizeof path, "%s/grads.json", dir);
+    ck_assert_int_eq(dsarl_json_load_file(path, &g, &err), 0);
+    int32_t B = (int32_t)json_array_size(ids), S = (int32_t)json_array_size(json_array_get(ids, 0)), T = B * S;
+    int32_t *tokens = malloc((size_t)T * sizeof(int32_t)), *targets = malloc((size_t)T * sizeof(int32_t));
+    int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t));
+    float *w = malloc((size_t)T * sizeof(float));
+    for (int32_t b = 0; b <= B; b++)
+        cu[b] = b * S;
+    for (int32_t t = 0; t < T; t++) {
+        tokens[t] = (int32_t)json_integer_value(json_array_get(json_array_get(ids, (size_t)(t / S)), (size_t)(t % S)));
+        targets[t] = (int32_t)json_integer_value(json_array_get(json_object_get(g, "targets"), (size_t)t));
+        w[t] = (float)json_real_value(json_array_get(json_object_get(g, "weights"), (size_t)t));
+    }
+    dsarl_token_batch batch = {.struct_size = sizeof(batch), .n_tokens = T, .n_sequences = B, .tokens = tokens,
+                               .cu_seqlens = cu};
+    ck_assert_int_eq(glm5_zero_grad(m, &err), 0);
+    ck_assert_msg(glm5_backward(m, &batch, targets, w, NULL, &err) == 0, "%s", err.message);
+    json_t *tensors = json_object_get(g, "tensors");
+    double worst = 0;
+    const char *worst_name = "";
+    int n_checked = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const glm5_param *p = &m->params[i];
+        json_t *ref = json_object_get(tensors, p->name);
+        if (!p->trainable) {
+            ck_assert_ptr_null(ref); // e_score_correction_bias is a buffer in transformers too
+            continue;
+        }
+        ck_assert_msg(ref != NULL, "%s: no reference gradient for %s", name, p->name);
+        const float *grad = (const float *)m->grads + p->offset;
+        double norm = 0, ref_norm = json_real_value(json_object_get(ref, "norm"));
+        for (int64_t j = 0; j < p->numel; j++)
+            norm += (double)grad[j] * grad[j];
+        norm = sqrt(norm);
+        double scale = ref_norm / sqrt((double)p->numel) + 1e-30; // RMS of the reference gradient
+        if (ref_norm == 0.0) {
+            ck_assert_msg(norm == 0.0, "%s: %s has gradient norm %g, transformers 0", name, p->name, norm);
+            continue;
+        }
+        double e = fabs(norm - ref_norm) / ref_norm;
+        for (int k = 0; k < 8; k++) {
+            int64_t j = json_integer_value(json_array_get(json_object_get(ref, "indices"), (size_t)k));
+            double want = json_real_value(json_array_get(json_object_get(ref, "values"), (size_t)k));
+            e = fmax(e, fabs(grad[j] - want) / scale);
+        }
+        if (e > worst)
+            worst = e, worst_name = p->name;
+        n_checked++;
+    }
+    fprintf(stderr, "%s: gradients of %d tensors vs transformers autograd, worst relative error %.3g (%s)\n", name,
+            n_checked, worst, worst_name);
+    ck_assert_msg(worst < 1e-4, "%s: gradient of %s differs from transformers (relative %g)", name, worst_name, worst);
+    json_decref(ids), json_decref(g);
+    free(tokens), free(targets), free(cu), free(w);
+    glm5_model_free(m);
+}
+
+START_TEST(test_glm51_grads) { check_grads("glm5.1-tiny"); }
+END_TEST
+START_TEST(test_glm52_grads) { check_grads("glm5.2-tiny"); }
+END_TEST
+START_TEST(test_groups_grads) { check_grads("glm5-groups-bf16"); }
+END_TEST
+
 START_TEST(test_glm51_logits) { check_logits("glm5.1-tiny"); }
 END_TEST
 START_TEST(test_glm52_indexshare_logits) { check_logits("glm5.2-tiny"); }
@@ -173,6 +249,9 @@ static Suite *glm5_hf_suite(void)
     tcase_add_test(tc, test_glm52_greedy);
     tcase_add_test(tc, test_groups_greedy);
     tcase_add_test(tc, test_glm51_refuses_indexshare_dir);
+    tcase_add_test(tc, test_glm51_grads);
+    tcase_add_test(tc, test_glm52_grads);
+    tcase_add_test(tc, test_groups_grads);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,6 +6,9 @@ directory (config.json + model.safetensors), plus
   input_ids.json   [B][S] token ids (equal-length rows)
   logits.npy       float32 [B, S, V] eager fp32 logits of the model as saved (bf16 weights are rounded first)
   generate.json    {"prompt": [...], "max_new_tokens": N, "tokens": [...]} from greedy model.generate
+  grads.json       autograd gradients of L = sum_t w_t log p(target_t) over input_ids (targets: next token of
+                   each row, -1 at the row end): per parameter its L2 norm and 8 sampled entries (flat index
+                   i * numel // 8); indexer weights have none (transformers runs the indexer under no_grad)
 The script retries seeds until every hard decision the model makes (indexer top-k boundaries, expert choice and
 group choice, greedy argmax) has a clear margin, so that float rounding in another implementation cannot flip
 them; the tests then compare logits with max relative error < 1e-4 and require identical greedy tokens.
@@ -154,6 +157,27 @@ def fuse_experts(path):
     save_file(out, path, metadata={"format": "pt"})
 
 
+def write_grads(model, ids, path):
+    b, s = ids.shape
+    targets = torch.cat([ids[:, 1:], torch.full((b, 1), -1)], 1)
+    w = torch.tensor([0.5 + 0.4 * np.cos(3 * t + 1) for t in range(b * s)], dtype=torch.float32).view(b, s)
+    model.zero_grad()
+    with torch.enable_grad():
+        logits = model(input_ids=ids, use_cache=False).logits.float()
+        logp = torch.log_softmax(logits, -1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        loss = (w * logp * (targets >= 0)).sum()
+        loss.backward()
+    out = {"targets": targets.flatten().tolist(), "weights": w.flatten().tolist(), "tensors": {}}
+    for pname, p in model.named_parameters():
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        flat = g.detach().flatten().double()
+        n = flat.numel()
+        idx = [i * n // 8 for i in range(8)]
+        out["tensors"][pname] = {"norm": flat.norm().item(), "indices": idx, "values": [flat[i].item() for i in idx]}
+    with open(path, "w") as fh:
+        json.dump(out, fh)
+
+
 def build(name, spec, out_root):
     for seed in range(1, 200):
         torch.manual_seed(seed)
@@ -190,9 +214,10 @@ def build(name, spec, out_root):
         os.makedirs(d, exist_ok=True)
         for f in os.listdir(d):
             os.remove(os.path.join(d, f))
+        write_grads(model, ids, os.path.join(d, "grads.json"))  # before the cast to the storage dtype below
         model.to(getattr(torch, spec["dtype"])).save_pretrained(d)
         for f in os.listdir(d):
-            if f not in ("config.json", "model.safetensors"):
+            if f not in ("config.json", "model.safetensors", "grads.json"):
                 os.remove(os.path.join(d, f))
         if spec["fused"]:
             fuse_experts(os.path.join(d, "model.safetensors"))
