@@ -168,7 +168,10 @@ int grpo_shape_rewards(const grpo_reward_shaping *cfg, float *rewards, const int
 int64_t grpo_overlong_filter(const uint8_t *truncated, float *loss_multiplier, int64_t n);
 
 /* DAPO dynamic sampling: keep[g] = 1 for groups whose rewards are not all identical (group std != 0), else 0.
- * Returns the number kept. rewards: (n_groups * group_size); keep: (n_groups). */
+ * Whole groups are kept or dropped. NeMo filters per sample on the std its baseline setting gives, which with a
+ * leave-one-out baseline can drop single samples (a lone correct answer among wrong ones has std 0 over the
+ * others); with the group-mean baseline of DAPO recipes the two agree. Returns the number kept.
+ * rewards: (n_groups * group_size); keep: (n_groups). */
 int64_t grpo_groups_with_signal(const float *rewards, int64_t n_groups, int64_t group_size, uint8_t *keep);
 
 /* Dynamic sampling across generation rounds within one training step (NeMo's batch_cache). */
