@@ -10,6 +10,7 @@
 #include "cpu_device.h"
 #include "dsa_reference.h"
 #include "dsarl/json.h"
+#include "dsarl/npy.h"
 #include "glm5_ops.h"
 
 #define FIXTURES DSARL_SOURCE_DIR "/tests/fixtures/glm5/"
@@ -41,30 +42,14 @@ static dsarl_model *load(glm5_family family, const char *dir)
     return m;
 }
 
-// Minimal .npy reader for little-endian float32 C-order arrays; returns the data and the element count.
+// A float32 .npy through dsarl_npy_read; returns the data and the element count.
 static float *read_npy_f32(const char *path, int64_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    unsigned char pre[10];
-    ck_assert_int_eq(fread(pre, 1, 10, f), 10);
-    size_t hlen = pre[8] | (size_t)pre[9] << 8;
-    char *header = calloc(hlen + 1, 1);
-    ck_assert_int_eq(fread(header, 1, hlen, f), hlen);
-    ck_assert_msg(strstr(header, "'<f4'") && strstr(header, "'fortran_order': False"), "%s: %s", path, header);
-    const char *shape = strstr(header, "'shape': (") + 10;
-    int64_t count = 1;
-    while (*shape && *shape != ')') {
-        count *= strtoll(shape, (char **)&shape, 10);
-        while (*shape == ',' || *shape == ' ')
-            shape++;
-    }
-    float *data = malloc((size_t)count * sizeof(float));
-    ck_assert_int_eq(fread(data, sizeof(float), (size_t)count, f), (size_t)count);
-    fclose(f);
-    free(header);
-    *n = count;
-    return data;
+    dsarl_tensor t;
+    ck_assert_msg(dsarl_npy_read(path, &t, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(t.dtype, DSARL_DTYPE_F32);
+    *n = dsarl_tensor_numel(&t);
+    return t.data;
 }
 
 static void check_logits(const char *name)

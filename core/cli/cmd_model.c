@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "cmd_model.h"
 #include "dsarl/fileutil.h"
+#include "dsarl/npy.h"
 #include "dsarl/ops/model.h"
 
 // Everything one command holds; closed in reverse order.
@@ -134,35 +135,6 @@ static int parse_id_rows(const char *path, const char *text, int32_t **ids, int3
     return DSARL_OK;
 }
 
-// Writes a float32 C-order .npy of the given shape atomically.
-static int write_npy(const char *path, const float *data, const int64_t *shape, int ndim, dsarl_error *err)
-{
-    char header[256], dims[160] = "";
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) {
-        size_t len = strlen(dims);
-        snprintf(dims + len, sizeof dims - len, "%lld, ", (long long)shape[i]);
-        n *= shape[i];
-    }
-    dims[strlen(dims) - (ndim > 1 ? 2 : 1)] = '\0'; // "(5,)" keeps its comma for one dimension
-    int hl = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", dims);
-    int total = 10 + hl + 1, pad = (64 - total % 64) % 64; // header block is a multiple of 64 bytes
-    size_t bytes = (size_t)(total + pad) + (size_t)n * sizeof(float);
-    unsigned char *buf = malloc(bytes);
-    if (!buf)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "%s: out of memory", path);
-    memcpy(buf, "\x93NUMPY\x01\x00", 8);
-    unsigned hlen = (unsigned)(hl + pad + 1);
-    buf[8] = (unsigned char)(hlen & 0xff), buf[9] = (unsigned char)(hlen >> 8);
-    memcpy(buf + 10, header, (size_t)hl);
-    memset(buf + 10 + hl, ' ', (size_t)pad);
-    buf[10 + hl + pad] = '\n';
-    memcpy(buf + total + pad, data, (size_t)n * sizeof(float));
-    int rc = dsarl_write_file_atomic(path, buf, bytes, err);
-    free(buf);
-    return rc;
-}
-
 static const char *logits_help =
     "usage: dsarl logits --model-dir DIR --input-ids FILE.json --out OUT.npy [--threads N]\n"
     "\n"
@@ -256,8 +228,11 @@ int dsarl_cmd_logits(int argc, char **argv)
         rc = logits ? s.model_ops->forward_logits(s.model, &batch, logits, &err)
                     : DSARL_FAIL(&err, DSARL_E_NOMEM, "out of memory for %d x %d x %lld logits", B, S, (long long)V);
         int64_t shape[3] = {B, S, V};
+        dsarl_tensor t;
         if (rc == 0)
-            rc = write_npy(out, logits, shape, 3, &err);
+            rc = dsarl_tensor_init(&t, logits, DSARL_DTYPE_F32, 3, shape, DSARL_DEVICE_CPU, &err);
+        if (rc == 0)
+            rc = dsarl_npy_write(out, &t, &err);
     }
     session_close(&s);
     free(ids), free(cu), free(logits);

@@ -16,6 +16,9 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
 {
     glm5_config cfg;
     const char *where = config->model_dir ? config->model_dir : "policy.model_config";
+    if (!config->model_dir && !config->recipe)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a model directory (policy.model_name) or a "
+                          "recipe with policy.model_config");
     if (config->model_dir)
         DSARL_TRY(glm5_read_hf_config(config->model_dir, &cfg, err));
     else
