@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cpu_device.h"
 #include "dsa_reference.h"
 #include "glm5_ops.h"
@@ -60,6 +61,21 @@ START_TEST(test_glm52_parameter_count_and_indexshare)
     ck_assert_int_eq(trainable, 743377000704LL);
     ck_assert_int_eq(buffers, 19200);
     ck_assert_double_eq(cfg.rope_theta, 8e6);
+    // the same through the plugin's planning entry, from a config.json on disk, without allocating 3 TB
+    char dir[] = "/tmp/check_glm5_config.XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{" GLM5_COMMON ", \"index_topk_freq\": 4, \"index_skip_topk_offset\": 3}", f);
+    fclose(f);
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .model_dir = dir};
+    trainable = buffers = 0;
+    ck_assert_int_eq(glm5_2_model_ops.parameter_count_config(&mc, &trainable, &buffers, &err), 0);
+    ck_assert_int_eq(trainable, 743377000704LL);
+    ck_assert_int_eq(buffers, 19200);
+    ck_assert_int_eq(glm5_1_model_ops.parameter_count_config(&mc, &trainable, &buffers, &err), DSARL_E_UNSUPPORTED);
+    remove(path);
+    rmdir(dir);
 }
 END_TEST
 

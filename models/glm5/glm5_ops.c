@@ -12,18 +12,32 @@ int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *wh
     return DSARL_OK;
 }
 
-int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err)
+// The config of a model directory, or of the recipe's inline config, checked against the family.
+static int family_config(glm5_family family, const dsarl_model_config *config, glm5_config *cfg, dsarl_error *err)
 {
-    glm5_config cfg;
     const char *where = config->model_dir ? config->model_dir : "policy.model_config";
     if (!config->model_dir && !config->recipe)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a model directory (policy.model_name) or a "
                           "recipe with policy.model_config");
     if (config->model_dir)
-        DSARL_TRY(glm5_read_hf_config(config->model_dir, &cfg, err));
+        DSARL_TRY(glm5_read_hf_config(config->model_dir, cfg, err));
     else
-        DSARL_TRY(glm5_config_from_recipe(&cfg, config->recipe, err));
-    DSARL_TRY(glm5_check_family(family, &cfg, where, err));
+        DSARL_TRY(glm5_config_from_recipe(cfg, config->recipe, err));
+    return glm5_check_family(family, cfg, where, err);
+}
+
+int glm5_count_family(glm5_family family, const dsarl_model_config *config, int64_t *trainable, int64_t *buffers,
+                      dsarl_error *err)
+{
+    glm5_config cfg;
+    DSARL_TRY(family_config(family, config, &cfg, err));
+    return glm5_count_parameters(&cfg, trainable, buffers, err);
+}
+
+int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err)
+{
+    glm5_config cfg;
+    DSARL_TRY(family_config(family, config, &cfg, err));
     dsarl_model *m = NULL;
     DSARL_TRY(glm5_model_alloc(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
                                config->parallel, &m, err));
@@ -68,6 +82,16 @@ static int create_51(const dsarl_model_config *c, dsarl_model **out, dsarl_error
 static int create_52(const dsarl_model_config *c, dsarl_model **out, dsarl_error *err)
 {
     return glm5_create_family(GLM5_FAMILY_52, c, out, err);
+}
+
+static int count_51(const dsarl_model_config *c, int64_t *trainable, int64_t *buffers, dsarl_error *err)
+{
+    return glm5_count_family(GLM5_FAMILY_51, c, trainable, buffers, err);
+}
+
+static int count_52(const dsarl_model_config *c, int64_t *trainable, int64_t *buffers, dsarl_error *err)
+{
+    return glm5_count_family(GLM5_FAMILY_52, c, trainable, buffers, err);
 }
 
 static int parameter_count(const dsarl_model *m, int64_t *trainable, int64_t *buffers, dsarl_error *err)
@@ -137,6 +161,7 @@ const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",
                                "GLM-5 / GLM-5.1 (glm_moe_dsa: MLA + DSA indexer on every layer + MoE)", glm5_keys),
     .create = create_51,
+    .parameter_count_config = count_51,
     .destroy = glm5_model_free,
     .parameter_count = parameter_count,
     .vocab_size = vocab_size,
@@ -156,6 +181,7 @@ const dsarl_model_ops glm5_2_model_ops = {
                                "GLM-5.2 (glm_moe_dsa with IndexShare: shared layers reuse the last full top-k)",
                                glm5_keys),
     .create = create_52,
+    .parameter_count_config = count_52,
     .destroy = glm5_model_free,
     .parameter_count = parameter_count,
     .vocab_size = vocab_size,

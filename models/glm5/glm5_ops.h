@@ -14,6 +14,10 @@ extern const dsarl_model_ops glm5_2_model_ops;
 /* Builds a model for family from config (HF dir or recipe inline config with random init). */
 int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err);
 
+/* Parameter counts of the model config describes, without allocating it. */
+int glm5_count_family(glm5_family family, const dsarl_model_config *config, int64_t *trainable, int64_t *buffers,
+                      dsarl_error *err);
+
 /* Checks that cfg fits the family (glm5.1 refuses "shared" layers, naming glm5.2). */
 int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *where, dsarl_error *err);
 

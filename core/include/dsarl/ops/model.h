@@ -81,6 +81,11 @@ typedef struct dsarl_model_ops {
     /* Overwrites tensor i's value from host float32. */
     int (*write_parameter)(dsarl_model *model, int64_t i, const float *value, dsarl_error *err);
 
+    /* Trainable parameter count and buffer elements of the model config describes (config.json of model_dir, or
+     * the recipe's inline config), without building it: for planning full-size models. */
+    int (*parameter_count_config)(const dsarl_model_config *config, int64_t *trainable, int64_t *buffers,
+                                  dsarl_error *err);
+
     void *reserved[16];
 } dsarl_model_ops;
 
