@@ -260,6 +260,25 @@ START_TEST(test_recipe_inline_model_and_packing)
     mc.seed = 8;
     ck_assert_int_eq(glm5_create_family(GLM5_FAMILY_52, &mc, &m2, &err), 0);
     ck_assert(memcmp(m->weights, m2->weights, (size_t)m->n_weights * sizeof(float)) != 0);
+    // dense attention (warm-up) = the same weights with a top-k wider than every sequence
+    glm5_model_free(m2);
+    mc.seed = 7;
+    ck_assert_int_eq(glm5_create_family(GLM5_FAMILY_52, &mc, &m2, &err), 0);
+    m2->cfg.index_topk = 64;
+    float wide[12 * 64];
+    ck_assert_int_eq(glm5_forward_logits(m2, &b, wide, &err), 0);
+    m->dense_attention = true;
+    float dense[12 * 64];
+    ck_assert_int_eq(glm5_forward_logits(m, &b, dense, &err), 0);
+    m->dense_attention = false;
+    double dmax = 0, ddiff = 0, sdiff = 0;
+    for (int i = 0; i < 12 * 64; i++) {
+        dmax = fmax(dmax, fabs(wide[i]));
+        ddiff = fmax(ddiff, fabs(wide[i] - dense[i]));
+        sdiff = fmax(sdiff, fabs(wide[i] - packed[i]));
+    }
+    ck_assert_msg(ddiff <= 1e-6 * dmax, "dense attention vs wide top-k: %g of %g", ddiff, dmax);
+    ck_assert_msg(sdiff > 1e-3 * dmax, "top-k 3 should differ from dense attention on 7-token rows");
     // a token outside the vocabulary is refused with its position
     tokens[3] = 64;
     ck_assert_int_eq(glm5_forward_logits(m, &b, packed, &err), DSARL_E_INVALID);

@@ -158,7 +158,7 @@ static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
-    DSARL_TRY(m->dsa_ops->sparse_mla_backward(m->dsa, &p->batch, &at, a->topk, c->index_topk, a->out_latent, a->lse,
+    DSARL_TRY(m->dsa_ops->sparse_mla_backward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
                                               g->dout_latent, g->dq_abs, g->dkv, err));
     for (int64_t h = 0; h < H; h++) { // q_abs_h = [q_nope_h W_UK_h | q_rope_h]
         const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr);
@@ -206,7 +206,7 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
                                    .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
     const int32_t *indices = m->indexer_sparse_loss ? a->topk : NULL;
-    DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, a->lse, &in, indices, c->index_topk,
+    DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
                                                g->ilosses, err));
     float *host = malloc((size_t)T * sizeof(float));
     if (!host)
@@ -221,7 +221,7 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     free(host);
     DSARL_TRY(rc);
     DSARL_TRY(d->zero(m->dev, g->dik, (size_t)(T * dI) * m->elem, err));
-    DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, a->lse, &in, indices, c->index_topk,
+    DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
                                                 g->idloss, g->diq, g->dik, g->iw_grad, err));
     // weights: iw_scaled = s * (h weights_proj^T); h is detached
     DSARL_TRY(d->zero(m->dev, g->diw, (size_t)(T * nI) * m->elem, err));

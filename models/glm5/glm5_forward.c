@@ -59,7 +59,7 @@ static int alloc_layer_acts(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->attn, T * H * c->v_head_dim * e}, {&a->iq, T * nI * dI * e}, {&a->ik_raw, T * dI * e},
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
         {&a->iw, T * nI * e}, {(void **)&a->iw_scaled, T * nI * f},
-        {(void **)&a->topk, T * (int64_t)c->index_topk * i4},
+        {(void **)&a->topk, T * (int64_t)p->topk_width * i4},
         {&a->gate_up, max2(T * dense, N * c->moe_intermediate_size) * 2 * e},
         {&a->act, max2(T * dense, N * c->moe_intermediate_size) * e},
         {&a->sh_gate_up, T * 2 * sh * e}, {&a->sh_act, T * sh * e},
@@ -189,7 +189,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
                              H * qk, T, rope, err));
     }
     // lightning indexer on full layers; shared layers reuse the previous full layer's top-k
-    size_t topk_bytes = (size_t)(T * c->index_topk) * sizeof(int32_t);
+    size_t topk_bytes = (size_t)(T * p->topk_width) * sizeof(int32_t);
     if (L->idx_wq_b) {
         int64_t nI = c->index_n_heads, dI = c->index_head_dim;
         DSARL_TRY(glm5_linear(m, a->iq, a->q_resid, L->idx_wq_b, T, qr, nI * dI, err));
@@ -206,7 +206,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
                           err));
         dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
                                        .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
-        DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, c->index_topk, a->topk, NULL, err));
+        DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, p->topk_width, a->topk, NULL, err));
     } else if (!prev_topk) {
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a shared indexer layer has no earlier full layer's top-k");
     } else if (prev_topk != a->topk) {
@@ -215,7 +215,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
-    DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, &p->batch, &at, a->topk, c->index_topk, a->out_latent, a->lse,
+    DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
                                              err));
     // back from the latent: attn[:, h] = out_latent_h W_UV_h^T
     for (int64_t h = 0; h < H; h++) {
@@ -266,6 +266,11 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     p->m = m, p->T = T;
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
+    // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
+    p->topk_width = c->index_topk;
+    for (int32_t s = 0; m->dense_attention && batch->cu_seqlens && s < batch->n_sequences; s++)
+        if (batch->cu_seqlens[s + 1] - batch->cu_seqlens[s] > p->topk_width)
+            p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
     p->n_acts = save ? c->num_hidden_layers : 1;
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");

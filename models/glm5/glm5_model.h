@@ -56,6 +56,7 @@ struct dsarl_model {
     void *grads;                 /* same layout as weights; allocated by the first zero_grad/backward */
     float indexer_loss_coeff;    /* policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff */
     bool indexer_sparse_loss;    /* ...dsa_indexer_use_sparse_loss: KL over the top-k set, else all keys */
+    bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
     float *inv_freq;             /* device (rope_dim/2) */

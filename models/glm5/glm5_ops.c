@@ -64,6 +64,11 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
             rc = dsarl_recipe_fail(config->recipe, "policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff", err,
                                    DSARL_E_INVALID, "must be >= 0, got %g", coeff);
     }
+    bool dense_attention = false;
+    if (rc == 0 && config->recipe)
+        rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.model_overrides.dsa_dense_attention", false,
+                                  &dense_attention, err);
+    m->dense_attention = dense_attention;
     m->indexer_loss_coeff = (float)coeff;
     m->indexer_sparse_loss = sparse;
     if (rc) {
@@ -155,6 +160,8 @@ static const dsarl_key_spec glm5_keys[] = {
     {.path = "policy.megatron_cfg.model_overrides.dsa_indexer_use_sparse_loss", .type = DSARL_KEY_BOOL,
      .default_value = "true", .doc = "indexer KL over the selected top-k keys (sparse stage) or all keys (dense "
      "warm-up)"},
+    {.path = "policy.megatron_cfg.model_overrides.dsa_dense_attention", .type = DSARL_KEY_BOOL,
+     .default_value = "false", .doc = "attend to every causal key (top-k off), as in DSA's dense warm-up stage"},
 };
 
 const dsarl_model_ops glm5_1_model_ops = {

@@ -42,6 +42,7 @@ typedef struct glm5_layer_acts {
 typedef struct glm5_pass {
     dsarl_model *m;
     int64_t T;
+    int32_t topk_width;                        // index_topk, or the longest sequence under dense attention
     int n_acts;                                // 1 (inference) or num_hidden_layers (training)
     glm5_layer_acts *acts;
     void *x;                                   // (T,C) residual stream
