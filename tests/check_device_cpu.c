@@ -452,6 +452,26 @@ START_TEST(test_logprobs)
 }
 END_TEST
 
+START_TEST(test_ops_table_complete)
+{
+    // every slot between the common head and the reserved tail is implemented
+    const dsarl_device_ops *ops = &dsarl_cpu_device_ops;
+    ck_assert_int_eq(ops->common.struct_size, sizeof(dsarl_device_ops));
+    ck_assert_str_eq(ops->common.name, "cpu");
+    const char *first = (const char *)&ops->create, *end = (const char *)&ops->reserved;
+    for (const char *p = first; p < end; p += sizeof(void (*)(void))) {
+        void (*slot)(void);
+        memcpy(&slot, p, sizeof slot);
+        ck_assert_msg(slot != NULL, "device cpu: slot at byte %td is NULL", p - (const char *)ops);
+    }
+    ck_assert_int_eq(ops->storage_dtype(dev), DSARL_DTYPE_F32);
+    void *buf = NULL;
+    ck_assert_int_eq(ops->alloc(dev, 1000, &buf, &err), 0);
+    ck_assert_int_eq((uintptr_t)buf % 256, 0);
+    ops->free(dev, buf);
+}
+END_TEST
+
 static Suite *device_cpu_suite(void)
 {
     Suite *s = suite_create("device_cpu");
@@ -467,6 +487,7 @@ static Suite *device_cpu_suite(void)
     tcase_add_test(tc, test_moe_route);
     tcase_add_test(tc, test_gather_scatter_rowdot);
     tcase_add_test(tc, test_logprobs);
+    tcase_add_test(tc, test_ops_table_complete);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -199,7 +199,7 @@ START_TEST(test_bad_directories)
     ck_assert_ptr_nonnull(strstr(err.message, "shape"));
     d = path_in(tmp, "dtype");
     write_variant(d, NULL, key, 0, DSARL_DTYPE_I32, NULL);
-    expect_one_line_failure(d, DSARL_E_UNSUPPORTED, key, "model.safetensors");
+    expect_one_line_failure(d, DSARL_E_INVALID, key, "model.safetensors");
     ck_assert_ptr_nonnull(strstr(err.message, "dtype"));
     // MTP layer keys (layer index = num_hidden_layers) are ignored, the model loads
     d = path_in(tmp, "mtp");

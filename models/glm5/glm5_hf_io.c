@@ -106,7 +106,7 @@ static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key
     dsarl_tensor ten;
     DSARL_TRY(dsarl_safetensors_get(f, key, &ten, err));
     if (ten.dtype != DSARL_DTYPE_F32 && ten.dtype != DSARL_DTYPE_BF16 && ten.dtype != DSARL_DTYPE_F16)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: tensor '%s' has dtype %s; the glm5 loader reads F32, BF16 "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' has dtype %s; the glm5 loader reads F32, BF16 "
                           "and F16", file, key, dsarl_dtype_name(ten.dtype));
     int32_t ndim = t.slot >= 0 ? 2 : p->ndim;
     const int64_t *want = t.slot >= 0 ? t.shape : p->shape;
