@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_device.h"
+#include "recipe_internal.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -472,6 +473,30 @@ START_TEST(test_ops_table_complete)
 }
 END_TEST
 
+START_TEST(test_threads_from_recipe)
+{
+    dsarl_recipe *r = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string("runtime:\n  threads: 2\n", "t.yaml", &r, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    dsarl_device_config cfg = {.struct_size = sizeof(cfg), .recipe = dsarl_recipe_root(r)};
+    dsarl_device *d2 = NULL;
+    ck_assert_int_eq(cpu_create(&cfg, &d2, &err), 0);
+    ck_assert_int_eq(d2->threads, 2);
+    cpu_destroy(d2);
+    cfg.threads = 1; // an explicit count wins over the recipe
+    ck_assert_int_eq(cpu_create(&cfg, &d2, &err), 0);
+    ck_assert_int_eq(d2->threads, 1);
+    cpu_destroy(d2);
+    dsarl_recipe_free(r);
+    ck_assert_int_eq(dsarl_recipe_load_string("runtime:\n  threads: -3\n", "t.yaml", &r, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    cfg = (dsarl_device_config){.struct_size = sizeof(cfg), .recipe = dsarl_recipe_root(r)};
+    ck_assert_int_eq(cpu_create(&cfg, &d2, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "runtime.threads") && strstr(err.message, "t.yaml"), "%s", err.message);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 static Suite *device_cpu_suite(void)
 {
     Suite *s = suite_create("device_cpu");
@@ -488,6 +513,7 @@ static Suite *device_cpu_suite(void)
     tcase_add_test(tc, test_gather_scatter_rowdot);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_ops_table_complete);
+    tcase_add_test(tc, test_threads_from_recipe);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,7 +12,18 @@ int cpu_create(const dsarl_device_config *config, dsarl_device **out, dsarl_erro
     dsarl_device *dev = calloc(1, sizeof(*dev));
     if (!dev)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "device cpu: out of host memory creating the device");
-    dev->threads = config && config->threads > 0 ? config->threads : 1;
+    int64_t threads = config && config->threads > 0 ? config->threads : 0;
+    if (threads == 0 && config && config->recipe) {
+        int rc = dsarl_recipe_int_or(config->recipe, "runtime.threads", 0, &threads, err);
+        if (rc == 0 && (threads < 0 || threads > 4096))
+            rc = dsarl_recipe_fail(config->recipe, "runtime.threads", err, DSARL_E_INVALID,
+                                   "must be in [0, 4096] (0 = one thread), got %lld", (long long)threads);
+        if (rc) {
+            free(dev);
+            return rc;
+        }
+    }
+    dev->threads = threads > 0 ? (int32_t)threads : 1;
     dev->seed = config ? config->seed : 0;
     openblas_set_num_threads(dev->threads);
     *out = dev;
