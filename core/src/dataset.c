@@ -64,6 +64,7 @@ void dsarl_dataset_free(dsarl_dataset *ds)
  * "}}" -> "}". Returns a malloc'd string, or NULL with *bad set to the offset of an unsupported brace. */
 static char *format_prompt(const char *tmpl, const char *problem, size_t *bad)
 {
+    *bad = (size_t)-1;
     size_t plen = strlen(problem), cap = strlen(tmpl) + 1;
     for (const char *p = tmpl; (p = strchr(p, '{')) != NULL; p++)
         cap += plen;
@@ -88,7 +89,6 @@ static char *format_prompt(const char *tmpl, const char *problem, size_t *bad)
         }
     }
     out[n] = '\0';
-    *bad = (size_t)-1;
     return out;
 }
 
