@@ -11,11 +11,12 @@ Fixtures: two tiny byte-level BPE tokenizers trained with Hugging Face `tokenize
                             tokens, plus a tokenizer_config.json naming eos/pad as GLM's does.
   gpt2_style/tokenizer.json ByteLevel(add_prefix_space=true, use_regex=true) alone (the GPT-2 regex), with
                             ignore_merges=false, and "<|endoftext|>" as its only special.
-and cases.json: for each tokenizer, ~30 strings with the ids tokenizers' encode(s, add_special_tokens=False) gives.
+and cases.json: for each tokenizer, ~30 hand-picked strings plus 120 random ones (fixed seed) with the ids tokenizers' encode(s, add_special_tokens=False) gives.
 The C tests compare dsarl's encode with those ids exactly and check decode(encode(s)) == s.
 """
 import json
 import os
+import random
 import sys
 import unicodedata
 
@@ -81,6 +82,20 @@ CASES = [
 ]
 
 
+# Atoms for the random strings (fixed seed): letters, digits, contractions, every kind of whitespace the regexes
+# treat specially, Unicode letters/numbers outside ASCII (Nl, No), a combining mark, emoji and the special markers.
+RANDOM_ATOMS = ["a", "Z", "q", "hello", " the", " ", "  ", "\n", "\t", "\r\n", "\r", "7", "42", "123456", "'s", "'LL",
+                "'re", "!", "?", "+", "=", "\u00e9", "\u03b1", "\u4e2d", "\U0001F600", "\u2713", "Answer:", "<|user|>",
+                "[gMASK]", "<|endoftext|>", "\u00a0", "\u2003", "\u216b", "\u00b2", "\u00bd", "x\u0301", "--", "...",
+                "'", '"', "(", ")"]
+RANDOM_CASES = 120
+
+
+def random_cases():
+    rng = random.Random(20261130)
+    return ["".join(rng.choice(RANDOM_ATOMS) for _ in range(rng.randint(1, 30))) for _ in range(RANDOM_CASES)]
+
+
 def byte_level_alphabet():
     from tokenizers import pre_tokenizers
     return pre_tokenizers.ByteLevel.alphabet()
@@ -120,7 +135,7 @@ def write_fixtures():
         size = os.path.getsize(os.path.join(d, "tokenizer.json"))
         assert size < 50_000, f"{name}/tokenizer.json is {size} bytes; keep fixtures under 50 KB"
         rows = []
-        for s in CASES:
+        for s in CASES + random_cases():
             enc = tok.encode(s, add_special_tokens=False)
             rows.append({"text": s, "ids": enc.ids,
                          "decoded": tok.decode(enc.ids, skip_special_tokens=False)})
@@ -129,9 +144,13 @@ def write_fixtures():
         json.dump({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "bos_token": None,
                    "tokenizer_class": "PreTrainedTokenizerFast"}, f, indent=2)
         f.write("\n")
+    # One case per line: reviewable diffs without a 100 KB indented file.
+    parts = []
+    for name, entry in cases.items():
+        rows = ",\n".join("  " + json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in entry["cases"])
+        parts.append(f'"{name}": {{"vocab_size": {entry["vocab_size"]}, "cases": [\n{rows}\n]}}')
     with open(os.path.join(OUT, "cases.json"), "w") as f:
-        json.dump(cases, f, ensure_ascii=False, indent=1)
-        f.write("\n")
+        f.write("{" + ",\n".join(parts) + "}\n")
 
 
 def ranges(pred):
