@@ -36,8 +36,9 @@ typedef struct dsarl_chat_message {
 #define DSARL_BYTE_TOKENIZER_SEP 259
 #define DSARL_BYTE_TOKENIZER_VOCAB 260
 
-/* Loads "byte" (the byte tokenizer), a directory (its tokenizer.json, plus tokenizer_config.json for the
- * bos/eos/pad names when present), or a tokenizer.json file. Errors name the file and the JSON key. */
+/* Loads "byte" (the byte tokenizer), a directory (its tokenizer.json), or a tokenizer.json file; a
+ * tokenizer_config.json beside the tokenizer.json, when present, names bos/eos/pad. Errors name the file and the
+ * JSON key. */
 DSARL_API int dsarl_tokenizer_load(const char *name_or_path, dsarl_tokenizer **out, dsarl_error *err);
 
 /* Frees the tokenizer (NULL is fine). */
@@ -50,7 +51,7 @@ DSARL_API const char *dsarl_tokenizer_kind(const dsarl_tokenizer *tok);
 DSARL_API int32_t dsarl_tokenizer_vocab_size(const dsarl_tokenizer *tok);
 
 /* Special ids, or -1 when the tokenizer has none. BPE: from tokenizer_config.json's bos_token/eos_token/pad_token
- * when loaded from a directory that has one, else by name (<|endoftext|>, </s>, <|eos|> / <s>, <|bos|> /
+ * when one lies beside tokenizer.json, else by name (<|endoftext|>, </s>, <|eos|> / <s>, <|bos|> /
  * <|pad|>, <pad>). */
 DSARL_API int32_t dsarl_tokenizer_bos_id(const dsarl_tokenizer *tok);
 DSARL_API int32_t dsarl_tokenizer_eos_id(const dsarl_tokenizer *tok);
