@@ -263,6 +263,24 @@ START_TEST(test_logprobs_match_logits)
 }
 END_TEST
 
+START_TEST(test_activation_recompute_same_gradients)
+{
+    model->indexer_loss_coeff = 0.25f;
+    float il_saved = 0, il_recomputed = 0;
+    ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+    ck_assert_int_eq(ops->backward(model, &batch, targets, dlogprobs, &il_saved, &err), 0);
+    float *saved = malloc((size_t)model->n_weights * sizeof(float));
+    memcpy(saved, model->grads, (size_t)model->n_weights * sizeof(float));
+    model->activation_recompute = true;
+    ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+    ck_assert_msg(ops->backward(model, &batch, targets, dlogprobs, &il_recomputed, &err) == 0, "%s", err.message);
+    model->activation_recompute = false;
+    ck_assert(il_saved > 0.0f && il_saved == il_recomputed);
+    ck_assert_mem_eq(saved, model->grads, (size_t)model->n_weights * sizeof(float));
+    free(saved);
+}
+END_TEST
+
 static Suite *glm5_grad_suite(void)
 {
     Suite *s = suite_create("glm5_grad");
@@ -274,6 +292,7 @@ static Suite *glm5_grad_suite(void)
     tcase_add_test(tc, test_lm_gradients_every_parameter);
     tcase_add_test(tc, test_indexer_loss_sparse);
     tcase_add_test(tc, test_indexer_loss_dense_warmup);
+    tcase_add_test(tc, test_activation_recompute_same_gradients);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -283,7 +283,12 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
     double iloss = 0.0;
     for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
         const glm5_layer *L = &m->layers[i];
-        const glm5_layer_acts *a = &p->acts[i];
+        glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i];
+        if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
+            DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(T * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
+                              err));
+            DSARL_TRY(glm5_layer_forward(p, a, i, i > 0 ? p->topk_saved[i - 1] : NULL, err));
+        }
         // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid))
         DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(T * C) * m->elem, err));
         if (c->mlp_sparse[i])

@@ -9,10 +9,22 @@
 #include <string.h>
 #include "glm5_pass.h"
 
+// Makes room for one more pointer in a growing list.
+static int reserve(void ***list, int n, int *cap, dsarl_error *err)
+{
+    if (n < *cap)
+        return DSARL_OK;
+    int grown = *cap ? *cap * 2 : 128;
+    void **l = realloc(*list, (size_t)grown * sizeof(void *));
+    if (!l)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a pass");
+    *list = l, *cap = grown;
+    return DSARL_OK;
+}
+
 int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
 {
-    if (p->n_bufs == GLM5_MAX_BUFFERS)
-        return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: a pass needs more than %d buffers", GLM5_MAX_BUFFERS);
+    DSARL_TRY(reserve(&p->bufs, p->n_bufs, &p->cap_bufs, err));
     DSARL_TRY(p->m->dev_ops->alloc(p->m->dev, bytes ? bytes : 1, out, err));
     p->bufs[p->n_bufs++] = *out;
     return DSARL_OK;
@@ -20,7 +32,8 @@ int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
 
 static int host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
 {
-    if (p->n_host == GLM5_MAX_BUFFERS || !(*out = calloc(1, bytes ? bytes : 1)))
+    DSARL_TRY(reserve(&p->host_bufs, p->n_host, &p->cap_host, err));
+    if (!(*out = calloc(1, bytes ? bytes : 1)))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a pass");
     p->host_bufs[p->n_host++] = *out;
     return DSARL_OK;
@@ -33,7 +46,10 @@ void glm5_pass_free(glm5_pass *p)
     for (int i = 0; i < p->n_host; i++)
         free(p->host_bufs[i]);
     free(p->acts);
-    p->n_bufs = p->n_host = 0;
+    free(p->bufs);
+    free(p->host_bufs);
+    p->bufs = p->host_bufs = NULL;
+    p->n_bufs = p->n_host = p->cap_bufs = p->cap_host = 0;
     p->acts = NULL;
 }
 
@@ -227,6 +243,30 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     return glm5_linear(m, y, a->attn, L->o_proj, T, H * v, C, err);
 }
 
+int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_t *prev_topk, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    const glm5_layer *L = &m->layers[i];
+    int64_t T = p->T, C = c->hidden_size;
+    size_t e = m->elem;
+    float eps = (float)c->rms_norm_eps;
+    DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->h1, a->rstd1, p->x, L->input_norm, T, C, eps, err));
+    DSARL_TRY(attention_forward(p, a, L, prev_topk, p->tmp, err));
+    DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, T * C, err));
+    DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->h2, a->rstd2, p->x, L->post_attention_norm, T, C, eps, err));
+    // the MLP writes to h_final (free until the final norm): tmp is the shared experts' scratch
+    void *y = p->h_final;
+    if (c->mlp_sparse[i])
+        DSARL_TRY(moe_forward(p, a, L, y, err));
+    else
+        DSARL_TRY(swiglu_mlp(m, y, a->h2, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner, err));
+    return d->add(m->dev, p->x, p->x, y, T * C, err);
+}
+
 // Uploads token ids, positions within each sequence and the causal key ranges of the packed batch.
 static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *err)
 {
@@ -271,7 +311,8 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     for (int32_t s = 0; m->dense_attention && batch->cu_seqlens && s < batch->n_sequences; s++)
         if (batch->cu_seqlens[s + 1] - batch->cu_seqlens[s] > p->topk_width)
             p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
-    p->n_acts = save ? c->num_hidden_layers : 1;
+    p->recompute = save && m->activation_recompute;
+    p->n_acts = save && !p->recompute ? c->num_hidden_layers : 1;
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
     for (int i = 0; i < p->n_acts; i++)
@@ -285,29 +326,31 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
         {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    if (p->recompute) {
+        DSARL_TRY(host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
+        DSARL_TRY(host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
+        for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+            DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &p->x_saved[i], err));
+            DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * p->topk_width) * sizeof(int32_t), (void **)&p->topk_saved[i],
+                                      err));
+        }
+    }
     DSARL_TRY(upload_batch(p, batch, err));
     DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
-    float eps = (float)c->rms_norm_eps;
     const int32_t *prev_topk = NULL;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
-        const glm5_layer *L = &m->layers[i];
-        glm5_layer_acts *a = &p->acts[save ? i : 0];
-        DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
-        DSARL_TRY(d->rmsnorm_forward(m->dev, a->h1, a->rstd1, p->x, L->input_norm, T, C, eps, err));
-        DSARL_TRY(attention_forward(p, a, L, prev_topk, p->tmp, err));
+        glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? i : 0];
+        if (p->recompute)
+            DSARL_TRY(d->copy(m->dev, p->x_saved[i], p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+        DSARL_TRY(glm5_layer_forward(p, a, i, prev_topk, err));
         prev_topk = a->topk;
-        DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, T * C, err));
-        DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
-        DSARL_TRY(d->rmsnorm_forward(m->dev, a->h2, a->rstd2, p->x, L->post_attention_norm, T, C, eps, err));
-        // the MLP writes to h_final (free until the final norm): tmp is the shared experts' scratch
-        void *y = p->h_final;
-        if (c->mlp_sparse[i])
-            DSARL_TRY(moe_forward(p, a, L, y, err));
-        else
-            DSARL_TRY(swiglu_mlp(m, y, a->h2, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner,
-                                 err));
-        DSARL_TRY(d->add(m->dev, p->x, p->x, y, T * C, err));
+        if (p->recompute) {
+            DSARL_TRY(d->copy(m->dev, p->topk_saved[i], a->topk, (size_t)(T * p->topk_width) * sizeof(int32_t),
+                              DSARL_COPY_DEVICE_TO_DEVICE, err));
+            prev_topk = p->topk_saved[i];
+        }
     }
+    float eps = (float)c->rms_norm_eps;
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->x, m->final_norm, T, C, eps, err));
     return glm5_linear(m, p->logits, p->h_final, m->lm_head, T, C, V, err);
 }

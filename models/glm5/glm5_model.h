@@ -57,6 +57,7 @@ struct dsarl_model {
     float indexer_loss_coeff;    /* policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff */
     bool indexer_sparse_loss;    /* ...dsa_indexer_use_sparse_loss: KL over the top-k set, else all keys */
     bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
+    bool activation_recompute;   /* policy.megatron_cfg.activation_checkpointing: keep only layer inputs */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
     float *inv_freq;             /* device (rope_dim/2) */

@@ -69,6 +69,11 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
         rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.model_overrides.dsa_dense_attention", false,
                                   &dense_attention, err);
     m->dense_attention = dense_attention;
+    bool recompute = false;
+    if (rc == 0 && config->recipe)
+        rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.activation_checkpointing", false, &recompute,
+                                  err);
+    m->activation_recompute = recompute;
     m->indexer_loss_coeff = (float)coeff;
     m->indexer_sparse_loss = sparse;
     if (rc) {
@@ -162,6 +167,8 @@ static const dsarl_key_spec glm5_keys[] = {
      "warm-up)"},
     {.path = "policy.megatron_cfg.model_overrides.dsa_dense_attention", .type = DSARL_KEY_BOOL,
      .default_value = "false", .doc = "attend to every causal key (top-k off), as in DSA's dense warm-up stage"},
+    {.path = "policy.megatron_cfg.activation_checkpointing", .type = DSARL_KEY_BOOL, .default_value = "false",
+     .doc = "keep only each layer's input in training and recompute the layer in the backward pass"},
 };
 
 const dsarl_model_ops glm5_1_model_ops = {

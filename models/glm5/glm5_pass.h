@@ -7,8 +7,6 @@
 
 #include "glm5_model.h"
 
-#define GLM5_MAX_BUFFERS 4096
-
 // Activations of one decoder layer (T tokens; K = experts per token; N = T*K routed rows).
 typedef struct glm5_layer_acts {
     void *x_in, *h1, *x_mid, *h2;              // (T,C): layer input, its norm, after attention, its norm
@@ -43,8 +41,11 @@ typedef struct glm5_pass {
     dsarl_model *m;
     int64_t T;
     int32_t topk_width;                        // index_topk, or the longest sequence under dense attention
-    int n_acts;                                // 1 (inference) or num_hidden_layers (training)
+    int n_acts;                                // 1 (inference, recompute) or num_hidden_layers (training)
     glm5_layer_acts *acts;
+    bool recompute;                            // training with activation recompute: layers rerun in backward
+    void **x_saved;                            // recompute: (layers) each layer's input (T,C)
+    int32_t **topk_saved;                      // recompute: (layers) each layer's top-k (T, topk_width)
     void *x;                                   // (T,C) residual stream
     void *h_final;                             // (T,C) final norm output
     float *rstd_final;                         // (T)
@@ -53,14 +54,17 @@ typedef struct glm5_pass {
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device
     dsarl_dsa_batch batch;
-    void *bufs[GLM5_MAX_BUFFERS];
-    void *host_bufs[GLM5_MAX_BUFFERS];
-    int n_bufs, n_host;
+    void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
+    int n_bufs, n_host, cap_bufs, cap_host;
 } glm5_pass;
 
 /* Runs the forward pass; save keeps every layer's activations for glm5_backward_pass. Free with
  * glm5_pass_free, also on failure. */
 int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err);
+
+/* Runs decoder layer i on p->x in place, keeping its activations in a; prev_topk is the previous layer's top-k
+ * (NULL for layer 0), which a shared layer reuses. */
+int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_t *prev_topk, dsarl_error *err);
 
 /* Allocates device memory owned by the pass. */
 int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
