@@ -497,6 +497,69 @@ START_TEST(test_threads_from_recipe)
 }
 END_TEST
 
+START_TEST(test_adamw_scale_sum_squares)
+{
+    // two AdamW steps against the formula evaluated in double (torch.optim.AdamW, decoupled weight decay)
+    float p[5] = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f}, g1[5] = {0.1f, -0.2f, 0.3f, 0.0f, -1.0f},
+          g2[5] = {-0.3f, 0.1f, 0.2f, 0.5f, 0.0f}, m[5] = {0}, v[5] = {0};
+    double pd[5], md[5] = {0}, vd[5] = {0}, lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    for (int i = 0; i < 5; i++)
+        pd[i] = p[i];
+    for (int step = 1; step <= 2; step++) {
+        const float *g = step == 1 ? g1 : g2;
+        ck_assert_int_eq(cpu_adamw_step(dev, p, g, m, v, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, &err), 0);
+        for (int i = 0; i < 5; i++) {
+            pd[i] -= lr * wd * pd[i];
+            md[i] = b1 * md[i] + (1 - b1) * g[i];
+            vd[i] = b2 * vd[i] + (1 - b2) * (double)g[i] * g[i];
+            pd[i] -= lr * (md[i] / (1 - pow(b1, step))) / (sqrt(vd[i] / (1 - pow(b2, step))) + eps);
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        ck_assert_double_eq_tol(p[i], pd[i], 1e-6);
+    ck_assert_int_eq(cpu_adamw_step(dev, p, g1, m, v, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, &err), DSARL_E_INVALID);
+    float *x = rand_array(100, 2), ss = 0;
+    double want = 0;
+    for (int i = 0; i < 100; i++)
+        want += (double)x[i] * x[i];
+    ck_assert_int_eq(cpu_sum_squares(dev, &ss, x, 100, &err), 0);
+    ck_assert_double_eq_tol(ss, want, 1e-5 * want);
+    float x0 = x[7];
+    ck_assert_int_eq(cpu_scale(dev, x, -0.5f, 100, &err), 0);
+    ck_assert(x[7] == -0.5f * x0);
+    free(x);
+}
+END_TEST
+
+START_TEST(test_sample_tokens)
+{
+    enum { V = 4, N = 20000 };
+    float logits[N * V];
+    for (int t = 0; t < N; t++) {
+        logits[t * V + 0] = 0.0f, logits[t * V + 1] = 1.0f, logits[t * V + 2] = -1.0f, logits[t * V + 3] = 0.5f;
+    }
+    int32_t *tok = malloc(N * sizeof(int32_t)), *again = malloc(N * sizeof(int32_t));
+    ck_assert_int_eq(cpu_sample_tokens(dev, tok, logits, N, V, 0.0f, 1, 0, &err), 0);
+    ck_assert_int_eq(tok[0], 1); // greedy
+    ck_assert_int_eq(cpu_sample_tokens(dev, tok, logits, N, V, 2.0f, 42, 7, &err), 0);
+    ck_assert_int_eq(cpu_sample_tokens(dev, again, logits, N, V, 2.0f, 42, 7, &err), 0);
+    ck_assert_mem_eq(tok, again, N * sizeof(int32_t)); // reproducible from (seed, stream)
+    int count[V] = {0};
+    for (int t = 0; t < N; t++)
+        count[tok[t]]++;
+    double z = 0, p[V];
+    for (int v = 0; v < V; v++)
+        z += exp(logits[v] / 2.0);
+    for (int v = 0; v < V; v++) {
+        p[v] = exp(logits[v] / 2.0) / z;
+        double sd = sqrt(N * p[v] * (1 - p[v]));
+        ck_assert_msg(fabs(count[v] - N * p[v]) < 5 * sd, "token %d drawn %d times, expected %.0f", v, count[v],
+                      N * p[v]);
+    }
+    free(tok), free(again);
+}
+END_TEST
+
 static Suite *device_cpu_suite(void)
 {
     Suite *s = suite_create("device_cpu");
@@ -514,6 +577,8 @@ static Suite *device_cpu_suite(void)
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_ops_table_complete);
     tcase_add_test(tc, test_threads_from_recipe);
+    tcase_add_test(tc, test_adamw_scale_sum_squares);
+    tcase_add_test(tc, test_sample_tokens);
     suite_add_tcase(s, tc);
     return s;
 }
