@@ -11,6 +11,9 @@
 #include "cpu_device.h"
 #include "dsa_reference.h"
 #include "dsarl/fileutil.h"
+#include "dsarl/json.h"
+#include "dsarl/npy.h"
+#include "recipe_internal.h"
 #include "dsarl/safetensors.h"
 #include "glm5_ops.h"
 
@@ -35,6 +38,8 @@ static void teardown(void)
 {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (getenv("KEEP_TMP"))
+        return;
     ck_assert_int_eq(system(cmd), 0);
     dsarl_dsa_reference_ops.destroy(dsa);
     cpu_destroy(dev);
@@ -73,6 +78,20 @@ static void logits_of(dsarl_model *m, float *out)
     ck_assert_msg(glm5_forward_logits(m, &b, out, &err) == 0, "%s", err.message);
 }
 
+// Runs tools/glm5_check_saved.py: transformers loads dir and must reproduce ref logits for the ids.
+static void transformers_check(const char *dir, const char *ids, const char *ref)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 '%s/tools/glm5_check_saved.py' '%s' '%s' '%s' > '%s/py.log' 2>&1",
+             DSARL_SOURCE_DIR, dir, ids, ref, tmp);
+    int rc = system(cmd);
+    if (WIFEXITED(rc) && (WEXITSTATUS(rc) == 77 || WEXITSTATUS(rc) == 127))
+        fprintf(stderr, "check_glm5_io: python3/transformers not available; transformers load check skipped\n");
+    else
+        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "transformers did not reproduce the logits from %s "
+                      "(see %s/py.log)", dir, tmp);
+}
+
 START_TEST(test_round_trip_bit_exact)
 {
     dsarl_model *a = NULL, *b = NULL;
@@ -80,6 +99,13 @@ START_TEST(test_round_trip_bit_exact)
     char *d1 = strdup(path_in(tmp, "one")), *d2 = strdup(path_in(tmp, "two"));
     ck_assert_msg(glm5_save_hf(a, d1, &err) == 0, "%s", err.message);
     ck_assert_msg(load(d1, &b) == 0, "%s", err.message); // f32, per-expert keys
+    // the saved config keeps the source's other keys and describes float32 weights
+    json_t *saved_cfg = NULL;
+    ck_assert_int_eq(dsarl_json_load_file(path_in(d1, "config.json"), &saved_cfg, &err), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(saved_cfg, "dtype")), "float32");
+    ck_assert_ptr_nonnull(json_object_get(saved_cfg, "transformers_version"));
+    ck_assert_int_eq(json_integer_value(json_object_get(saved_cfg, "n_group")), 4);
+    json_decref(saved_cfg);
     ck_assert_int_eq(a->n_weights, b->n_weights);
     ck_assert_mem_eq(a->weights, b->weights, (size_t)a->n_weights * sizeof(float));
     ck_assert_msg(glm5_save_hf(b, d2, &err) == 0, "%s", err.message);
@@ -107,14 +133,7 @@ START_TEST(test_round_trip_bit_exact)
     logits_of(b, lb);
     ck_assert_mem_eq(la, lb, sizeof la);
     // transformers reads what we wrote and gets the fixture's logits
-    snprintf(cmd, sizeof cmd, "python3 '%s/tools/glm5_check_saved.py' '%s' '%s' > '%s/py.log' 2>&1", DSARL_SOURCE_DIR,
-             d1, GROUPS, tmp);
-    int rc = system(cmd);
-    if (WIFEXITED(rc) && (WEXITSTATUS(rc) == 77 || WEXITSTATUS(rc) == 127))
-        fprintf(stderr, "check_glm5_io: python3/transformers not available; transformers load check skipped\n");
-    else
-        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "transformers did not reproduce the logits from %s "
-                      "(see %s/py.log)", d1, tmp);
+    transformers_check(d1, GROUPS "/input_ids.json", GROUPS "/logits.npy");
     free(d1), free(d2);
     glm5_model_free(a), glm5_model_free(b);
 }
@@ -247,6 +266,51 @@ START_TEST(test_sharded_index)
 }
 END_TEST
 
+START_TEST(test_recipe_model_saved_for_transformers)
+{
+    // a model defined inline in a recipe (random init) saved as HF: transformers computes the same logits. The
+    // top-k is wider than the rows here: random ReLU scores tie at 0, and tie order is not part of the contract
+    // (the fixtures check sparse selection with margins instead)
+    static const char *yaml =
+        "policy:\n  model_config:\n    vocab_size: 40\n    hidden_size: 16\n    intermediate_size: 24\n"
+        "    moe_intermediate_size: 8\n    num_hidden_layers: 3\n    num_attention_heads: 2\n"
+        "    q_lora_rank: 12\n    kv_lora_rank: 8\n    qk_nope_head_dim: 4\n    qk_rope_head_dim: 4\n"
+        "    v_head_dim: 6\n    n_routed_experts: 4\n    num_experts_per_tok: 2\n    index_topk: 16\n"
+        "    index_head_dim: 8\n    index_n_heads: 2\n    first_k_dense_replace: 1\n    index_topk_pattern: FFS\n"
+        "    initializer_range: 0.3\n    rope_parameters: {rope_type: yarn, rope_theta: 5000.0, factor: 2.0,\n"
+        "      original_max_position_embeddings: 16, mscale: 1.0, mscale_all_dim: 1.0}\n";
+    dsarl_recipe *r = NULL;
+    ck_assert_msg(dsarl_recipe_load_string(yaml, "io.yaml", &r, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(r),
+                             .device_ops = &dsarl_cpu_device_ops, .device = dev, .dsa_ops = &dsarl_dsa_reference_ops,
+                             .dsa = dsa, .seed = 3};
+    dsarl_model *m = NULL;
+    ck_assert_msg(glm5_create_family(GLM5_FAMILY_52, &mc, &m, &err) == 0, "%s", err.message);
+    char *d = strdup(path_in(tmp, "recipe_model"));
+    ck_assert_msg(glm5_save_hf(m, d, &err) == 0, "%s", err.message);
+    int32_t tokens[2 * 9] = {1, 5, 39, 3, 3, 20, 2, 30, 11, 7, 7, 0, 38, 12, 4, 19, 25, 8}, cu[3] = {0, 9, 18};
+    dsarl_token_batch b = {.struct_size = sizeof(b), .n_tokens = 18, .n_sequences = 2, .tokens = tokens,
+                           .cu_seqlens = cu};
+    float logits[18 * 40];
+    ck_assert_int_eq(glm5_forward_logits(m, &b, logits, &err), 0);
+    int64_t shape[3] = {2, 9, 40};
+    dsarl_tensor t;
+    ck_assert_int_eq(dsarl_tensor_init(&t, logits, DSARL_DTYPE_F32, 3, shape, DSARL_DEVICE_CPU, &err), 0);
+    ck_assert_int_eq(dsarl_npy_write(path_in(tmp, "recipe_logits.npy"), &t, &err), 0);
+    FILE *f = fopen(path_in(tmp, "recipe_ids.json"), "w");
+    fprintf(f, "[[1, 5, 39, 3, 3, 20, 2, 30, 11], [7, 7, 0, 38, 12, 4, 19, 25, 8]]\n");
+    fclose(f);
+    char ids[512], ref[512];
+    snprintf(ids, sizeof ids, "%s", path_in(tmp, "recipe_ids.json"));
+    snprintf(ref, sizeof ref, "%s", path_in(tmp, "recipe_logits.npy"));
+    transformers_check(d, ids, ref);
+    free(d);
+    glm5_model_free(m);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 static Suite *glm5_io_suite(void)
 {
     Suite *s = suite_create("glm5_io");
@@ -256,6 +320,7 @@ static Suite *glm5_io_suite(void)
     tcase_add_test(tc, test_round_trip_bit_exact);
     tcase_add_test(tc, test_bad_directories);
     tcase_add_test(tc, test_sharded_index);
+    tcase_add_test(tc, test_recipe_model_saved_for_transformers);
     suite_add_tcase(s, tc);
     return s;
 }

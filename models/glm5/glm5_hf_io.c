@@ -217,6 +217,11 @@ static int list_files(const char *dir, char ***out, size_t *n_out, dsarl_error *
 
 int glm5_load_hf_weights(dsarl_model *m, const char *dir, dsarl_error *err)
 {
+    char *cfg_path = dsarl_path_join(dir, "config.json");
+    int cfg_rc = cfg_path ? dsarl_json_load_file(cfg_path, &m->hf_config, err)
+                          : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+    free(cfg_path);
+    DSARL_TRY(cfg_rc);
     char **files = NULL;
     size_t n_files = 0;
     DSARL_TRY(list_files(dir, &files, &n_files, err));
@@ -290,8 +295,19 @@ int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
     if (rc == 0)
         rc = dsarl_safetensors_write(st_path, entries, (size_t)k, meta, 1, err);
     json_t *cj = NULL;
-    if (rc == 0)
+    if (rc == 0 && m->hf_config) {
+        // the loaded config.json with its other keys (token ids, ...), now describing float32 weights
+        cj = json_deep_copy(m->hf_config);
+        if (!cj)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        else {
+            json_object_set_new(cj, "dtype", json_string("float32"));
+            json_object_del(cj, "torch_dtype");
+            json_object_del(cj, "quantization_config");
+        }
+    } else if (rc == 0) {
         rc = glm5_config_to_json(&m->cfg, &cj, err);
+    }
     if (rc == 0)
         rc = dsarl_json_write_file_atomic(cfg_path, cj, JSON_INDENT(2) | JSON_SORT_KEYS, err);
     json_decref(cj);

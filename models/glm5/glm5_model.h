@@ -45,6 +45,7 @@ typedef struct glm5_layer {
 
 struct dsarl_model {
     glm5_config cfg;
+    json_t *hf_config;           /* config.json of the loaded directory (kept so save keeps its other keys), or NULL */
     const dsarl_device_ops *dev_ops;
     dsarl_device *dev;
     const dsarl_dsa_ops *dsa_ops;
