@@ -123,6 +123,7 @@ void glm5_model_free(dsarl_model *m)
         m->dev_ops->free(m->dev, m->inv_freq);
     if (m->grads)
         m->dev_ops->free(m->dev, m->grads);
+    glm5_optim_free(m);
     json_decref(m->hf_config);
     free(m->params);
     free(m->layers);

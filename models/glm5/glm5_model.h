@@ -64,6 +64,7 @@ struct dsarl_model {
     float *inv_freq;             /* device (rope_dim/2) */
     dsarl_dtype storage;         /* the device's storage dtype for weights and activations */
     size_t elem;                 /* its size in bytes */
+    struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
 };
 
 /* base advanced by n elements of the model's storage dtype. */
@@ -121,5 +122,16 @@ int glm5_backward(dsarl_model *model, const dsarl_token_batch *batch, const int3
 
 /* Writes config.json + model.safetensors (float32, per-expert keys) into dir atomically. */
 int glm5_save_hf(dsarl_model *model, const char *dir, dsarl_error *err);
+
+/* Optimizer (glm5_optim.c): the model ops of the same names; glm5_optim_free releases the state. */
+typedef struct glm5_optim glm5_optim;
+void glm5_optim_free(dsarl_model *model);
+int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err);
+int glm5_optimizer_step(dsarl_model *model, const dsarl_optimizer_params *params, dsarl_error *err);
+int64_t glm5_optimizer_steps(const dsarl_model *model);
+int glm5_optimizer_save(dsarl_model *model, const char *path, dsarl_error *err);
+int glm5_optimizer_load(dsarl_model *model, const char *path, dsarl_error *err);
+/* Reloads every weight from a Hugging Face directory (same config); the fp32 master follows. */
+int glm5_load_weights(dsarl_model *model, const char *dir, dsarl_error *err);
 
 #endif /* DSARL_GLM5_MODEL_H */

@@ -188,6 +188,12 @@ const dsarl_model_ops glm5_1_model_ops = {
     .parameter_info = parameter_info,
     .read_parameter = read_parameter,
     .write_parameter = write_parameter,
+    .grad_norm = glm5_grad_norm,
+    .optimizer_step = glm5_optimizer_step,
+    .optimizer_steps = glm5_optimizer_steps,
+    .optimizer_save = glm5_optimizer_save,
+    .optimizer_load = glm5_optimizer_load,
+    .load_weights = glm5_load_weights,
 };
 
 const dsarl_model_ops glm5_2_model_ops = {
@@ -208,4 +214,10 @@ const dsarl_model_ops glm5_2_model_ops = {
     .parameter_info = parameter_info,
     .read_parameter = read_parameter,
     .write_parameter = write_parameter,
+    .grad_norm = glm5_grad_norm,
+    .optimizer_step = glm5_optimizer_step,
+    .optimizer_steps = glm5_optimizer_steps,
+    .optimizer_save = glm5_optimizer_save,
+    .optimizer_load = glm5_optimizer_load,
+    .load_weights = glm5_load_weights,
 };

@@ -92,6 +92,9 @@ int cpu_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, f
                    float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err);
 int cpu_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err);
 int cpu_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err);
+int cpu_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v, int64_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step,
+                     dsarl_error *err);
 int cpu_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                       float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
 

@@ -46,4 +46,5 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
     .sample_tokens = cpu_sample_tokens,
+    .adamw_update = cpu_adamw_update,
 };

@@ -74,3 +74,31 @@ int cpu_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, i
     }
     return DSARL_OK;
 }
+
+// torch.optim.AdamW's single-tensor step in float32: the bias corrections are Python floats (double) turned into
+// one step size and one sqrt divisor, so the update matches torch to float rounding.
+int cpu_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v, int64_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t step,
+                     dsarl_error *err)
+{
+    (void)dev;
+    if (step < 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cpu: adamw_update step counts from 1, got %lld",
+                          (long long)step);
+    const float *g = grad;
+    float *w = weight;
+    double c1 = 1.0 - pow((double)beta1, (double)step), c2 = 1.0 - pow((double)beta2, (double)step);
+    float step_size = (float)((double)lr / c1), c2_sqrt = (float)sqrt(c2);
+    float decay = 1.0f - lr * weight_decay;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        master[i] *= decay;
+        m[i] += (gi - m[i]) * (1.0f - beta1); // torch's lerp
+        v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
+        float denom = sqrtf(v[i]) / c2_sqrt + eps;
+        master[i] -= step_size * (m[i] / denom);
+        if (w && w != master)
+            w[i] = master[i]; // float32 storage: the write-back is a copy
+    }
+    return DSARL_OK;
+}

@@ -176,6 +176,15 @@ typedef struct dsarl_device_ops {
     int (*sample_tokens)(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                          float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
 
+    /* --- optimizer with fp32 master weights ------------------------------------------------------------------ */
+    /* One AdamW step (torch.optim.AdamW: decoupled decay, bias correction, eps outside the sqrt; step counted from
+     * 1) on n values: g = grad_scale * grad (grad in the storage dtype), master/m/v (float32) updated in place,
+     * then the master written back into weight in the storage dtype. weight may equal master (float32 storage,
+     * the CPU: the master IS the weight) or be NULL (no write-back). */
+    int (*adamw_update)(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v,
+                        int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                        float grad_scale, int64_t step, dsarl_error *err);
+
     void *reserved[8];
 } dsarl_device_ops;
 

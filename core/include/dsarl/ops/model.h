@@ -38,6 +38,19 @@ typedef struct dsarl_token_batch {
     const int32_t *cu_seqlens;   /* (B + 1) prefix sums of sequence lengths, cu_seqlens[0] = 0 */
 } dsarl_token_batch;
 
+/* One optimizer step's hyper-parameters (AdamW, torch.optim.AdamW / Megatron Adam with decoupled weight decay).
+ * The caller applies the LR schedule and gradient clipping: lr is this step's rate, grad_scale the clip factor
+ * (min(1, max_norm / (norm + 1e-6))) times any loss scaling. The optimizer draws no random numbers: its whole
+ * state is m, v, the step count (and the fp32 master where storage is not float32), all in optimizer_save. */
+typedef struct dsarl_optimizer_params {
+    uint32_t struct_size;
+    double lr;           /* learning rate of this step */
+    double beta1, beta2; /* moment decays (policy.megatron_cfg.optimizer.adam_beta1/2) */
+    double eps;          /* added outside the sqrt (adam_eps) */
+    double weight_decay; /* decoupled: p -= lr * weight_decay * p, trainable parameters only */
+    double grad_scale;   /* every gradient is multiplied by this before the update */
+} dsarl_optimizer_params;
+
 typedef struct dsarl_model_ops {
     dsarl_ops_common common;
 
@@ -85,6 +98,24 @@ typedef struct dsarl_model_ops {
      * the recipe's inline config), without building it: for planning full-size models. */
     int (*parameter_count_config)(const dsarl_model_config *config, int64_t *trainable, int64_t *buffers,
                                   dsarl_error *err);
+
+    /* --- optimizer and checkpoints ---------------------------------------------------------------------------- */
+    /* Global L2 norm over the gradients of the trainable parameters (buffers excluded), accumulated in double. */
+    int (*grad_norm)(dsarl_model *model, double *norm, dsarl_error *err);
+    /* One AdamW step over every trainable parameter from the accumulated gradients (fp32 m, v and master weights,
+     * allocated and zeroed on the first call); buffers (e_score_correction_bias) are neither decayed nor updated.
+     * Gradients are left as they are (call zero_grad before the next accumulation). */
+    int (*optimizer_step)(dsarl_model *model, const dsarl_optimizer_params *params, dsarl_error *err);
+    /* Optimizer steps taken so far (0 before the first optimizer_step or after loading a fresh state). */
+    int64_t (*optimizer_steps)(const dsarl_model *model);
+    /* Writes the optimizer state (safetensors: exp_avg.<name>, exp_avg_sq.<name> float32 per trainable tensor,
+     * "step" int64, and master.<name> when storage is not float32) to path atomically. */
+    int (*optimizer_save)(dsarl_model *model, const char *path, dsarl_error *err);
+    /* Restores what optimizer_save wrote into a model built from the same config; a missing or mis-shaped tensor
+     * fails naming the file and tensor, leaving the model's optimizer state unchanged. */
+    int (*optimizer_load)(dsarl_model *model, const char *path, dsarl_error *err);
+    /* Overwrites every parameter and buffer from a Hugging Face directory that save wrote for the same config. */
+    int (*load_weights)(dsarl_model *model, const char *dir, dsarl_error *err);
 
     void *reserved[16];
 } dsarl_model_ops;
