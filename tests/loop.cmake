@@ -1,0 +1,10 @@
+# Run logger (core/src/metrics*.c) and the GRPO training loop (algorithms/grpo/grpo_train*.c).
+dsarl_add_check_test(check_metrics SOURCES check_metrics.c LABELS unit LIBS PkgConfig::JANSSON TIMEOUT 60)
+# TensorBoard's own reader loads what the logger wrote (skipped, exit 77, without the tensorboard package).
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME tensorboard_reader COMMAND sh -c
+    "d=$(mktemp -d) && \"$0\" --write-fixture \"$d/exp\" && \"$1\" \"$2\" \"$d/exp\"; rc=$?; rm -rf \"$d\"; exit $rc"
+    $<TARGET_FILE:check_metrics> ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard_check.py)
+  set_tests_properties(tensorboard_reader PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
+endif()
