@@ -8,3 +8,6 @@ if(Python3_Interpreter_FOUND)
     $<TARGET_FILE:check_metrics> ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard_check.py)
   set_tests_properties(tensorboard_reader PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
+# tools/plot: PNG curves from metrics.jsonl (skipped without matplotlib).
+add_test(NAME tools_plot COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/plot_check.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(tools_plot PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
