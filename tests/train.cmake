@@ -3,3 +3,7 @@ if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_optim SOURCES check_optim.c LABELS unit TIMEOUT 120
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON)
 endif()
+if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_checkpoint SOURCES check_checkpoint.c LABELS unit TIMEOUT 120
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON)
+endif()

@@ -81,7 +81,8 @@ int dsarl_parse_duration(const char *text, const char *what, double *seconds, ds
                           "got \"%s\"", what, text ? text : "");
     double s = (double)field[0] * 86400.0 + (double)field[1] * 3600.0 + (double)field[2] * 60.0 + (double)field[3];
     if (s <= 0)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "%s must be a duration after the run start, got \"%s\"", what, text);
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s must be a \"DD:HH:MM:SS\" duration after the run start, longer than "
+                          "zero, got \"%s\"", what, text);
     *seconds = s;
     return DSARL_OK;
 }
