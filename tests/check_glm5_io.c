@@ -56,8 +56,11 @@ static char *path_in(const char *dir, const char *name)
 {
     static char buf[4][512];
     static int i;
+    /* Format into a temporary first: dir may itself be an earlier result living in buf. */
+    char joined[512];
+    snprintf(joined, sizeof joined, "%s/%s", dir, name);
     char *p = buf[i++ % 4];
-    snprintf(p, 512, "%s/%s", dir, name);
+    memcpy(p, joined, sizeof joined);
     return p;
 }
 
