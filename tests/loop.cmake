@@ -11,3 +11,11 @@ endif()
 # tools/plot: PNG curves from metrics.jsonl (skipped without matplotlib).
 add_test(NAME tools_plot COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/plot_check.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(tools_plot PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
+# The GRPO loop end to end on a micro run of the tiny recipe (plugins loaded from the build tree).
+if(TARGET dsarl-algorithm-grpo-objects)
+  dsarl_add_check_test(check_grpo_run SOURCES check_grpo_run.c LABELS unit
+                       LIBS dsarl-algorithm-grpo-objects PkgConfig::JANSSON TIMEOUT 600)
+  target_include_directories(check_grpo_run PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+  add_dependencies(check_grpo_run dsarl-algorithm-grpo dsarl-model-glm5.2 dsarl-device-cpu dsarl-dsa-reference
+                   dsarl-environment-math)
+endif()

@@ -1,26 +1,55 @@
-/* grpo_plugin.c: entry of dsarl-algorithm-grpo.so. Registers the algorithm ops table "grpo" with its recipe keys.
- * The training loop needs the model and the generation engine (issue 4); until they land, run validates the
- * config, so a recipe's GRPO settings are already checked end to end, and then says plainly what is missing. */
-#include "grpo.h"
+/* grpo_plugin.c: entry of dsarl-algorithm-grpo.so. Registers the algorithm ops table "grpo" with its recipe keys:
+ * the GRPO math keys first (grpo_recipe_keys), then what the loop reads (grpo_train_keys), the logger's,
+ * the checkpointing section's, the optimizer's and the datasets'. */
+#include <string.h>
 
+#include "dsarl/checkpoint.h"
+#include "dsarl/dataset.h"
+#include "dsarl/metrics.h"
 #include "dsarl/ops/algorithm.h"
+#include "dsarl/optimizer.h"
+#include "grpo_train.h"
 
 static int grpo_run(const dsarl_run_context *ctx, dsarl_error *err)
 {
-    grpo_config cfg;
-    DSARL_TRY(grpo_config_from_recipe(ctx->recipe, &cfg, err));
-    return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the GRPO training loop is not built yet (issue 4): config validated");
+    return grpo_train_run(ctx, NULL, err);
 }
 
-static const dsarl_algorithm_ops grpo_ops = {
+/* all_keys and grpo_ops.common.n_keys are filled by grpo_init before registration (the tables it joins live in libdsarl, so it cannot be a static
+ * initializer); large enough for every table with room to grow. */
+static dsarl_key_spec all_keys[512];
+
+static dsarl_algorithm_ops grpo_ops = {
     .common = DSARL_OPS_COMMON_KEYS(dsarl_algorithm_ops, DSARL_KIND_ALGORITHM, "grpo",
                                     "GRPO (NeMo RL semantics): group advantages, ClippedPGLoss, DAPO options",
-                                    grpo_recipe_keys, GRPO_N_RECIPE_KEYS),
+                                    all_keys, 0),
     .run = grpo_run,
 };
 
+static size_t append_keys(size_t at, const dsarl_key_spec *keys, size_t n)
+{
+    for (size_t i = 0; i < n && at < DSARL_ARRAY_LEN(all_keys); i++)
+        all_keys[at++] = keys[i];
+    return at;
+}
+
 static int grpo_init(const dsarl_host *host, dsarl_error *err)
 {
+    size_t n = 0, k;
+    const dsarl_key_spec *t;
+    n = append_keys(n, grpo_recipe_keys, GRPO_N_RECIPE_KEYS);
+    n = append_keys(n, grpo_train_keys, grpo_train_n_keys);
+    t = dsarl_metrics_keys(&k);
+    n = append_keys(n, t, k);
+    t = dsarl_checkpoint_keys(&k);
+    n = append_keys(n, t, k);
+    t = dsarl_optimizer_keys(&k);
+    n = append_keys(n, t, k);
+    t = dsarl_dataset_keys(&k);
+    n = append_keys(n, t, k);
+    if (n == DSARL_ARRAY_LEN(all_keys))
+        return DSARL_FAIL(err, DSARL_E_INTERNAL, "algorithm/grpo: more recipe keys than its table holds (%zu)", n);
+    grpo_ops.common.n_keys = n; /* the one field that depends on the joined tables */
     return host->register_ops(host, DSARL_KIND_ALGORITHM, &grpo_ops.common, err);
 }
 

@@ -1,0 +1,400 @@
+/* check_grpo_run.c: the GRPO loop (algorithms/grpo/grpo_train.c) end to end on the tiny GLM-5.2 recipe shrunk to a
+ * micro run (2 prompts x 4 generations, 8 new tokens): metrics present and finite, train/inference log-prob
+ * agreement to float rounding on the CPU, bit-identical resume (4 steps == 2 steps + resume 2: weights, optimizer
+ * state and metrics compared bit for bit), a corrupt checkpoint skipped, and bad recipe values refused before
+ * anything is built. The plugins are loaded from the build tree like `dsarl run` loads them. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsarl/fileutil.h"
+#include "grpo_train.h"
+#include "recipe_internal.h"
+#include "registry.h"
+#include "selection.h"
+
+/* A test environment whose reward varies between random responses (the share of ASCII bytes in it), so a
+ * random-init model gets non-zero advantages and the weights really move. */
+struct dsarl_environment {
+    int unused;
+};
+
+static int ascii_create(const dsarl_node *recipe, const dsarl_node *section, dsarl_environment **out,
+                        dsarl_error *err)
+{
+    (void)recipe;
+    (void)section;
+    *out = calloc(1, sizeof **out);
+    return *out ? 0 : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory");
+}
+
+static void ascii_destroy(dsarl_environment *env) { free(env); }
+
+static int ascii_score(dsarl_environment *env, size_t n, const char *const *responses, const char *const *truths,
+                       float *rewards, dsarl_verdict *verdicts, dsarl_error *err)
+{
+    (void)env;
+    (void)truths;
+    (void)err;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(responses[i]), ascii = 0;
+        for (size_t j = 0; j < len; j++)
+            ascii += (unsigned char)responses[i][j] < 128;
+        rewards[i] = len ? (float)ascii / (float)len : 0.0f;
+        verdicts[i] = rewards[i] > 0.5f ? DSARL_VERDICT_CORRECT : DSARL_VERDICT_WRONG;
+    }
+    return 0;
+}
+
+static const dsarl_environment_ops ascii_env = {
+    .common = DSARL_OPS_COMMON_NOKEYS(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "ascii", "test reward"),
+    .create = ascii_create, .destroy = ascii_destroy, .score = ascii_score};
+
+typedef struct harness {
+    dsarl_recipe *recipe;
+    dsarl_registry *reg;
+    dsarl_selection sel;
+    const dsarl_environment_ops *env_ops[DSARL_MAX_ENVIRONMENTS];
+    const char *env_names[DSARL_MAX_ENVIRONMENTS];
+    dsarl_parallel parallel;
+    volatile sig_atomic_t stop;
+    dsarl_run_context ctx;
+} harness;
+
+/* The micro run: every test starts from these and adds its own overrides (later ones win). */
+static const char *const micro[] = {
+    "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=4",
+    "policy.train_micro_batch_size=2", "policy.generation.max_new_tokens=8", "grpo.max_val_samples=4",
+    "grpo.val_batch_size=4", "grpo.val_period=2", "grpo.val_at_start=false", "grpo.val_at_end=true",
+    "runtime.threads=1", "checkpointing.save_period=2", "checkpointing.keep_top_k=null",
+};
+
+static int open_harness(harness *h, const char *work, const char *const *extra, size_t n_extra, dsarl_error *err)
+{
+    memset(h, 0, sizeof *h);
+    int rc = dsarl_recipe_load_file(DSARL_SOURCE_DIR "/configs/recipes/llm/grpo-glm5.2-tiny.yaml", &h->recipe, err);
+    char arg[3][512];
+    snprintf(arg[0], sizeof arg[0], "logger.log_dir=%s/logs", work);
+    snprintf(arg[1], sizeof arg[1], "checkpointing.checkpoint_dir=%s/ckpt", work);
+    snprintf(arg[2], sizeof arg[2], "grpo.max_num_steps=4");
+    int index = 1;
+    for (size_t i = 0; rc == 0 && i < DSARL_ARRAY_LEN(micro); i++)
+        rc = dsarl_recipe_override(h->recipe, micro[i], index++, err);
+    for (size_t i = 0; rc == 0 && i < 3; i++)
+        rc = dsarl_recipe_override(h->recipe, arg[i], index++, err);
+    for (size_t i = 0; rc == 0 && i < n_extra; i++)
+        rc = dsarl_recipe_override(h->recipe, extra[i], index++, err);
+    if (rc == 0)
+        rc = dsarl_recipe_resolve(h->recipe, err);
+    if (rc == 0)
+        rc = dsarl_registry_create(&h->reg, err);
+    if (rc == 0)
+        rc = dsarl_registry_add_search_path(h->reg, DSARL_BINARY_DIR "/lib/dsarl/plugins", "test", err);
+    if (rc == 0)
+        rc = dsarl_registry_load_all(h->reg, err);
+    const dsarl_node *root = rc == 0 ? dsarl_recipe_root(h->recipe) : NULL;
+    if (rc == 0)
+        rc = dsarl_select_plugins(root, h->reg, &h->sel, err);
+    if (rc == 0) {
+        dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
+        size_t n = dsarl_selection_schema_tables(&h->sel, tables);
+        rc = dsarl_schema_validate(h->recipe, tables, n, NULL, err);
+    }
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < h->sel.n_environments; i++) {
+        h->env_ops[i] = (const dsarl_environment_ops *)h->sel.environments[i].ops;
+        h->env_names[i] = h->sel.environments[i].name;
+    }
+    h->parallel = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
+    h->ctx = (dsarl_run_context){
+        .struct_size = sizeof h->ctx, .host = dsarl_registry_host(h->reg), .recipe = root, .parallel = &h->parallel,
+        .model_ops = (const dsarl_model_ops *)h->sel.model.ops, .device_ops = (const dsarl_device_ops *)h->sel.device.ops,
+        .dsa_ops = (const dsarl_dsa_ops *)h->sel.dsa.ops,
+        .generation_ops = (const dsarl_generation_ops *)h->sel.generation.ops, .environment_ops = h->env_ops,
+        .environment_names = h->env_names, .n_environments = h->sel.n_environments, .stop_requested = &h->stop};
+    return 0;
+}
+
+static void close_harness(harness *h)
+{
+    dsarl_registry_free(h->reg);
+    dsarl_recipe_free(h->recipe);
+}
+
+/* When set, runs ignore the generation plugin and sample with grpo_sample_with_model. */
+static int use_builtin_sampler;
+
+/* Runs the micro recipe with extra overrides in work; fails the test on an error. */
+static grpo_run_summary run_ok(const char *work, const char *const *extra, size_t n_extra)
+{
+    harness h;
+    dsarl_error err = {0};
+    ck_assert_msg(open_harness(&h, work, extra, n_extra, &err) == 0, "%s", err.message);
+    h.env_ops[0] = &ascii_env; /* the run's only environment ("math" by name) */
+    if (use_builtin_sampler)
+        h.ctx.generation_ops = NULL;
+    grpo_run_summary sum;
+    int rc = grpo_train_run(&h.ctx, &sum, &err);
+    ck_assert_msg(rc == 0, "grpo_train_run: %s", err.message);
+    close_harness(&h);
+    return sum;
+}
+
+static char *make_work_dir(void)
+{
+    char *t = strdup("/tmp/check_grpo_run_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(t));
+    return t;
+}
+
+static void remove_tree(const char *path)
+{
+    if (getenv("CHECK_GRPO_RUN_KEEP")) /* debugging: leave the run directories for inspection */
+        return;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static json_t *read_metrics(const char *exp_dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", exp_dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no %s", path);
+    json_t *rows = json_array();
+    char line[65536];
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        ck_assert_msg(o != NULL, "bad metrics line: %s", je.text);
+        json_array_append_new(rows, o);
+    }
+    fclose(f);
+    return rows;
+}
+
+static double metric(json_t *row, const char *name)
+{
+    json_t *v = json_object_get(row, name);
+    ck_assert_msg(v != NULL && json_is_number(v), "metric %s missing or not a number", name);
+    return json_number_value(v);
+}
+
+START_TEST(test_micro_run_metrics)
+{
+    use_builtin_sampler = _i; /* 0: the selected generation plugin (native), 1: the built-in sampler */
+    char *work = make_work_dir();
+    static const char *const extra[] = {"grpo.max_num_steps=2", "grpo.val_at_start=true", "checkpointing.enabled=false"};
+    grpo_run_summary sum = run_ok(work, extra, 3);
+    ck_assert_int_eq(sum.first_step, 0);
+    ck_assert_int_eq(sum.last_step, 2);
+    json_t *rows = read_metrics(sum.exp_dir);
+    ck_assert_uint_eq(json_array_size(rows), 3); // step 0 (validation at start), 1, 2
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(rows, 0), "step")), 0);
+    double acc0 = metric(json_array_get(rows, 0), "val/accuracy");
+    ck_assert(acc0 >= 0.0 && acc0 <= 1.0);
+    static const char *const finite[] = {
+        "train/reward", "train/accuracy", "train/loss", "train/kl_penalty", "train/clip_fraction",
+        "train/gen_kl_error", "train/mean_gen_length", "train/truncation_rate", "train/grad_norm", "train/lr",
+        "train/advantages/mean", "timing/train/generation", "timing/train/policy_training",
+        "timing/train/total_step_time", "train/tokens_per_sec"};
+    for (size_t s = 1; s <= 2; s++) {
+        json_t *row = json_array_get(rows, s);
+        ck_assert_int_eq(json_integer_value(json_object_get(row, "step")), (json_int_t)s);
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(finite); i++)
+            ck_assert_msg(isfinite(metric(row, finite[i])), "%s not finite", finite[i]);
+        // the generation log-probs and the trainer's agree to float rounding on the CPU
+        double err_mult = metric(row, "train/token_mult_prob_error");
+        ck_assert_msg(fabs(err_mult - 1.0) <= 1e-5, "token_mult_prob_error %.9g", err_mult);
+        ck_assert_msg(fabs(metric(row, "train/gen_kl_error")) <= 1e-5, "gen_kl_error");
+        double gen_len = metric(row, "train/mean_gen_length");
+        ck_assert(gen_len >= 1.0 && gen_len <= 8.0);
+        // advantages of the group-mean baseline sum to zero
+        ck_assert(fabs(metric(row, "train/advantages/mean")) < 1e-5);
+        ck_assert(metric(row, "train/lr") > 0.0);
+        // rewards vary within groups, so there is a gradient and an update
+        ck_assert(metric(row, "train/grad_norm") > 0.0);
+        ck_assert(metric(row, "train/advantages/max") > 0.0);
+    }
+    // the last step also validated (val_at_end) and the samples were dumped
+    ck_assert(isfinite(metric(json_array_get(rows, 2), "val/accuracy")));
+    char path[1300];
+    snprintf(path, sizeof path, "%s/train_data_step2.jsonl", sum.exp_dir);
+    ck_assert(dsarl_path_exists(path));
+    snprintf(path, sizeof path, "%s/val_data_step0.jsonl", sum.exp_dir);
+    ck_assert(dsarl_path_exists(path));
+    json_decref(rows);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
+static void assert_files_equal(const char *a, const char *b)
+{
+    void *da, *db;
+    size_t na, nb;
+    dsarl_error err = {0};
+    ck_assert_msg(dsarl_read_file(a, &da, &na, &err) == 0, "%s", err.message);
+    ck_assert_msg(dsarl_read_file(b, &db, &nb, &err) == 0, "%s", err.message);
+    ck_assert_msg(na == nb && memcmp(da, db, na) == 0, "%s and %s differ", a, b);
+    free(da);
+    free(db);
+}
+
+/* Metrics of a step without the wall-clock ones. */
+static void assert_rows_equal(json_t *a, json_t *b)
+{
+    const char *key;
+    json_t *v;
+    size_t compared = 0;
+    json_object_foreach(a, key, v) {
+        if (strncmp(key, "timing/", 7) == 0 || strcmp(key, "train/tokens_per_sec") == 0)
+            continue;
+        json_t *w = json_object_get(b, key);
+        ck_assert_msg(w != NULL, "metric %s missing after resume", key);
+        ck_assert_msg(json_equal(v, w), "metric %s differs after resume", key);
+        compared++;
+    }
+    ck_assert_uint_gt(compared, 20);
+}
+
+START_TEST(test_resume_is_bit_identical)
+{
+    char *a = make_work_dir(), *b = make_work_dir();
+    grpo_run_summary full = run_ok(a, NULL, 0);
+    ck_assert_int_eq(full.last_step, 4);
+    static const char *const first_half[] = {"grpo.max_num_steps=2"};
+    grpo_run_summary half = run_ok(b, first_half, 1);
+    ck_assert_int_eq(half.last_step, 2);
+    grpo_run_summary rest = run_ok(b, NULL, 0);
+    ck_assert_int_eq(rest.first_step, 2);
+    ck_assert_int_eq(rest.last_step, 4);
+    ck_assert_str_eq(rest.exp_dir, half.exp_dir); // the resumed run appends to the same experiment
+    char pa[1200], pb[1200];
+    snprintf(pa, sizeof pa, "%s/ckpt/step_4/policy/weights/model.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/ckpt/step_4/policy/weights/model.safetensors", b);
+    assert_files_equal(pa, pb);
+    // the weights did move between the checkpoints (else the comparison would prove little)
+    char p2[1200];
+    snprintf(p2, sizeof p2, "%s/ckpt/step_2/policy/weights/model.safetensors", a);
+    void *d2, *d4;
+    size_t n2, n4;
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_read_file(p2, &d2, &n2, &err), 0);
+    ck_assert_int_eq(dsarl_read_file(pa, &d4, &n4, &err), 0);
+    ck_assert(n2 != n4 || memcmp(d2, d4, n2) != 0);
+    free(d2);
+    free(d4);
+    snprintf(pa, sizeof pa, "%s/ckpt/step_4/policy/optimizer/optimizer.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/ckpt/step_4/policy/optimizer/optimizer.safetensors", b);
+    assert_files_equal(pa, pb);
+    json_t *ra = read_metrics(full.exp_dir), *rb = read_metrics(rest.exp_dir);
+    ck_assert_uint_eq(json_array_size(ra), 4); // steps 1..4, each once
+    ck_assert_uint_eq(json_array_size(rb), 4);
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(rb, i), "step")), (json_int_t)i + 1);
+        assert_rows_equal(json_array_get(ra, i), json_array_get(rb, i));
+    }
+    snprintf(pa, sizeof pa, "%s/train_data_step4.jsonl", full.exp_dir);
+    snprintf(pb, sizeof pb, "%s/train_data_step4.jsonl", rest.exp_dir);
+    assert_files_equal(pa, pb);
+    json_decref(ra);
+    json_decref(rb);
+    remove_tree(a);
+    remove_tree(b);
+    free(a);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_corrupt_checkpoint_skipped)
+{
+    char *work = make_work_dir();
+    grpo_run_summary first = run_ok(work, NULL, 0);
+    ck_assert_int_eq(first.last_step, 4);
+    // flip one byte in the middle of step_4's weights: its manifest CRC no longer matches
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ckpt/step_4/policy/weights/model.safetensors", work);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size / 2, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, size / 2, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+    // and leave a half-written tmp_step_6 behind
+    snprintf(path, sizeof path, "%s/ckpt/tmp_step_6", work);
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_mkdir_p(path, &err), 0);
+    static const char *const more[] = {"grpo.max_num_steps=5"};
+    grpo_run_summary again = run_ok(work, more, 1);
+    ck_assert_int_eq(again.first_step, 2); // step_4 skipped, step_2 loaded
+    ck_assert_int_eq(again.last_step, 5);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
+static const struct bad_case {
+    const char *override;
+    const char *key;
+} bad_cases[] = {
+    {"grpo.num_generations_per_prompt=1", "grpo.num_generations_per_prompt"},
+    {"loss_fn.ratio_clip_min=2", "loss_fn.ratio_clip_min"},
+    {"loss_fn.reference_policy_kl_penalty=-0.1", "loss_fn.reference_policy_kl_penalty"},
+    {"policy.train_micro_batch_size=3", "policy.train_micro_batch_size"},
+    {"policy.generation.temperature=0", "policy.generation.temperature"},
+    {"policy.generation.top_p=1.5", "policy.generation.top_p"},
+    {"data.max_input_seq_length=65", "data.max_input_seq_length"},
+    {"policy.megatron_cfg.optimizer.adam_beta1=1.5", "adam_beta1"},
+};
+
+START_TEST(test_bad_recipe_refused_before_run)
+{
+    char *work = make_work_dir();
+    const struct bad_case *bc = &bad_cases[_i];
+    harness h;
+    dsarl_error err = {0};
+    int rc = open_harness(&h, work, &bc->override, 1, &err);
+    if (rc == 0)
+        rc = grpo_train_run(&h.ctx, NULL, &err);
+    ck_assert_msg(rc == DSARL_E_INVALID, "%s: rc %d: %s", bc->override, rc, err.message);
+    ck_assert_msg(strstr(err.message, bc->key) != NULL, "%s: message lacks %s: %s", bc->override, bc->key,
+                  err.message);
+    // with the location of the value: the command-line argument that set it
+    ck_assert_msg(strstr(err.message, "command line") != NULL || strstr(err.message, ".yaml:") != NULL,
+                  "no location in: %s", err.message);
+    // refused before anything was built or written
+    char logs[1200];
+    snprintf(logs, sizeof logs, "%s/logs", work);
+    ck_assert_int_eq(dsarl_path_exists(logs), 0);
+    if (rc != 0 && h.reg)
+        close_harness(&h);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("grpo_run");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_micro_run_metrics, 0, 2);
+    tcase_add_test(tc, test_resume_is_bit_identical);
+    tcase_add_test(tc, test_corrupt_checkpoint_skipped);
+    tcase_add_loop_test(tc, test_bad_recipe_refused_before_run, 0, (int)DSARL_ARRAY_LEN(bad_cases));
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
