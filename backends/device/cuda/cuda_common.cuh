@@ -1,0 +1,109 @@
+/* cuda_common.cuh: what every .cu file of the CUDA device plugin shares: checked CUDA/cuBLAS calls that return a
+ * dsarl_error (never exit()), bf16 <-> fp32 helpers, launch geometry and block reductions. */
+#ifndef DSARL_CUDA_COMMON_CUH
+#define DSARL_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include "cuda_device.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* Returns a DSARL_E_DEVICE error naming the call site and CUDA's message when call fails. */
+#define cudaCheck(call, err)                                                                                    \
+    do {                                                                                                        \
+        cudaError_t cuda_check_rc_ = (call);                                                                    \
+        if (cuda_check_rc_ != cudaSuccess)                                                                      \
+            return dsarl_error_set((err), DSARL_E_DEVICE, __FILE__, __LINE__, "device cuda: %s failed: %s",    \
+                                   #call, cudaGetErrorString(cuda_check_rc_));                                  \
+    } while (0)
+
+/* After a kernel launch: reports a bad launch configuration (the kernel's own faults surface at synchronize). */
+#define cudaCheckLaunch(what, err)                                                                              \
+    do {                                                                                                        \
+        cudaError_t cuda_launch_rc_ = cudaGetLastError();                                                       \
+        if (cuda_launch_rc_ != cudaSuccess)                                                                     \
+            return dsarl_error_set((err), DSARL_E_DEVICE, __FILE__, __LINE__,                                   \
+                                   "device cuda: launching %s failed: %s", (what),                              \
+                                   cudaGetErrorString(cuda_launch_rc_));                                        \
+    } while (0)
+
+#define CUDA_STREAM(dev) ((cudaStream_t)(dev)->compute)
+
+static inline __device__ float ldf(const bf16 *p) { return __bfloat162float(*p); }
+static inline __device__ void stf(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+/* Blocks for n elements at `threads` per block, capped so the grid stays legal (kernels loop grid-stride). */
+static inline unsigned int grid_for(int64_t n, int threads)
+{
+    int64_t blocks = (n + threads - 1) / threads;
+    if (blocks < 1)
+        blocks = 1;
+    return (unsigned int)(blocks > 65535 * 32 ? 65535 * 32 : blocks);
+}
+
+static inline __device__ float warp_sum(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+static inline __device__ float warp_max(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+static inline __device__ double warp_sum_d(double v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result. */
+static inline __device__ float block_sum(float v)
+{
+    __shared__ float partial[32];
+    __syncthreads(); /* partial may still be read by a previous call */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0)
+        partial[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? partial[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+static inline __device__ float block_max(float v)
+{
+    __shared__ float partial[32];
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0)
+        partial[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? partial[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+static inline __device__ double block_sum_d(double v)
+{
+    __shared__ double partial[32];
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    if (lane == 0)
+        partial[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? partial[lane] : 0.0;
+    return warp_sum_d(v);
+}
+
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+#endif /* DSARL_CUDA_COMMON_CUH */

@@ -1,0 +1,134 @@
+/* cuda_device.h: the CUDA device plugin's internals (bf16 storage, fp32 math; cuBLASLt GEMMs; one kernel per op).
+ *
+ * Included by C (the ops table, the entry, the tests) and by the .cu files, so it holds only C declarations. Every
+ * function implements the dsarl_device_ops slot of the same name (documented in dsarl/ops/device.h); they are
+ * exported from the object library so tests call them without dlopen.
+ *
+ * Streams: `compute` runs every kernel and GEMM, `copies` runs host<->device transfers. Both are created as
+ * blocking streams, so work a DSA plugin queues on the legacy default stream is ordered after (and before) the
+ * device's own work without the plugins sharing a stream handle. */
+#ifndef DSARL_CUDA_DEVICE_H
+#define DSARL_CUDA_DEVICE_H
+
+#include "dsarl/ops/device.h"
+
+DSARL_BEGIN_DECLS
+
+/* A test that links the CPU device too (which defines its own struct dsarl_device) defines
+ * DSARL_CUDA_DEVICE_OPAQUE and sees the CUDA instance only through pointers. */
+#ifndef DSARL_CUDA_DEVICE_OPAQUE
+struct dsarl_device {
+    int ordinal;              /* the CUDA device this instance runs on (local rank modulo the visible count) */
+    int sm_count;             /* multiprocessors, for persistent grids */
+    void *compute;            /* cudaStream_t: kernels and GEMMs */
+    void *copies;             /* cudaStream_t: host<->device transfers */
+    void *copy_done;          /* cudaEvent_t: orders compute after a copy */
+    void *compute_done;       /* cudaEvent_t: orders a copy after queued compute */
+    void *lt;                 /* cublasLtHandle_t */
+    void *blas;               /* cublasHandle_t (fallback when cuBLASLt offers no algorithm) */
+    void *gemm_workspace;     /* device bytes for cuBLASLt */
+    size_t gemm_workspace_bytes;
+    void *scratch;            /* device scratch for reductions and fp32 accumulators (grows, never shrinks) */
+    size_t scratch_bytes;
+    int *flag;                /* device int: set by kernels that find a bad input (token id out of range) */
+    void *host_staging;       /* host buffer for dtype conversion on upload/download */
+    size_t host_staging_bytes;
+    uint64_t seed;
+};
+#endif
+
+/* The registered table (kind device, name "cuda"). */
+extern const dsarl_device_ops dsarl_cuda_device_ops;
+
+/* Number of CUDA devices this process can use (0 when there is no driver or no GPU); never fails. */
+int cuda_visible_devices(void);
+
+/* Device scratch of at least bytes on dev (stream-ordered reuse: valid until the next call). */
+int cuda_scratch(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err);
+
+/* Memory and lifetime (cuda_memory.cu). */
+int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_error *err);
+void cuda_destroy(dsarl_device *dev);
+dsarl_dtype cuda_storage_dtype(const dsarl_device *dev);
+int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err);
+void cuda_free(dsarl_device *dev, void *ptr);
+int cuda_copy(dsarl_device *dev, void *dst, const void *src, size_t bytes, dsarl_copy_kind kind, dsarl_error *err);
+int cuda_zero(dsarl_device *dev, void *ptr, size_t bytes, dsarl_error *err);
+int cuda_synchronize(dsarl_device *dev, dsarl_error *err);
+int cuda_upload_f32(dsarl_device *dev, void *dst, dsarl_dtype dtype, const float *src, size_t n, dsarl_error *err);
+int cuda_download_f32(dsarl_device *dev, float *dst, const void *src, dsarl_dtype dtype, size_t n,
+                      dsarl_error *err);
+
+/* GEMMs through cuBLASLt, bf16 in and out, fp32 accumulation (cuda_gemm.cu). */
+int cuda_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const void *a, const void *b, float beta, void *c, dsarl_error *err);
+int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
+                              float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err);
+
+/* Copies, adds, embedding, SwiGLU (cuda_elementwise.cu). */
+int cuda_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *src, int64_t src_stride,
+                 int64_t rows, int64_t cols, dsarl_error *err);
+int cuda_add(dsarl_device *dev, void *out, const void *a, const void *b, int64_t n, dsarl_error *err);
+int cuda_axpy(dsarl_device *dev, int64_t n, float alpha, const void *x, void *y, dsarl_error *err);
+int cuda_swiglu_forward(dsarl_device *dev, void *out, const void *inp, int64_t T, int64_t inner, dsarl_error *err);
+int cuda_swiglu_backward(dsarl_device *dev, void *dinp, const void *dout, const void *inp, int64_t T, int64_t inner,
+                         dsarl_error *err);
+
+/* Embedding and row permutations (cuda_rows.cu). */
+int cuda_embedding_forward(dsarl_device *dev, void *out, const int32_t *tokens, const void *wte, int64_t T,
+                           int64_t C, int64_t V, dsarl_error *err);
+int cuda_embedding_backward(dsarl_device *dev, void *dwte, const void *dout, const int32_t *tokens, int64_t T,
+                            int64_t C, dsarl_error *err);
+int cuda_gather_rows(dsarl_device *dev, void *out, const void *inp, const int32_t *rows, int64_t n, int64_t C,
+                     dsarl_error *err);
+int cuda_scatter_add_rows(dsarl_device *dev, void *out, const void *inp, const int32_t *rows, const float *scale,
+                          int64_t n, int64_t C, dsarl_error *err);
+int cuda_scale_rows(dsarl_device *dev, void *x, const float *scale, int64_t n, int64_t C, dsarl_error *err);
+int cuda_row_dot(dsarl_device *dev, float *out, const void *a, const void *b, int64_t n, int64_t C,
+                 dsarl_error *err);
+
+/* Norms (cuda_norm.cu). */
+int cuda_rmsnorm_forward(dsarl_device *dev, void *out, float *rstd, const void *inp, const void *weight, int64_t T,
+                         int64_t C, float eps, dsarl_error *err);
+int cuda_rmsnorm_backward(dsarl_device *dev, void *dinp, void *dweight, const void *dout, const void *inp,
+                          const void *weight, const float *rstd, int64_t T, int64_t C, dsarl_error *err);
+int cuda_layernorm_forward(dsarl_device *dev, void *out, float *mean, float *rstd, const void *inp,
+                           const void *weight, const void *bias, int64_t T, int64_t C, float eps, dsarl_error *err);
+int cuda_layernorm_backward(dsarl_device *dev, void *dinp, void *dweight, void *dbias, const void *dout,
+                            const void *inp, const void *weight, const float *mean, const float *rstd, int64_t T,
+                            int64_t C, dsarl_error *err);
+
+/* RoPE (cuda_rope.cu). */
+int cuda_rope_forward(dsarl_device *dev, void *out, const void *inp, const int32_t *positions,
+                      const float *inv_freq, float attention_scaling, int64_t T, int64_t H, int64_t token_stride,
+                      int64_t head_stride, int64_t rope_dim, dsarl_error *err);
+int cuda_rope_backward(dsarl_device *dev, void *dinp, const void *dout, const int32_t *positions,
+                       const float *inv_freq, float attention_scaling, int64_t T, int64_t H, int64_t token_stride,
+                       int64_t head_stride, int64_t rope_dim, dsarl_error *err);
+
+/* MoE routing (cuda_moe.cu). */
+int cuda_moe_route_forward(dsarl_device *dev, int32_t *indices, float *weights, float *probs, const float *logits,
+                           const float *bias, int64_t T, int64_t E, int32_t top_k, int32_t n_group,
+                           int32_t topk_group, bool norm_topk_prob, float scaling, dsarl_error *err);
+int cuda_moe_route_backward(dsarl_device *dev, float *dlogits, const float *dweights, const int32_t *indices,
+                            const float *probs, int64_t T, int64_t E, int32_t top_k, bool norm_topk_prob,
+                            float scaling, dsarl_error *err);
+
+/* Log-probabilities (cuda_logprobs.cu). */
+int cuda_logprobs_forward(dsarl_device *dev, float *logprobs, const float *logits, const int32_t *targets,
+                          int64_t T, int64_t V, dsarl_error *err);
+int cuda_logprobs_backward(dsarl_device *dev, float *dlogits, const float *dlogprobs, const float *logits,
+                           const int32_t *targets, int64_t T, int64_t V, dsarl_error *err);
+
+/* Optimizer and reductions (cuda_optim.cu); sampling (cuda_sample.cu). */
+int cuda_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err);
+int cuda_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err);
+int cuda_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err);
+int cuda_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
+                       float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
+
+DSARL_END_DECLS
+
+#endif /* DSARL_CUDA_DEVICE_H */

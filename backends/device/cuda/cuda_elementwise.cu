@@ -1,0 +1,88 @@
+/* cuda_elementwise.cu: strided copies, residual adds, axpy and SwiGLU on bf16 storage (fp32 arithmetic). */
+#include <math.h>
+#include "cuda_common.cuh"
+
+int cuda_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *src, int64_t src_stride,
+                 int64_t rows, int64_t cols, dsarl_error *err)
+{
+    if (rows <= 0 || cols <= 0)
+        return DSARL_OK;
+    if (dst_stride < cols || src_stride < cols)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: copy_2d strides (dst %lld, src %lld) must be at least "
+                          "cols (%lld)", (long long)dst_stride, (long long)src_stride, (long long)cols);
+    size_t e = sizeof(bf16);
+    cudaCheck(cudaMemcpy2DAsync(dst, (size_t)dst_stride * e, src, (size_t)src_stride * e, (size_t)cols * e,
+                                (size_t)rows, cudaMemcpyDeviceToDevice, CUDA_STREAM(dev)), err);
+    return DSARL_OK;
+}
+
+static __global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n)
+{
+    GRID_STRIDE(i, n) { stf(out + i, ldf(a + i) + ldf(b + i)); }
+}
+
+int cuda_add(dsarl_device *dev, void *out, const void *a, const void *b, int64_t n, dsarl_error *err)
+{
+    if (n <= 0)
+        return DSARL_OK;
+    add_kernel<<<grid_for(n, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n);
+    cudaCheckLaunch("add", err);
+    return DSARL_OK;
+}
+
+static __global__ void axpy_kernel(int64_t n, float alpha, const bf16 *x, bf16 *y)
+{
+    GRID_STRIDE(i, n) { stf(y + i, ldf(y + i) + alpha * ldf(x + i)); }
+}
+
+int cuda_axpy(dsarl_device *dev, int64_t n, float alpha, const void *x, void *y, dsarl_error *err)
+{
+    if (n <= 0)
+        return DSARL_OK;
+    axpy_kernel<<<grid_for(n, 256), 256, 0, CUDA_STREAM(dev)>>>(n, alpha, (const bf16 *)x, (bf16 *)y);
+    cudaCheckLaunch("axpy", err);
+    return DSARL_OK;
+}
+
+// out (T,inner) = silu(gate) * up, inp rows [gate | up]
+static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int64_t T, int64_t inner)
+{
+    GRID_STRIDE(i, T * inner) {
+        int64_t t = i / inner, j = i % inner;
+        float g = ldf(inp + t * 2 * inner + j), u = ldf(inp + t * 2 * inner + inner + j);
+        stf(out + i, g / (1.0f + expf(-g)) * u);
+    }
+}
+
+static __global__ void swiglu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, int64_t T, int64_t inner)
+{
+    GRID_STRIDE(i, T * inner) {
+        int64_t t = i / inner, j = i % inner;
+        float g = ldf(inp + t * 2 * inner + j), u = ldf(inp + t * 2 * inner + inner + j), d = ldf(dout + i);
+        float sig = 1.0f / (1.0f + expf(-g));
+        // d silu/dg = sig * (1 + g * (1 - sig))
+        stf(dinp + t * 2 * inner + j, d * u * sig * (1.0f + g * (1.0f - sig)));
+        stf(dinp + t * 2 * inner + inner + j, d * g * sig);
+    }
+}
+
+int cuda_swiglu_forward(dsarl_device *dev, void *out, const void *inp, int64_t T, int64_t inner, dsarl_error *err)
+{
+    if (T * inner <= 0)
+        return DSARL_OK;
+    swiglu_forward_kernel<<<grid_for(T * inner, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)inp,
+                                                                                  T, inner);
+    cudaCheckLaunch("swiglu_forward", err);
+    return DSARL_OK;
+}
+
+int cuda_swiglu_backward(dsarl_device *dev, void *dinp, const void *dout, const void *inp, int64_t T, int64_t inner,
+                         dsarl_error *err)
+{
+    if (T * inner <= 0)
+        return DSARL_OK;
+    swiglu_backward_kernel<<<grid_for(T * inner, 256), 256, 0, CUDA_STREAM(dev)>>>(
+        (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, T, inner);
+    cudaCheckLaunch("swiglu_backward", err);
+    return DSARL_OK;
+}

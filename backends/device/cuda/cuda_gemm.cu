@@ -1,0 +1,146 @@
+/* cuda_gemm.cu: row-major GEMMs (plain and strided-batched) through cuBLASLt: bf16 operands and result, fp32
+ * accumulation and scalars. cuBLAS is column-major, so the row-major product C = op(A) op(B) is computed as the
+ * column-major C^T = op(B)^T op(A)^T, which reads the same bytes without any transpose copy. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include "cuda_common.cuh"
+
+// Largest power of two (<= 256) dividing the address: cuBLASLt must be told operands that are not 256-aligned
+// (slices of fused projections, per-expert offsets), or it may pick a kernel that needs the alignment.
+static uint32_t alignment_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t align = 256;
+    while (align > 2 && (a % align))
+        align >>= 1;
+    return align;
+}
+
+// The column-major product D (rows, cols) = op(X) op(Y) that equals the row-major C = op(A) op(B).
+typedef struct lt_problem {
+    cublasOperation_t op_x, op_y;
+    uint64_t rows, cols, inner;
+    uint64_t ldx, ldy, ldd;
+} lt_problem;
+
+static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const void *x, int64_t stride_x,
+                     const void *y, int64_t stride_y, float beta, void *d, int64_t stride_d, int64_t batch,
+                     dsarl_error *err)
+{
+    cublasLtHandle_t lt = (cublasLtHandle_t)dev->lt;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t lx = NULL, ly = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0, rc = DSARL_OK;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    int32_t batch32 = (int32_t)batch;
+    uint32_t ax = alignment_of(x), ay = alignment_of(y), ad = alignment_of(d);
+    size_t ws = dev->gemm_workspace_bytes;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &pr->op_x, sizeof(pr->op_x));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &pr->op_y, sizeof(pr->op_y));
+    // stored shapes: X is (rows, inner) unless transposed, Y (inner, cols) unless transposed
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&lx, CUDA_R_16BF, pr->op_x == CUBLAS_OP_N ? pr->rows : pr->inner,
+                                        pr->op_x == CUBLAS_OP_N ? pr->inner : pr->rows, pr->ldx);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&ly, CUDA_R_16BF, pr->op_y == CUBLAS_OP_N ? pr->inner : pr->cols,
+                                        pr->op_y == CUBLAS_OP_N ? pr->cols : pr->inner, pr->ldy);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, pr->rows, pr->cols, pr->ldd);
+    if (batch > 1) {
+        cublasLtMatrixLayout_t layouts[3] = {lx, ly, ld};
+        int64_t strides[3] = {stride_x, stride_y, stride_d};
+        for (int i = 0; i < 3 && st == CUBLAS_STATUS_SUCCESS; i++) {
+            st = cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch32,
+                                                  sizeof(batch32));
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                      &strides[i], sizeof(strides[i]));
+        }
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ax, sizeof(ax));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ay, sizeof(ay));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(lt, desc, lx, ly, ld, ld, pref, 1, &heur, &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0)
+        st = cublasLtMatmul(lt, desc, &alpha, x, lx, y, ly, &beta, d, ld, d, ld, &heur.algo, dev->gemm_workspace,
+                            dev->gemm_workspace_bytes, CUDA_STREAM(dev));
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        // No cuBLASLt algorithm for this shape/alignment (or it failed): the classic cuBLAS entry point accepts
+        // every legal shape.
+        st = cublasGemmStridedBatchedEx((cublasHandle_t)dev->blas, pr->op_x, pr->op_y, (int)pr->rows, (int)pr->cols,
+                                        (int)pr->inner, &alpha, x, CUDA_R_16BF, (int)pr->ldx, stride_x, y,
+                                        CUDA_R_16BF, (int)pr->ldy, stride_y, &beta, d, CUDA_R_16BF, (int)pr->ldd,
+                                        stride_d, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: bf16 gemm (%llu x %llu x %llu, batch %lld) failed "
+                            "in cuBLASLt and cuBLAS: %s", (unsigned long long)pr->rows, (unsigned long long)pr->cols,
+                            (unsigned long long)pr->inner, (long long)batch, cublasGetStatusString(st));
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ld)
+        cublasLtMatrixLayoutDestroy(ld);
+    if (ly)
+        cublasLtMatrixLayoutDestroy(ly);
+    if (lx)
+        cublasLtMatrixLayoutDestroy(lx);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    return rc;
+}
+
+static __global__ void scale_kernel(bf16 *c, float beta, int64_t n)
+{
+    GRID_STRIDE(i, n) { stf(c + i, beta == 0.0f ? 0.0f : beta * ldf(c + i)); }
+}
+
+int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
+                              float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err)
+{
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: gemm needs 0 <= m, n, k < 2^31 and batch >= 0, got "
+                          "m %lld, n %lld, k %lld, batch %lld", (long long)m, (long long)n, (long long)k,
+                          (long long)batch);
+    if (m == 0 || n == 0 || batch == 0)
+        return DSARL_OK;
+    if (k == 0) { /* C = beta * C, made explicit: some BLAS paths leave C alone for k = 0 */
+        for (int64_t i = 0; i < batch; i++) {
+            scale_kernel<<<grid_for(m * n, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)c + i * stride_c, beta, m * n);
+            cudaCheckLaunch("gemm beta scale", err);
+        }
+        return DSARL_OK;
+    }
+    // Row-major C (m,n) = op(A) op(B)  <=>  column-major C^T (n,m) = op(B)^T op(A)^T, where a row-major matrix
+    // read column-major is its transpose: X = B with op trans_b, Y = A with op trans_a.
+    lt_problem pr;
+    pr.op_x = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    pr.op_y = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    pr.rows = (uint64_t)n;
+    pr.cols = (uint64_t)m;
+    pr.inner = (uint64_t)k;
+    pr.ldx = (uint64_t)(trans_b ? k : n);
+    pr.ldy = (uint64_t)(trans_a ? m : k);
+    pr.ldd = (uint64_t)n;
+    return lt_matmul(dev, &pr, alpha, b, stride_b, a, stride_a, beta, c, stride_c, batch, err);
+}
+
+int cuda_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const void *a, const void *b, float beta, void *c, dsarl_error *err)
+{
+    return cuda_gemm_strided_batched(dev, trans_a, trans_b, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, err);
+}

@@ -1,0 +1,87 @@
+/* cuda_optim.cu: AdamW (torch.optim.AdamW semantics) on bf16 parameters with fp32 moments, the sum of squares
+ * for gradient norms (deterministic: fixed per-block partials in double, then one block), and in-place scaling. */
+#include <math.h>
+#include "cuda_common.cuh"
+
+#define SUMSQ_BLOCKS 1024
+#define SUMSQ_THREADS 256
+
+static __global__ void adamw_kernel(bf16 *param, const bf16 *grad, float *m, float *v, int64_t n, float lr, float beta1,
+                             float beta2, float eps, float weight_decay, double c1, double c2)
+{
+    GRID_STRIDE(i, n) {
+        float p = ldf(param + i), g = ldf(grad + i);
+        p -= lr * weight_decay * p;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        double denom = sqrt((double)vi / c2) + eps;
+        p -= (float)(lr * ((double)mi / c1) / denom);
+        stf(param + i, p);
+    }
+}
+
+int cuda_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err)
+{
+    if (step < 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: adamw step counts from 1, got %lld", (long long)step);
+    if (n <= 0)
+        return DSARL_OK;
+    // bias corrections as torch computes them: 1 - beta^step
+    double c1 = 1.0 - pow((double)beta1, (double)step), c2 = 1.0 - pow((double)beta2, (double)step);
+    adamw_kernel<<<grid_for(n, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)param, (const bf16 *)grad, m, v, n, lr,
+                                                                 beta1, beta2, eps, weight_decay, c1, c2);
+    cudaCheckLaunch("adamw_step", err);
+    return DSARL_OK;
+}
+
+static __global__ void sum_squares_partial_kernel(double *partial, const bf16 *x, int64_t n)
+{
+    double s = 0.0;
+    GRID_STRIDE(i, n) {
+        double xi = ldf(x + i);
+        s += xi * xi;
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+static __global__ void sum_squares_final_kernel(float *out, const double *partial, int n_partial)
+{
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n_partial; i += blockDim.x)
+        s += partial[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0)
+        out[0] = (float)s;
+}
+
+int cuda_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err)
+{
+    double *partial;
+    DSARL_TRY(cuda_scratch(dev, SUMSQ_BLOCKS * sizeof(double), (void **)&partial, err));
+    // The grid is fixed, not sized by n, so the summation order (and the result) is the same on every run.
+    sum_squares_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, CUDA_STREAM(dev)>>>(partial, (const bf16 *)x,
+                                                                                     n > 0 ? n : 0);
+    cudaCheckLaunch("sum_squares", err);
+    sum_squares_final_kernel<<<1, SUMSQ_THREADS, 0, CUDA_STREAM(dev)>>>(out, partial, SUMSQ_BLOCKS);
+    cudaCheckLaunch("sum_squares final", err);
+    return DSARL_OK;
+}
+
+static __global__ void scale_inplace_kernel(bf16 *x, float alpha, int64_t n)
+{
+    GRID_STRIDE(i, n) { stf(x + i, alpha * ldf(x + i)); }
+}
+
+int cuda_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err)
+{
+    if (n <= 0)
+        return DSARL_OK;
+    scale_inplace_kernel<<<grid_for(n, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)x, alpha, n);
+    cudaCheckLaunch("scale", err);
+    return DSARL_OK;
+}

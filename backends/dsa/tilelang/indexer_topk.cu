@@ -1,0 +1,205 @@
+/* indexer_topk.cu: lightning-indexer scores fused with causal top-k selection.
+ *
+ *   I(t,s) = sum_j weights[t,j] * relu(q[t,j,:] . k[s,:])   for s in [key_start[t], key_end[t])
+ *
+ * One block per query row (persistent grid). The row's q (n_heads x head_dim) and weights are staged in shared
+ * memory as fp32; each thread scores keys into the block's own workspace row (max_keys_per_query floats: only
+ * gridDim rows exist, never a Tq x Tk matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
+ * select (8 bits per pass) finds the exact k-th best key value; every key above it is taken, and among those equal
+ * to it the lowest key indices (an ordered block-wide count). The chosen keys are bitonic-sorted in shared memory
+ * into descending score order, ties to the lower index, as the reference writes them; -1 / -inf fill the rest. */
+#include <math.h>
+#include "tilelang_common.cuh"
+
+#define TOPK_THREADS 512
+#define TOPK_MAX 8192 /* sort buffer of 2 x 8192 x 4 bytes in shared memory */
+
+// Float -> unsigned key with the same order (larger float, larger key).
+static __device__ __forceinline__ uint32_t order_key(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static __device__ __forceinline__ float key_value(uint32_t k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// Exclusive count of flags before this thread, over the block; *total gets the block's count.
+static __device__ int block_exclusive_count(int flag, int *total)
+{
+    __shared__ int warp_counts[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    unsigned int ballot = __ballot_sync(0xffffffffu, flag);
+    int before = __popc(ballot & ((1u << lane) - 1u));
+    __syncthreads();
+    if (lane == 0)
+        warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int offset = 0, sum = 0;
+    for (int w = 0; w < n_warps; w++) {
+        if (w < warp)
+            offset += warp_counts[w];
+        sum += warp_counts[w];
+    }
+    *total = sum;
+    return offset + before;
+}
+
+// Dynamic shared memory: q (n_heads*head_dim) f32, w (n_heads) f32, sort_key (P) u32, sort_idx (P) i32.
+static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, const bf16 *q, const bf16 *k,
+                                           const float *weights, const int32_t *key_start, const int32_t *key_end,
+                                           int64_t Tq, int n_heads, int head_dim, int topk, int sort_size,
+                                           uint32_t *workspace, int64_t max_keys)
+{
+    extern __shared__ float shared[];
+    float *q_s = shared, *w_s = q_s + n_heads * head_dim;
+    uint32_t *sort_key = (uint32_t *)(w_s + n_heads);
+    int32_t *sort_idx = (int32_t *)(sort_key + sort_size);
+    __shared__ int hist[256];
+    __shared__ uint32_t prefix, prefix_mask;
+    __shared__ int remaining, n_above;
+    uint32_t *row_keys = workspace + (int64_t)blockIdx.x * max_keys;
+    const int tid = threadIdx.x;
+
+    for (int64_t t = blockIdx.x; t < Tq; t += gridDim.x) {
+        const int32_t start = key_start[t];
+        int n = key_end[t] - start;
+        n = n < 0 ? 0 : (n > max_keys ? (int)max_keys : n); /* the workspace row holds max_keys_per_query */
+        const int kk = n < topk ? n : topk;
+        for (int i = tid; i < n_heads * head_dim; i += blockDim.x)
+            q_s[i] = ldf(q + t * n_heads * head_dim + i);
+        for (int i = tid; i < n_heads; i += blockDim.x)
+            w_s[i] = weights[t * n_heads + i];
+        __syncthreads();
+        for (int i = tid; i < n; i += blockDim.x) {
+            const bf16 *k_s = k + (int64_t)(start + i) * head_dim;
+            float score = 0.0f;
+            for (int j = 0; j < n_heads; j++) {
+                const float *q_j = q_s + j * head_dim;
+                float dot = 0.0f;
+                for (int c = 0; c < head_dim; c++)
+                    dot += q_j[c] * ldf(k_s + c);
+                score += dot > 0.0f ? w_s[j] * dot : 0.0f;
+            }
+            row_keys[i] = order_key(score);
+        }
+        if (tid == 0) {
+            prefix = 0;
+            prefix_mask = 0;
+            remaining = kk;
+        }
+        __syncthreads();
+        // Radix select: after the 4 passes, prefix is the kk-th largest key and remaining how many keys equal to
+        // it belong to the top kk.
+        for (int shift = 24; shift >= 0 && kk > 0; shift -= 8) {
+            for (int b = tid; b < 256; b += blockDim.x)
+                hist[b] = 0;
+            __syncthreads();
+            for (int i = tid; i < n; i += blockDim.x) {
+                uint32_t key = row_keys[i];
+                if ((key & prefix_mask) == prefix)
+                    atomicAdd(&hist[(key >> shift) & 255u], 1);
+            }
+            __syncthreads();
+            if (tid == 0) {
+                int need = remaining, b = 255;
+                for (; b > 0 && hist[b] < need; b--)
+                    need -= hist[b];
+                remaining = need;
+                prefix |= (uint32_t)b << shift;
+                prefix_mask |= 255u << shift;
+            }
+            __syncthreads();
+        }
+        const uint32_t kth = prefix;
+        const int equal_wanted = remaining;
+        // Collect: every key above the threshold (any order, sorted below), then the first equal_wanted keys equal
+        // to it in index order.
+        if (tid == 0)
+            n_above = 0;
+        __syncthreads();
+        for (int i = tid; i < n && kk > 0; i += blockDim.x)
+            if (row_keys[i] > kth) {
+                int slot = atomicAdd(&n_above, 1);
+                sort_key[slot] = row_keys[i];
+                sort_idx[slot] = start + i;
+            }
+        __syncthreads();
+        const int above = n_above;
+        int taken = 0;
+        for (int base = 0; base < n && taken < equal_wanted; base += blockDim.x) {
+            int i = base + tid, total = 0;
+            int equal = i < n && row_keys[i] == kth;
+            int rank = taken + block_exclusive_count(equal, &total);
+            if (equal && rank < equal_wanted) {
+                sort_key[above + rank] = kth;
+                sort_idx[above + rank] = start + i;
+            }
+            taken += total;
+        }
+        for (int i = kk + tid; i < sort_size; i += blockDim.x) { /* padding sorts last */
+            sort_key[i] = 0;
+            sort_idx[i] = INT32_MAX;
+        }
+        __syncthreads();
+        // Bitonic sort, descending by key, ties by ascending index.
+        for (int size = 2; size <= sort_size; size <<= 1) {
+            for (int stride = size >> 1; stride > 0; stride >>= 1) {
+                for (int i = tid; i < sort_size; i += blockDim.x) {
+                    int j = i ^ stride;
+                    if (j > i) {
+                        bool descending = (i & size) == 0;
+                        uint32_t ki = sort_key[i], kj = sort_key[j];
+                        int32_t ii = sort_idx[i], ij = sort_idx[j];
+                        bool j_first = kj > ki || (kj == ki && ij < ii); /* j ranks before i */
+                        if (j_first == descending) {
+                            sort_key[i] = kj;
+                            sort_key[j] = ki;
+                            sort_idx[i] = ij;
+                            sort_idx[j] = ii;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        for (int i = tid; i < topk; i += blockDim.x) {
+            indices[t * topk + i] = i < kk ? sort_idx[i] : -1;
+            if (scores)
+                scores[t * topk + i] = i < kk ? key_value(sort_key[i]) : -INFINITY;
+        }
+        __syncthreads();
+    }
+}
+
+int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                          int32_t topk, int32_t *indices, float *scores, dsarl_error *err)
+{
+    DSARL_TRY(tilelang_check_batch("indexer_topk", batch, err));
+    DSARL_TRY(tilelang_check_indexer("indexer_topk", in, err));
+    if (topk <= 0 || topk > TOPK_MAX || (batch->n_queries > 0 && !indices))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa tilelang indexer_topk: topk = %d must be in [1, %d] and "
+                          "indices (Tq, topk) set", topk, TOPK_MAX);
+    if (batch->n_queries == 0)
+        return DSARL_OK;
+    int sort_size = 1;
+    while (sort_size < topk)
+        sort_size <<= 1;
+    size_t shared = ((size_t)in->n_heads * in->head_dim + in->n_heads) * sizeof(float) + (size_t)sort_size * 8;
+    if (shared > TL_MAX_SHARED)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer_topk: n_heads %d x head_dim %d with topk "
+                          "%d needs %zu bytes of shared memory, more than %d", in->n_heads, in->head_dim, topk,
+                          shared, TL_MAX_SHARED);
+    int64_t blocks = batch->n_queries < 2 * ctx->sm_count ? batch->n_queries : 2 * ctx->sm_count;
+    int64_t max_keys = batch->max_keys_per_query > 0 ? batch->max_keys_per_query : 1;
+    void *ws;
+    DSARL_TRY(tilelang_workspace(ctx, (size_t)blocks * (size_t)max_keys * sizeof(uint32_t), &ws, err));
+    tlSharedLimit(indexer_topk_kernel, shared, err);
+    indexer_topk_kernel<<<(unsigned int)blocks, TOPK_THREADS, shared>>>(
+        indices, scores, (const bf16 *)in->q, (const bf16 *)in->k, in->weights, batch->key_start, batch->key_end,
+        batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, (uint32_t *)ws, max_keys);
+    tlCheckLaunch("indexer_topk", err);
+    return DSARL_OK;
+}

@@ -1,0 +1,27 @@
+/* The tilelang backend's ops table: every slot of dsarl_dsa_ops is implemented. */
+#include "tilelang.h"
+
+static void describe_tilelang(void (*emit)(void *ctx, const char *line), void *ctx)
+{
+    emit(ctx, "all ops: tiled CUDA kernels on the cuda device, bf16 operands, fp32 math and accumulation");
+    emit(ctx, "indexer_topk: fused scores + exact radix select per query row (no Tq x Tk matrix), descending order, "
+              "ties to the lower index");
+    emit(ctx, "sparse_mla: KV tiles in shared memory shared by 16 heads, online softmax; dkv via fp32 atomics");
+}
+
+const dsarl_dsa_ops dsarl_dsa_tilelang_ops = {
+    .common = {.struct_size = (uint32_t)sizeof(dsarl_dsa_ops),
+               .kind = DSARL_KIND_DSA,
+               .name = "tilelang",
+               .description = "DeepSeek Sparse Attention as tiled CUDA kernels (bf16, fp32 accumulation, sm_90)",
+               .keys = NULL, /* the model owns index_topk and the softmax scale */
+               .n_keys = 0,
+               .describe = describe_tilelang},
+    .create = tilelang_create,
+    .destroy = tilelang_destroy,
+    .indexer_topk = tilelang_indexer_topk,
+    .sparse_mla_forward = tilelang_sparse_mla_forward,
+    .sparse_mla_backward = tilelang_sparse_mla_backward,
+    .indexer_loss_forward = tilelang_indexer_loss_forward,
+    .indexer_loss_backward = tilelang_indexer_loss_backward,
+};

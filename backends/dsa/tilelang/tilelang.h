@@ -1,0 +1,66 @@
+/* tilelang.h: internals of the tilelang DSA backend: hand-written tiled CUDA kernels in TileLang's style for every
+ * op of dsarl/ops/dsa.h, on the cuda device (bf16 storage, fp32 math and accumulation).
+ *
+ * C declarations only (included by the ops table, the entry and the tests). Kernels run on the legacy default
+ * stream; the cuda device's streams are blocking streams, so the two plugins' work is ordered without sharing a
+ * stream handle (a device-ops slot that hands out the compute stream is the fast path for later).
+ *
+ * What this session's kernels are, and what the fast path will be:
+ * - indexer_topk: one block per query row (persistent grid), scores of the row's eligible keys into a per-block
+ *   workspace (never a Tq x Tk matrix), an exact 4-pass radix select of the k-th best score, tie-breaking to the
+ *   lower key index, then a bitonic sort of the chosen keys into descending order. Fast path: q.k on tensor cores
+ *   (wgmma) over key tiles with the scores kept in shared memory.
+ * - sparse_mla_forward / backward: one block per (query, group of heads); the selected KV rows go through shared
+ *   memory in tiles and are reused by every head of the group; online softmax in the forward; dq in shared fp32 and
+ *   dkv accumulated with fp32 atomics at the selected rows in the backward. Fast path: 64-head tiles with wgmma
+ *   and TMA-gathered KV rows (FlashMLA's sparse kernel shape).
+ * - indexer loss: one block per query row; the set's target and indexer distributions in a per-block workspace. */
+#ifndef DSARL_DSA_TILELANG_H
+#define DSARL_DSA_TILELANG_H
+
+#include "dsarl/ops/dsa.h"
+
+DSARL_BEGIN_DECLS
+
+/* The ops table registered as (dsa, "tilelang"). */
+extern const dsarl_dsa_ops dsarl_dsa_tilelang_ops;
+
+struct dsarl_dsa_context {
+    int sm_count;
+    void *workspace;        /* device bytes: per-block rows and fp32 key-gradient accumulators (grows) */
+    size_t workspace_bytes;
+};
+
+/* Device workspace of at least bytes (valid until the next call on ctx). */
+int tilelang_workspace(dsarl_dsa_context *ctx, size_t bytes, void **out, dsarl_error *err);
+
+/* Host-side argument checks, one sentence naming the argument and what would be valid. */
+int tilelang_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_error *err);
+int tilelang_check_attention(const char *op, const dsarl_dsa_attention_inputs *in, dsarl_error *err);
+int tilelang_check_indexer(const char *op, const dsarl_dsa_indexer_inputs *in, dsarl_error *err);
+
+int tilelang_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
+                    dsarl_dsa_context **out, dsarl_error *err);
+void tilelang_destroy(dsarl_dsa_context *ctx);
+int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                          int32_t topk, int32_t *indices, float *scores, dsarl_error *err);
+int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk, void *out,
+                                float *lse, dsarl_error *err);
+int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                 const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
+                                 const void *out, const float *lse, const void *dout, void *dq, void *dkv,
+                                 dsarl_error *err);
+int tilelang_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                  const dsarl_dsa_attention_inputs *attn, const float *lse,
+                                  const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                                  float *loss, dsarl_error *err);
+int tilelang_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                   const dsarl_dsa_attention_inputs *attn, const float *lse,
+                                   const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                                   const float *dloss, void *dq_index, void *dk_index, float *dweights,
+                                   dsarl_error *err);
+
+DSARL_END_DECLS
+
+#endif /* DSARL_DSA_TILELANG_H */
