@@ -19,3 +19,7 @@ if(TARGET dsarl-algorithm-grpo-objects)
   add_dependencies(check_grpo_run dsarl-algorithm-grpo dsarl-model-glm5.2 dsarl-device-cpu dsarl-dsa-reference
                    dsarl-environment-math)
 endif()
+# `dsarl run` of the tiny GRPO recipe (2 steps), and SIGTERM -> checkpoint -> resume through the CLI.
+add_test(NAME grpo_cli_run COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/grpo_cli_check.sh ${CMAKE_BINARY_DIR}
+         ${PROJECT_SOURCE_DIR})
+set_tests_properties(grpo_cli_run PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77)
