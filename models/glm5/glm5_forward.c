@@ -55,7 +55,7 @@ void glm5_pass_free(glm5_pass *p)
 
 static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static int alloc_layer_acts(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
+int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
     int64_t T = p->T;
@@ -195,6 +195,13 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
                               rs, T, 1, dqk, 0, rope, err));
     DSARL_TRY(d->copy_2d(m->dev, a->kv, dqk, a->latent_norm, kvr, T, kvr, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->kv, kvr), dqk, glm5_at(m, a->ckv, kvr), dqk, T, rope, err));
+    // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
+    const void *keys = a->kv;
+    int32_t layer = (int32_t)(L - m->layers);
+    if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
+        keys = p->cache->kv[layer];
+        DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
+    }
     // absorbed queries: q_abs[:, h] = [q_nope_h W_UK_h | q_rope_h]
     for (int64_t h = 0; h < H; h++) {
         const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr); // (nope, kv_lora)
@@ -220,7 +227,13 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
         DSARL_TRY(d->zero(m->dev, a->iw_scaled, (size_t)(T * nI) * sizeof(float), err));
         DSARL_TRY(d->axpy(m->dev, T * nI, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), a->iw, a->iw_scaled,
                           err));
-        dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
+        const void *index_keys = a->ik;
+        if (p->cache) {
+            index_keys = p->cache->ik[layer];
+            DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->ik[layer], a->ik, p->cache_rows, NULL, T, dI, err));
+        }
+        dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = index_keys,
+                                       .weights = a->iw_scaled,
                                        .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
         DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, p->topk_width, a->topk, NULL, err));
     } else if (!prev_topk) {
@@ -228,7 +241,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     } else if (prev_topk != a->topk) {
         DSARL_TRY(d->copy(m->dev, a->topk, prev_topk, topk_bytes, DSARL_COPY_DEVICE_TO_DEVICE, err));
     }
-    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = keys, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
     DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
@@ -316,7 +329,7 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
     for (int i = 0; i < p->n_acts; i++)
-        DSARL_TRY(alloc_layer_acts(p, &p->acts[i], err));
+        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[i], err));
     int64_t stage = max2(max2(c->qk_nope_head_dim, c->kv_lora_rank + c->qk_rope_head_dim), c->v_head_dim);
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {

@@ -1,6 +1,7 @@
 /* glm5_ops.c: model ops tables for glm5.1 and glm5.2 over the shared implementation. */
 #include <string.h>
 #include "dsarl/log.h"
+#include "glm5_cache.h"
 #include "glm5_ops.h"
 
 int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *where, dsarl_error *err)
@@ -110,6 +111,10 @@ static int parameter_count(const dsarl_model *m, int64_t *trainable, int64_t *bu
 }
 
 static int64_t vocab_size(const dsarl_model *m) { return m->cfg.vocab_size; }
+static void glm5_device(const dsarl_model *m, const dsarl_device_ops **ops, dsarl_device **dev)
+{
+    *ops = m->dev_ops, *dev = m->dev;
+}
 
 static int64_t parameter_tensors(const dsarl_model *m) { return m->n_params; }
 
@@ -194,6 +199,12 @@ const dsarl_model_ops glm5_1_model_ops = {
     .optimizer_save = glm5_optimizer_save,
     .optimizer_load = glm5_optimizer_load,
     .load_weights = glm5_load_weights,
+    .cache_create = glm5_cache_create,
+    .cache_free = glm5_cache_free,
+    .cache_reset = glm5_cache_reset,
+    .forward_cached = glm5_forward_cached,
+    .cache_length = glm5_cache_length,
+    .device = glm5_device,
 };
 
 const dsarl_model_ops glm5_2_model_ops = {
@@ -220,4 +231,10 @@ const dsarl_model_ops glm5_2_model_ops = {
     .optimizer_save = glm5_optimizer_save,
     .optimizer_load = glm5_optimizer_load,
     .load_weights = glm5_load_weights,
+    .cache_create = glm5_cache_create,
+    .cache_free = glm5_cache_free,
+    .cache_reset = glm5_cache_reset,
+    .forward_cached = glm5_forward_cached,
+    .cache_length = glm5_cache_length,
+    .device = glm5_device,
 };

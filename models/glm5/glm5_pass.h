@@ -5,6 +5,7 @@
 #ifndef DSARL_GLM5_PASS_H
 #define DSARL_GLM5_PASS_H
 
+#include "glm5_cache.h"
 #include "glm5_model.h"
 
 // Activations of one decoder layer (T tokens; K = experts per token; N = T*K routed rows).
@@ -54,6 +55,8 @@ typedef struct glm5_pass {
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device
     dsarl_dsa_batch batch;
+    dsarl_model_cache *cache;                  // cached inference (glm5_decode.c): keys live in the cache; else NULL
+    int32_t *cache_rows;                       // (T) device: the cache row each token's keys are written to
     void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
     int n_bufs, n_host, cap_bufs, cap_host;
 } glm5_pass;
@@ -65,6 +68,9 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
 /* Runs decoder layer i on p->x in place, keeping its activations in a; prev_topk is the previous layer's top-k
  * (NULL for layer 0), which a shared layer reuses. */
 int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_t *prev_topk, dsarl_error *err);
+
+/* Allocates one layer's activations for p->T tokens and p->topk_width top-k slots. */
+int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err);
 
 /* Allocates device memory owned by the pass. */
 int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);

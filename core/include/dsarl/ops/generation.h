@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include "dsarl/ops/model.h"
+#include "dsarl/tokenizer.h"
 
 DSARL_BEGIN_DECLS
 
@@ -20,6 +21,10 @@ typedef struct dsarl_sampling_params {
     const int32_t *stop_token_ids; int32_t n_stop_token_ids;
     const char *const *stop_strings; int32_t n_stop_strings;
     uint64_t seed;
+    /* Decodes completions for stop_strings (incrementally: the last tokens' bytes, so it must decode by
+     * concatenation, as byte-level tokenizers do); its EOS id, when it has one, also ends a sequence. NULL: no stop
+     * strings allowed, stop_token_ids only. Read only when struct_size covers it. */
+    const dsarl_tokenizer *tokenizer;
 } dsarl_sampling_params;
 
 /* Completions for a batch of prompts. Token/log-prob arrays are packed like the prompts, owned by the engine and

@@ -13,6 +13,7 @@
 DSARL_BEGIN_DECLS
 
 typedef struct dsarl_model dsarl_model;
+typedef struct dsarl_model_cache dsarl_model_cache; /* a KV cache of one model instance (cached inference) */
 
 /* Everything a model is built from. */
 typedef struct dsarl_model_config {
@@ -117,7 +118,28 @@ typedef struct dsarl_model_ops {
     /* Overwrites every parameter and buffer from a Hugging Face directory that save wrote for the same config. */
     int (*load_weights)(dsarl_model *model, const char *dir, dsarl_error *err);
 
-    void *reserved[16];
+    /* --- cached inference (generation engines) ----------------------------------------------------------------- */
+    /* Allocates a KV cache of n_slots sequence slots, each holding up to max_tokens tokens (prompt + completion),
+     * sized once up front; every slot starts empty. It reads the model's weights in place and dies with it. */
+    int (*cache_create)(dsarl_model *model, int32_t n_slots, int32_t max_tokens, dsarl_model_cache **out,
+                        dsarl_error *err);
+    /* Frees a cache (NULL is fine). */
+    void (*cache_free)(dsarl_model_cache *cache);
+    /* Empties every slot so the cache can serve a new batch. */
+    int (*cache_reset)(dsarl_model_cache *cache, dsarl_error *err);
+    /* Appends sequence i of batch (its new tokens, >= 1) to cache slot slots[i] (distinct slots), after what that
+     * slot holds, and returns the next-token logits (B, V) float32 host of each sequence's last new token. One
+     * call covers prefill (whole prompts into empty slots) and decode (one token per active slot). Runs the same
+     * device and DSA ops as forward_logits, attending over the cached keys, so logits equal forward_logits of the
+     * whole sequence at that position to float rounding. After a failure the cache must be reset before reuse. */
+    int (*forward_cached)(dsarl_model *model, dsarl_model_cache *cache, const dsarl_token_batch *batch,
+                          const int32_t *slots, float *logits, dsarl_error *err);
+    /* Tokens slot holds (0 for an empty or out-of-range slot). */
+    int32_t (*cache_length)(const dsarl_model_cache *cache, int32_t slot);
+    /* The device ops table and instance the model runs on (engines sample and score tokens there). */
+    void (*device)(const dsarl_model *model, const dsarl_device_ops **ops, dsarl_device **dev);
+
+    void *reserved[10];
 } dsarl_model_ops;
 
 DSARL_END_DECLS

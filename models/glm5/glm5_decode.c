@@ -1,0 +1,143 @@
+/* glm5_decode.c: cached inference. New tokens (whole prompts at prefill, one token per sequence at decode) run
+ * through the same decoder layers as training (glm5_layer_forward); their keys are appended to the KV cache and
+ * every query attends over its slot's cached range through the same DSA ops, so the logits equal a no-cache
+ * forward of the whole sequence to float rounding. Only the last new token of each sequence reaches the LM head. */
+#include <stdlib.h>
+#include <string.h>
+#include "glm5_pass.h"
+
+// Checks the batch against the cache: distinct slots in range, room for the new tokens.
+static int check_batch(const dsarl_model_cache *c, const dsarl_token_batch *b, const int32_t *slots,
+                       dsarl_error *err)
+{
+    if (b->n_sequences < 1 || !b->cu_seqlens || !b->tokens || !slots || b->cu_seqlens[0] != 0 ||
+        b->cu_seqlens[b->n_sequences] != b->n_tokens)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached needs tokens, slots and cu_seqlens running from "
+                          "0 to n_tokens (%lld) over at least one sequence", (long long)b->n_tokens);
+    for (int32_t i = 0; i < b->n_sequences; i++) {
+        int32_t s = slots[i], n = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+        if (s < 0 || s >= c->n_slots)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached sequence %d names slot %d; valid slots are "
+                              "[0, %d)", i, s, c->n_slots);
+        if (n < 1)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached sequence %d has %d new tokens; it needs at "
+                              "least 1", i, n);
+        if ((int64_t)c->lengths[s] + n > c->max_tokens)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: slot %d holds %d tokens and cannot take %d more; the cache "
+                              "was sized for %d tokens per sequence", s, c->lengths[s], n, c->max_tokens);
+        for (int32_t j = 0; j < i; j++)
+            if (slots[j] == s)
+                return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached sequences %d and %d both name slot %d; "
+                                  "each slot may appear once per call", j, i, s);
+    }
+    return DSARL_OK;
+}
+
+// Uploads ids, positions (after what each slot holds), key ranges into the cache and the rows the keys go to.
+static int upload_cached_batch(glm5_pass *p, const dsarl_model_cache *c, const dsarl_token_batch *b,
+                               const int32_t *slots, int32_t *last_rows, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    int64_t T = b->n_tokens;
+    int32_t *host = malloc((size_t)(4 * T) * sizeof(int32_t));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld cached tokens", (long long)T);
+    int32_t *pos = host, *ks = host + T, *ke = host + 2 * T, *rows = host + 3 * T, max_keys = 0;
+    for (int32_t i = 0; i < b->n_sequences; i++) {
+        int32_t base = slots[i] * c->max_tokens, lo = b->cu_seqlens[i], hi = b->cu_seqlens[i + 1];
+        for (int32_t t = lo; t < hi; t++) {
+            pos[t] = c->lengths[slots[i]] + (t - lo);
+            ks[t] = base, ke[t] = base + pos[t] + 1, rows[t] = base + pos[t];
+        }
+        max_keys = ke[hi - 1] - base > max_keys ? ke[hi - 1] - base : max_keys;
+        last_rows[i] = hi - 1;
+    }
+    const dsarl_device_ops *d = m->dev_ops;
+    int rc = d->copy(m->dev, p->tokens, b->tokens, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
+    if (rc == 0)
+        rc = d->copy(m->dev, p->positions, pos, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
+    if (rc == 0)
+        rc = d->copy(m->dev, p->key_start, ks, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
+    if (rc == 0)
+        rc = d->copy(m->dev, p->key_end, ke, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
+    if (rc == 0)
+        rc = d->copy(m->dev, p->cache_rows, rows, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
+    p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = c->n_rows,
+                                 .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_keys};
+    // dense attention (DSA warm-up): as in training, a top-k as wide as the longest sequence selects every key
+    if (m->dense_attention && max_keys > p->topk_width)
+        p->topk_width = max_keys;
+    return rc;
+}
+
+// The pass body once buffers exist: layers over the new tokens, then the head on each sequence's last token.
+static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *slots, float *logits,
+                      dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, B = b->n_sequences;
+    size_t i4 = sizeof(int32_t);
+    int32_t *last_rows_host = malloc((size_t)B * i4), *last_rows;
+    if (!last_rows_host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld sequences", (long long)B);
+    int rc = upload_cached_batch(p, p->cache, b, slots, last_rows_host, err);
+    // buffers sized now that the top-k width is known (dense attention widens it)
+    if (rc == 0 && !(p->acts = calloc(1, sizeof(glm5_layer_acts))))
+        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
+    if (rc == 0)
+        p->n_acts = 1, rc = glm5_layer_acts_alloc(p, &p->acts[0], err);
+    if (rc == 0)
+        rc = glm5_pass_alloc(p, (size_t)B * i4, (void **)&last_rows, err);
+    if (rc == 0)
+        rc = d->copy(m->dev, last_rows, last_rows_host, (size_t)B * i4, DSARL_COPY_HOST_TO_DEVICE, err);
+    free(last_rows_host);
+    DSARL_TRY(rc);
+    DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
+    const int32_t *prev_topk = NULL;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        DSARL_TRY(glm5_layer_forward(p, &p->acts[0], i, prev_topk, err));
+        prev_topk = p->acts[0].topk; // indices into the cache: every layer's arrays share the row layout
+    }
+    // final norm and LM head on the last new token of each sequence only: (B, C) -> (B, V)
+    DSARL_TRY(d->gather_rows(m->dev, p->tmp, p->x, last_rows, B, C, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->tmp, m->final_norm, B, C,
+                                 (float)c->rms_norm_eps, err));
+    DSARL_TRY(glm5_linear(m, p->logits, p->h_final, m->lm_head, B, C, V, err));
+    DSARL_TRY(d->download_f32(m->dev, logits, p->logits, m->storage, (size_t)(B * V), err));
+    return d->synchronize(m->dev, err);
+}
+
+int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_token_batch *b, const int32_t *slots,
+                        float *logits, dsarl_error *err)
+{
+    if (!cache || cache->m != m)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached needs a cache created by this model instance");
+    DSARL_TRY(check_batch(cache, b, slots, err));
+    const glm5_config *c = &m->cfg;
+    int64_t T = b->n_tokens, C = c->hidden_size, V = c->vocab_size, B = b->n_sequences;
+    glm5_pass p;
+    memset(&p, 0, sizeof(p));
+    p.m = m, p.T = T, p.cache = cache, p.topk_width = c->index_topk;
+    int64_t stage = c->qk_nope_head_dim;
+    stage = c->kv_lora_rank + c->qk_rope_head_dim > stage ? c->kv_lora_rank + c->qk_rope_head_dim : stage;
+    stage = c->v_head_dim > stage ? c->v_head_dim : stage;
+    size_t e = m->elem, i4 = sizeof(int32_t);
+    struct { void **ptr; size_t bytes; } plan[] = {
+        {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
+        {&p.logits, B * V * e}, {&p.head_in, T * stage * e}, {&p.head_out, T * stage * e},
+        {&p.tmp, T * C * e}, {(void **)&p.tokens, T * i4}, {(void **)&p.positions, T * i4},
+        {(void **)&p.key_start, T * i4}, {(void **)&p.key_end, T * i4}, {(void **)&p.cache_rows, T * i4}};
+    int rc = DSARL_OK;
+    for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)
+        rc = glm5_pass_alloc(&p, plan[i].bytes, plan[i].ptr, err);
+    if (rc == 0)
+        rc = run_cached(&p, b, slots, logits, err);
+    glm5_pass_free(&p);
+    if (rc == 0) // the slots now hold the new tokens (on failure their rows may be half-written: reset the cache)
+        for (int32_t i = 0; i < b->n_sequences; i++)
+            cache->lengths[slots[i]] += b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+    return rc;
+}

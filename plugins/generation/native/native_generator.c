@@ -1,0 +1,293 @@
+/* native_generator.c: batched sampling with the model's KV cache.
+ *
+ * One generate() call: the cache is sized for the batch (longest prompt + max_new_tokens per slot) and reset; a
+ * prefill appends every prompt and yields each one's next-token logits; then each step turns those logits into the
+ * sampling distribution (native_sampling.c), draws one token per running sequence on the device (Philox stream per
+ * sequence and step), scores it with the device's log-softmax, and feeds only the running sequences back through
+ * a one-token decode, so finished sequences cost nothing. The model's weights are read in place: the engine holds
+ * the policy's own model instance. */
+#include <stdlib.h>
+#include <string.h>
+#include "native_generator.h"
+#include "native_sampling.h"
+
+struct dsarl_generator {
+    const dsarl_model_ops *mo;
+    dsarl_model *model;
+    const dsarl_device_ops *dev_ops;
+    dsarl_device *dev;
+    dsarl_model_cache *cache;
+    int32_t cache_slots, cache_tokens;   // what the cache was sized for (reused when a batch fits)
+    // the last result, valid until the next generate() or destroy()
+    int32_t *cu_lengths, *tokens;
+    float *logprobs;
+    uint8_t *truncated;
+};
+
+uint64_t native_sample_stream(int32_t b, int32_t s)
+{
+    return ((uint64_t)(uint32_t)b << 32) | (uint32_t)s;
+}
+
+int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, dsarl_model *model,
+                  dsarl_generator **out, dsarl_error *err)
+{
+    (void)recipe; // sampling settings arrive per call (dsarl_sampling_params): the algorithm owns those keys
+    *out = NULL;
+    if (!model_ops || !model)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: create needs a model instance and its ops");
+    if (model_ops->common.struct_size < offsetof(dsarl_model_ops, device) + sizeof(model_ops->device) ||
+        !model_ops->cache_create || !model_ops->forward_cached || !model_ops->cache_reset || !model_ops->device ||
+        !model_ops->cache_free)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "generation native: model \"%s\" has no cached inference "
+                          "(cache_create/forward_cached); pick a model plugin that provides it",
+                          model_ops->common.name ? model_ops->common.name : "?");
+    dsarl_generator *g = calloc(1, sizeof(*g));
+    if (!g)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory");
+    g->mo = model_ops, g->model = model;
+    model_ops->device(model, &g->dev_ops, &g->dev);
+    *out = g;
+    return DSARL_OK;
+}
+
+static void free_result(dsarl_generator *g)
+{
+    free(g->cu_lengths), free(g->tokens), free(g->logprobs), free(g->truncated);
+    g->cu_lengths = g->tokens = NULL, g->logprobs = NULL, g->truncated = NULL;
+}
+
+void native_destroy(dsarl_generator *g)
+{
+    if (!g)
+        return;
+    if (g->cache)
+        g->mo->cache_free(g->cache);
+    free_result(g);
+    free(g);
+}
+
+// A cache with room for B slots of max_tokens each, reused (reset) when the last one is big enough.
+static int ensure_cache(dsarl_generator *g, int32_t B, int32_t max_tokens, dsarl_error *err)
+{
+    if (g->cache && g->cache_slots >= B && g->cache_tokens >= max_tokens)
+        return g->mo->cache_reset(g->cache, err);
+    if (g->cache)
+        g->mo->cache_free(g->cache);
+    g->cache = NULL;
+    DSARL_TRY(g->mo->cache_create(g->model, B, max_tokens, &g->cache, err));
+    g->cache_slots = B, g->cache_tokens = max_tokens;
+    return DSARL_OK;
+}
+
+// Per-call state of one generate().
+typedef struct run {
+    int32_t B, max_new;
+    int64_t V;
+    float *logits;        // host (B, V): next-token logits of the running sequences, in `running` order
+    int32_t *order, *scratch;  // host (V) sampling work arrays
+    float *dev_logits;    // device (B, V) processed logits
+    int32_t *dev_tokens;  // device (B)
+    float *dev_logprobs;  // device (B)
+    int32_t *running;     // host (B) sequence ids still generating, ascending
+    int32_t *len;         // host (B) completion tokens so far
+    int32_t *step_tokens; // host (B) the token drawn this step, per running row
+    float *step_lp;       // host (B)
+    int32_t *cu;          // host (B + 1) decode batch
+    int32_t stop_window;  // tokens whose text can hold any stop string (its longest byte length)
+} run;
+
+static void run_free(dsarl_generator *g, run *r)
+{
+    free(r->logits), free(r->order), free(r->scratch), free(r->running), free(r->len), free(r->step_tokens);
+    free(r->step_lp), free(r->cu);
+    g->dev_ops->free(g->dev, r->dev_logits);
+    g->dev_ops->free(g->dev, r->dev_tokens);
+    g->dev_ops->free(g->dev, r->dev_logprobs);
+}
+
+// 1 when the newest token of sequence b completed one of the stop strings.
+static int hits_stop_string(const dsarl_generator *g, const run *r, const dsarl_sampling_params *p, int32_t b,
+                            int *hit, dsarl_error *err)
+{
+    *hit = 0;
+    const int32_t *seq = g->tokens + (int64_t)b * r->max_new;
+    int32_t n = r->len[b], k = n < r->stop_window ? n : r->stop_window;
+    char *text = NULL, *last = NULL;
+    size_t text_len = 0, last_len = 0;
+    // every token decodes to >= 1 byte, so a stop string ending in the newest token starts within the last k
+    DSARL_TRY(dsarl_tokenizer_decode(p->tokenizer, seq + n - k, (size_t)k, 0, &text, &text_len, err));
+    int rc = dsarl_tokenizer_decode(p->tokenizer, seq + n - 1, 1, 0, &last, &last_len, err);
+    for (int32_t i = 0; rc == 0 && i < p->n_stop_strings && !*hit; i++) {
+        size_t sl = strlen(p->stop_strings[i]);
+        // occurrences that end inside the newest token's bytes (earlier ones would have stopped earlier)
+        for (size_t end = text_len; end >= sl && end + last_len > text_len && !*hit; end--)
+            *hit = memcmp(text + end - sl, p->stop_strings[i], sl) == 0;
+    }
+    free(text), free(last);
+    return rc;
+}
+
+static int is_stop_token(const dsarl_sampling_params *p, int32_t eos, int32_t tok)
+{
+    if (tok == eos && eos >= 0)
+        return 1;
+    for (int32_t i = 0; i < p->n_stop_token_ids; i++)
+        if (tok == p->stop_token_ids[i])
+            return 1;
+    return 0;
+}
+
+// Draws and scores one token for each running row from r->logits; leaves them in step_tokens / step_lp.
+static int sample_step(dsarl_generator *g, run *r, const dsarl_sampling_params *p, int32_t step, int32_t n_run,
+                       dsarl_error *err)
+{
+    const dsarl_device_ops *d = g->dev_ops;
+    int64_t V = r->V;
+    for (int32_t i = 0; i < n_run; i++)
+        native_process_logits(r->logits + i * V, V, p->temperature, p->top_k, p->top_p, r->order, r->scratch);
+    DSARL_TRY(d->copy(g->dev, r->dev_logits, r->logits, (size_t)(n_run * V) * sizeof(float),
+                      DSARL_COPY_HOST_TO_DEVICE, err));
+    // the processed logits already carry the temperature: draw from softmax(them), or argmax when greedy
+    float draw_temperature = p->temperature > 0.0f ? 1.0f : 0.0f;
+    for (int32_t i = 0; i < n_run; i++)
+        DSARL_TRY(d->sample_tokens(g->dev, r->dev_tokens + i, r->dev_logits + i * V, 1, V, draw_temperature, p->seed,
+                                   native_sample_stream(r->running[i], step), err));
+    DSARL_TRY(d->logprobs_forward(g->dev, r->dev_logprobs, r->dev_logits, r->dev_tokens, n_run, V, err));
+    DSARL_TRY(d->copy(g->dev, r->step_tokens, r->dev_tokens, (size_t)n_run * sizeof(int32_t),
+                      DSARL_COPY_DEVICE_TO_HOST, err));
+    DSARL_TRY(d->copy(g->dev, r->step_lp, r->dev_logprobs, (size_t)n_run * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
+                      err));
+    return d->synchronize(g->dev, err);
+}
+
+static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *prompts,
+                         const dsarl_sampling_params *p, dsarl_error *err)
+{
+    int32_t B = r->B, n_run = B;
+    const dsarl_tokenizer *tok = p->struct_size >= offsetof(dsarl_sampling_params, tokenizer) +
+                                 sizeof(p->tokenizer) ? p->tokenizer : NULL;
+    int32_t eos = tok ? dsarl_tokenizer_eos_id(tok) : -1;
+    for (int32_t b = 0; b < B; b++)
+        r->running[b] = b;
+    // prefill: every prompt into its own slot
+    DSARL_TRY(g->mo->forward_cached(g->model, g->cache, prompts, r->running, r->logits, err));
+    for (int32_t step = 0; n_run > 0; step++) {
+        DSARL_TRY(sample_step(g, r, p, step, n_run, err));
+        int32_t still = 0;
+        for (int32_t i = 0; i < n_run; i++) {
+            int32_t b = r->running[i], t = r->step_tokens[i];
+            g->tokens[(int64_t)b * r->max_new + r->len[b]] = t;
+            g->logprobs[(int64_t)b * r->max_new + r->len[b]] = r->step_lp[i];
+            r->len[b]++;
+            int stop = is_stop_token(p, eos, t), hit = 0;
+            if (!stop && p->n_stop_strings > 0)
+                DSARL_TRY(hits_stop_string(g, r, p, b, &hit, err));
+            if (stop || hit)
+                continue;
+            if (r->len[b] == r->max_new) {
+                g->truncated[b] = 1;
+                continue;
+            }
+            r->step_tokens[still] = t; // compacted: the next decode's tokens, in running order
+            r->running[still++] = b;
+        }
+        n_run = still;
+        if (n_run == 0)
+            break;
+        for (int32_t i = 0; i <= n_run; i++)
+            r->cu[i] = i;
+        dsarl_token_batch next = {.struct_size = sizeof(next), .n_tokens = n_run, .n_sequences = n_run,
+                                  .tokens = r->step_tokens, .cu_seqlens = r->cu};
+        DSARL_TRY(g->mo->forward_cached(g->model, g->cache, &next, r->running, r->logits, err));
+    }
+    return DSARL_OK;
+}
+
+// Packs the per-sequence completions (stride max_new) into the result's contiguous arrays, in place.
+static void pack_result(dsarl_generator *g, const run *r, dsarl_generation_result *result)
+{
+    g->cu_lengths[0] = 0;
+    for (int32_t b = 0; b < r->B; b++) {
+        int32_t at = g->cu_lengths[b];
+        memmove(g->tokens + at, g->tokens + (int64_t)b * r->max_new, (size_t)r->len[b] * sizeof(int32_t));
+        memmove(g->logprobs + at, g->logprobs + (int64_t)b * r->max_new, (size_t)r->len[b] * sizeof(float));
+        g->cu_lengths[b + 1] = at + r->len[b];
+    }
+    *result = (dsarl_generation_result){.struct_size = sizeof(*result), .n_sequences = r->B,
+                                        .cu_lengths = g->cu_lengths, .tokens = g->tokens, .logprobs = g->logprobs,
+                                        .truncated = g->truncated};
+}
+
+int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const dsarl_sampling_params *p,
+                    dsarl_generation_result *result, dsarl_error *err)
+{
+    DSARL_TRY(native_check_params(p, err));
+    if (!prompts || prompts->n_sequences < 1 || !prompts->cu_seqlens || !prompts->tokens ||
+        prompts->cu_seqlens[0] != 0 || prompts->cu_seqlens[prompts->n_sequences] != prompts->n_tokens)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: prompts need at least one sequence and "
+                          "cu_seqlens running from 0 to n_tokens");
+    int32_t B = prompts->n_sequences, longest = 0;
+    for (int32_t b = 0; b < B; b++) {
+        int32_t n = prompts->cu_seqlens[b + 1] - prompts->cu_seqlens[b];
+        if (n < 1)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: prompt %d is empty; every prompt needs at "
+                              "least one token", b);
+        longest = n > longest ? n : longest;
+    }
+    int64_t V = g->mo->vocab_size(g->model);
+    for (int64_t t = 0; t < prompts->n_tokens; t++)
+        if (prompts->tokens[t] < 0 || prompts->tokens[t] >= V)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: prompt token %lld is %d, outside the "
+                              "vocabulary [0, %lld)", (long long)t, prompts->tokens[t], (long long)V);
+    free_result(g);
+    memset(result, 0, sizeof(*result));
+    run r = {.B = B, .max_new = p->max_new_tokens, .V = V};
+    for (int32_t i = 0; i < p->n_stop_strings; i++) {
+        int32_t n = (int32_t)strlen(p->stop_strings[i]);
+        r.stop_window = n > r.stop_window ? n : r.stop_window;
+    }
+    size_t cells = (size_t)B * (size_t)r.max_new;
+    g->cu_lengths = calloc((size_t)B + 1, sizeof(int32_t));
+    g->tokens = calloc(cells, sizeof(int32_t));
+    g->logprobs = calloc(cells, sizeof(float));
+    g->truncated = calloc((size_t)B, 1);
+    r.logits = malloc((size_t)B * (size_t)V * sizeof(float));
+    r.order = malloc((size_t)V * sizeof(int32_t));
+    r.scratch = malloc((size_t)V * sizeof(int32_t));
+    r.running = calloc((size_t)B, sizeof(int32_t));
+    r.len = calloc((size_t)B, sizeof(int32_t));
+    r.step_tokens = calloc((size_t)B, sizeof(int32_t));
+    r.step_lp = calloc((size_t)B, sizeof(float));
+    r.cu = calloc((size_t)B + 1, sizeof(int32_t));
+    int rc = DSARL_OK;
+    if (!g->cu_lengths || !g->tokens || !g->logprobs || !g->truncated || !r.logits || !r.order || !r.scratch ||
+        !r.running || !r.len || !r.step_tokens || !r.step_lp || !r.cu)
+        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory for %d sequences of up to %d new "
+                        "tokens", B, r.max_new);
+    if (rc == 0)
+        rc = g->dev_ops->alloc(g->dev, (size_t)B * (size_t)V * sizeof(float), (void **)&r.dev_logits, err);
+    if (rc == 0)
+        rc = g->dev_ops->alloc(g->dev, (size_t)B * sizeof(int32_t), (void **)&r.dev_tokens, err);
+    if (rc == 0)
+        rc = g->dev_ops->alloc(g->dev, (size_t)B * sizeof(float), (void **)&r.dev_logprobs, err);
+    if (rc == 0)
+        rc = ensure_cache(g, B, longest + r.max_new, err);
+    if (rc == 0)
+        rc = generate_loop(g, &r, prompts, p, err);
+    if (rc == 0)
+        pack_result(g, &r, result);
+    else
+        free_result(g);
+    run_free(g, &r);
+    return rc;
+}
+
+const dsarl_generation_ops native_generation_ops = {
+    .common = DSARL_OPS_COMMON_NOKEYS(dsarl_generation_ops, DSARL_KIND_GENERATION, "native",
+                                      "KV cache of MLA latents + indexer keys; prefill/decode through the training "
+                                      "DSA ops; temperature/top-k/top-p, stop ids/strings, per-token log-probs"),
+    .create = native_create,
+    .destroy = native_destroy,
+    .generate = native_generate,
+};

@@ -1,0 +1,21 @@
+/* native_generator.h: the native generation engine (ops table "native", kind generation). */
+#ifndef DSARL_NATIVE_GENERATOR_H
+#define DSARL_NATIVE_GENERATOR_H
+
+#include "dsarl/ops/generation.h"
+
+/* The registered table. */
+extern const dsarl_generation_ops native_generation_ops;
+
+/* The table's functions, callable directly by tests that link the object library. */
+int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, dsarl_model *model,
+                  dsarl_generator **out, dsarl_error *err);
+void native_destroy(dsarl_generator *gen);
+int native_generate(dsarl_generator *gen, const dsarl_token_batch *prompts, const dsarl_sampling_params *params,
+                    dsarl_generation_result *result, dsarl_error *err);
+
+/* The Philox stream (dsarl/rng.h) that draws the token of sequence b at completion step s: independent of which
+ * other sequences are in the batch or still running. */
+uint64_t native_sample_stream(int32_t b, int32_t s);
+
+#endif /* DSARL_NATIVE_GENERATOR_H */

@@ -1,0 +1,6 @@
+# Suites of the generation area: the native engine (KV cache, prefill/decode, sampling) on the glm5 model.
+if(TARGET dsarl-generation-native-objects AND TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_generation SOURCES check_generation.c
+    LIBS dsarl-generation-native-objects dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects
+         PkgConfig::JANSSON LABELS unit)
+endif()
