@@ -1,0 +1,176 @@
+/* sft_config.c: the recipe keys of algorithm/sft (NeMo RL's sft section names and defaults from
+ * examples/configs/sft.yaml) and their checks, all made before any model is built. */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include "dsarl/checkpoint.h"
+#include "dsarl/dataset.h"
+#include "dsarl/metrics.h"
+#include "dsarl/optimizer.h"
+#include "sft.h"
+
+#define N DSARL_KEY_NULLABLE
+
+static const dsarl_key_spec sft_own_keys[] = {
+    {"sft", DSARL_KEY_MAP, NULL, "supervised fine-tuning loop (NeMo RL's sft section)", DSARL_KEY_OWNED},
+    {"sft.max_num_steps", DSARL_KEY_INT, "60", "optimizer steps (the run stops at whichever limit comes first)", 0},
+    {"sft.max_num_epochs", DSARL_KEY_INT, "1", "passes over the training data", 0},
+    {"sft.val_period", DSARL_KEY_INT, "10", "validate every N steps; 0 = never", 0},
+    {"sft.val_batches", DSARL_KEY_INT, "8", "validation batches per validation; <= 0 = the whole validation set", 0},
+    {"sft.val_global_batch_size", DSARL_KEY_INT, "32", "validation samples per batch", 0},
+    {"sft.val_micro_batch_size", DSARL_KEY_INT, "1", "validation samples per forward", 0},
+    {"sft.val_at_start", DSARL_KEY_BOOL, "true", "validate before the first step", 0},
+    {"sft.val_at_end", DSARL_KEY_BOOL, "false", "validate after the last step", 0},
+    {"sft.seed", DSARL_KEY_INT, "42", "seed of the data order and of a random initialisation", 0},
+    {"sft.answer_format", DSARL_KEY_STRING, "Answer: {}",
+     "training target around the ground truth ({}); the math environment reads the last 'Answer:'", 0},
+    {"policy.tokenizer.name", DSARL_KEY_STRING, NULL, "\"byte\", a tokenizer.json, or a directory holding one; "
+     "null = policy.model_name", N},
+    {"policy.tokenizer.chat_template", DSARL_KEY_STRING, NULL, "glm | plain | none; null = the tokenizer's default",
+     N},
+    {"policy.train_global_batch_size", DSARL_KEY_INT, "32", "samples per optimizer step", 0},
+    {"policy.train_micro_batch_size", DSARL_KEY_INT, "1", "samples per forward/backward (gradient accumulation)", 0},
+    {"policy.max_total_sequence_length", DSARL_KEY_INT, "1024", "prompt + answer tokens; longer samples are cut", 0},
+    {"policy.max_grad_norm", DSARL_KEY_FLOAT, "1.0", "gradient-norm clip; 0 or null = off", N},
+    {"policy.megatron_cfg.optimizer.lr", DSARL_KEY_FLOAT, "5.0e-6", "peak learning rate", 0},
+    {"policy.megatron_cfg.optimizer.min_lr", DSARL_KEY_FLOAT, "5.0e-7", "learning rate at the end of the decay", 0},
+    {"policy.megatron_cfg.optimizer.clip_grad", DSARL_KEY_FLOAT, "null",
+     "gradient-norm clip; null = policy.max_grad_norm", N},
+    {"policy.megatron_cfg.scheduler.lr_decay_style", DSARL_KEY_STRING, "constant", "constant | linear | cosine", 0},
+    {"policy.megatron_cfg.scheduler.lr_decay_iters", DSARL_KEY_INT, "null",
+     "steps until min_lr; null = sft.max_num_steps", N},
+    {"policy.megatron_cfg.scheduler.lr_warmup_iters", DSARL_KEY_INT, "0", "linear warm-up steps", 0},
+    {"policy.megatron_cfg.scheduler.lr_warmup_init", DSARL_KEY_FLOAT, "0.0", "learning rate at warm-up step 0", 0},
+    {"policy.generation.max_new_tokens", DSARL_KEY_INT, "32", "greedy validation decode length", 0},
+    {"data.shuffle", DSARL_KEY_BOOL, "true", "reshuffle the training samples every epoch", 0},
+};
+
+static dsarl_key_spec all_keys[512];
+static size_t n_all_keys;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void append(const dsarl_key_spec *keys, size_t n)
+{
+    for (size_t i = 0; i < n && n_all_keys < DSARL_ARRAY_LEN(all_keys); i++)
+        all_keys[n_all_keys++] = keys[i];
+}
+
+static void join_keys(void)
+{
+    size_t n;
+    const dsarl_key_spec *t;
+    append(sft_own_keys, DSARL_ARRAY_LEN(sft_own_keys));
+    t = dsarl_checkpoint_keys(&n);
+    append(t, n);
+    t = dsarl_optimizer_keys(&n);
+    append(t, n);
+    t = dsarl_metrics_keys(&n);
+    append(t, n);
+    t = dsarl_dataset_keys(&n);
+    append(t, n);
+}
+
+const dsarl_key_spec *sft_recipe_keys(size_t *n)
+{
+    pthread_once(&keys_once, join_keys);
+    *n = n_all_keys;
+    return all_keys;
+}
+
+#define REFUSE(path, ...) return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, __VA_ARGS__)
+
+static bool is_set(const dsarl_node *root, const char *path)
+{
+    const dsarl_node *n = dsarl_node_get(root, path);
+    return n && dsarl_node_kind(n) != DSARL_NODE_NULL;
+}
+
+// The LR schedule and clipping: grpo's reader (same Megatron keys), then SFT's own decay default and checks.
+static int read_optimizer(const dsarl_node *root, sft_config *cfg, dsarl_error *err)
+{
+    grpo_config g;
+    grpo_config_defaults(&g);
+    DSARL_TRY(grpo_config_load(root, &g, err));
+    cfg->max_grad_norm = g.max_grad_norm;
+    cfg->lr_schedule = g.lr_schedule;
+    grpo_lr_schedule *s = &cfg->lr_schedule;
+    if (!is_set(root, "policy.megatron_cfg.scheduler.lr_decay_iters"))
+        s->decay_iters = cfg->max_num_steps;
+    if (!is_set(root, "policy.megatron_cfg.scheduler.lr_warmup_iters"))
+        s->warmup_iters = 0;
+    if (!is_set(root, "policy.megatron_cfg.scheduler.lr_warmup_init"))
+        s->warmup_init = 0.0;
+    if (!(cfg->max_grad_norm >= 0.0))
+        REFUSE("policy.megatron_cfg.optimizer.clip_grad", "must be >= 0 or null (no clipping), got %g",
+               cfg->max_grad_norm);
+    if (!(s->lr > 0.0) || !isfinite(s->lr))
+        REFUSE("policy.megatron_cfg.optimizer.lr", "must be a finite number > 0, got %g", s->lr);
+    if (!(s->min_lr >= 0.0) || s->min_lr > s->lr)
+        REFUSE("policy.megatron_cfg.optimizer.min_lr", "must be in [0, lr = %g], got %g", s->lr, s->min_lr);
+    if (!(s->warmup_init >= 0.0) || s->warmup_init > s->lr)
+        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_init", "must be in [0, lr = %g], got %g", s->lr,
+               s->warmup_init);
+    if (s->warmup_iters < 0)
+        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_iters", "must be >= 0, got %" PRId64, s->warmup_iters);
+    if (s->decay_iters < 1)
+        REFUSE(is_set(root, "policy.megatron_cfg.scheduler.lr_decay_iters")
+                   ? "policy.megatron_cfg.scheduler.lr_decay_iters"
+                   : "sft.max_num_steps",
+               "must be > 0 (the LR decay length), got %" PRId64, s->decay_iters);
+    if (s->warmup_iters > 0 && s->warmup_iters >= s->decay_iters)
+        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_iters",
+               "(%" PRId64 ") must be smaller than the decay length %" PRId64, s->warmup_iters, s->decay_iters);
+    return DSARL_OK;
+}
+
+int sft_config_from_recipe(const dsarl_node *root, sft_config *cfg, dsarl_error *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.max_num_steps", 60, &cfg->max_num_steps, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.max_num_epochs", 1, &cfg->max_num_epochs, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.val_period", 10, &cfg->val_period, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.val_batches", 8, &cfg->val_batches, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.val_global_batch_size", 32, &cfg->val_global_batch_size, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.val_micro_batch_size", 1, &cfg->val_micro_batch_size, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "sft.val_at_start", true, &cfg->val_at_start, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "sft.val_at_end", false, &cfg->val_at_end, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "sft.seed", 42, &cfg->seed, err));
+    DSARL_TRY(dsarl_recipe_string_or(root, "sft.answer_format", "Answer: {}", &cfg->answer_format, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "policy.train_global_batch_size", 32, &cfg->global_batch, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "policy.train_micro_batch_size", 1, &cfg->micro_batch, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "policy.max_total_sequence_length", 1024, &cfg->max_seq_len, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.max_new_tokens", 32, &cfg->max_new_tokens, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "data.shuffle", true, &cfg->shuffle, err));
+    DSARL_TRY(dsarl_recipe_string_or(root, "policy.tokenizer.name", NULL, &cfg->tokenizer_name, err));
+    if (!cfg->tokenizer_name)
+        DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_name", NULL, &cfg->tokenizer_name, err));
+    DSARL_TRY(dsarl_recipe_string_or(root, "policy.tokenizer.chat_template", NULL, &cfg->chat_template, err));
+
+    if (cfg->max_num_steps < 1)
+        REFUSE("sft.max_num_steps", "must be >= 1, got %" PRId64, cfg->max_num_steps);
+    if (cfg->max_num_epochs < 1)
+        REFUSE("sft.max_num_epochs", "must be >= 1, got %" PRId64, cfg->max_num_epochs);
+    if (cfg->val_period < 0)
+        REFUSE("sft.val_period", "must be >= 0 (0 = never), got %" PRId64, cfg->val_period);
+    if (cfg->val_global_batch_size < 1)
+        REFUSE("sft.val_global_batch_size", "must be >= 1, got %" PRId64, cfg->val_global_batch_size);
+    if (cfg->val_micro_batch_size < 1 || cfg->val_micro_batch_size > cfg->val_global_batch_size)
+        REFUSE("sft.val_micro_batch_size", "must be in [1, sft.val_global_batch_size = %" PRId64 "], got %" PRId64,
+               cfg->val_global_batch_size, cfg->val_micro_batch_size);
+    if (!strstr(cfg->answer_format, "{}"))
+        REFUSE("sft.answer_format", "must contain {} where the ground truth goes, got \"%s\"", cfg->answer_format);
+    if (cfg->global_batch < 1)
+        REFUSE("policy.train_global_batch_size", "must be >= 1, got %" PRId64, cfg->global_batch);
+    if (cfg->micro_batch < 1 || cfg->global_batch % cfg->micro_batch != 0)
+        REFUSE("policy.train_micro_batch_size", "must be >= 1 and divide policy.train_global_batch_size (%" PRId64
+               "), got %" PRId64, cfg->global_batch, cfg->micro_batch);
+    if (cfg->max_seq_len < 2)
+        REFUSE("policy.max_total_sequence_length", "must be >= 2, got %" PRId64, cfg->max_seq_len);
+    if (cfg->max_new_tokens < 1)
+        REFUSE("policy.generation.max_new_tokens", "must be >= 1, got %" PRId64, cfg->max_new_tokens);
+    if (!cfg->tokenizer_name)
+        REFUSE("policy.tokenizer.name", "is needed (\"byte\" for the byte tokenizer, or a tokenizer.json path) when "
+               "policy.model_name is null");
+    return read_optimizer(root, cfg, err);
+}

@@ -1,0 +1,539 @@
+/* sft_train.c: the SFT loop. Per step: one global batch from the dataloader -> samples (template + answer + EOS)
+ * -> microbatches: log-probs for the loss, then backward of sum(-logp) / (answer tokens of the global batch) ->
+ * gradient norm, clip factor, AdamW at the schedule's LR -> validation (loss, greedy exact match) -> checkpoint ->
+ * metrics and one log line. Resume restores weights, AdamW state, the dataloader position and the step, so a CPU
+ * run continues bit-identically. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "dsarl/checkpoint.h"
+#include "dsarl/dataset.h"
+#include "dsarl/log.h"
+#include "dsarl/metrics.h"
+#include "dsarl/optimizer.h"
+#include "sft.h"
+
+typedef struct sft_trainer {
+    const dsarl_run_context *ctx;
+    const dsarl_model_ops *ops;
+    const dsarl_node *root;
+    sft_config cfg;
+    dsarl_optimizer_params adam;
+    dsarl_checkpoint_config ckpt;
+    dsarl_metrics_config log_cfg;
+    dsarl_device *dev;
+    dsarl_dsa_context *dsa;
+    dsarl_model *model;
+    dsarl_tokenizer *tok;
+    const char *chat_template;
+    dsarl_dataset *train_set, *val_set;
+    dsarl_dataloader *loader;
+    dsarl_metrics *log;
+    int64_t step, total_steps, consumed_samples;
+    double train_time_s;                /* summed over resumes */
+    bool has_val;
+    double val_loss, val_accuracy;      /* the latest validation */
+    double train_loss;                  /* the latest step */
+} sft_trainer;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --- setup ---------------------------------------------------------------------------------------------------- */
+
+static int trainer_open(sft_trainer *tr, dsarl_error *err)
+{
+    const dsarl_run_context *ctx = tr->ctx;
+    const dsarl_model_ops *ops = tr->ops;
+    if (!ops || !ctx->device_ops || !ctx->dsa_ops)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "sft needs a model, a device and a dsa plugin in the run context");
+    if (!ops->forward_logprobs || !ops->forward_logits || !ops->backward || !ops->zero_grad || !ops->grad_norm ||
+        !ops->optimizer_step)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model plugin '%s' cannot train (no log-probs, backward or "
+                          "optimizer step)", ops->common.name);
+    DSARL_TRY(dsarl_tokenizer_load(tr->cfg.tokenizer_name, &tr->tok, err));
+    tr->chat_template = tr->cfg.chat_template ? tr->cfg.chat_template : dsarl_tokenizer_default_template(tr->tok);
+    DSARL_TRY(dsarl_dataset_from_recipe(tr->root, "data.train", DSARL_SPLIT_TRAIN, &tr->train_set, err));
+    if (dsarl_node_get(tr->root, "data.validation"))
+        DSARL_TRY(dsarl_dataset_from_recipe(tr->root, "data.validation", DSARL_SPLIT_VALIDATION, &tr->val_set, err));
+    DSARL_TRY(dsarl_dataloader_create(tr->train_set, (size_t)tr->cfg.global_batch, tr->cfg.shuffle, 1,
+                                      (uint64_t)tr->cfg.seed, &tr->loader, err));
+    int64_t per_epoch = dsarl_dataloader_batches_per_epoch(tr->loader);
+    tr->total_steps = tr->cfg.max_num_steps;
+    if (per_epoch * tr->cfg.max_num_epochs < tr->total_steps)
+        tr->total_steps = per_epoch * tr->cfg.max_num_epochs;
+    dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = tr->root, .parallel = ctx->parallel,
+                              .seed = (uint64_t)tr->cfg.seed};
+    DSARL_TRY(ctx->device_ops->create(&dc, &tr->dev, err));
+    DSARL_TRY(ctx->dsa_ops->create(ctx->device_ops, tr->dev, tr->root, &tr->dsa, err));
+    const char *model_dir = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
+    dsarl_model_config mc = {.struct_size = sizeof mc, .host = ctx->host, .recipe = tr->root, .model_dir = model_dir,
+                             .device_ops = ctx->device_ops, .device = tr->dev, .dsa_ops = ctx->dsa_ops,
+                             .dsa = tr->dsa, .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed};
+    DSARL_TRY(ops->create(&mc, &tr->model, err));
+    if (ops->vocab_size(tr->model) < dsarl_tokenizer_vocab_size(tr->tok))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
+                          "; policy.model_config.vocab_size must cover it", tr->cfg.tokenizer_name,
+                          dsarl_tokenizer_vocab_size(tr->tok), ops->vocab_size(tr->model));
+    return DSARL_OK;
+}
+
+static void trainer_free(sft_trainer *tr)
+{
+    dsarl_metrics_close(tr->log);
+    if (tr->model)
+        tr->ops->destroy(tr->model);
+    if (tr->dsa)
+        tr->ctx->dsa_ops->destroy(tr->dsa);
+    if (tr->dev)
+        tr->ctx->device_ops->destroy(tr->dev);
+    dsarl_dataloader_free(tr->loader);
+    dsarl_dataset_free(tr->train_set);
+    dsarl_dataset_free(tr->val_set);
+    dsarl_tokenizer_free(tr->tok);
+}
+
+/* Restores the newest complete checkpoint, if any. */
+static int trainer_resume(sft_trainer *tr, dsarl_error *err)
+{
+    tr->log_cfg.resume_step = -1;
+    if (!tr->ckpt.enabled)
+        return DSARL_OK;
+    char dir[4096];
+    int64_t step;
+    DSARL_TRY(dsarl_checkpoint_find_latest(tr->ckpt.checkpoint_dir, dir, sizeof dir, &step, err));
+    if (step < 0)
+        return DSARL_OK;
+    dsarl_trainer_state st;
+    DSARL_TRY(dsarl_checkpoint_load(dir, tr->ops, tr->model, &st, err));
+    dsarl_dataloader_state ls;
+    DSARL_TRY(dsarl_trainer_state_get_loader(&st, "train", &ls, err));
+    DSARL_TRY(dsarl_dataloader_set_state(tr->loader, ls, err));
+    tr->step = st.step;
+    tr->consumed_samples = st.consumed_samples;
+    tr->train_time_s = st.total_train_time_s;
+    dsarl_error absent;
+    tr->has_val = dsarl_trainer_state_get_metric(&st, "val:loss", &tr->val_loss, &absent) == 0 &&
+                  dsarl_trainer_state_get_metric(&st, "val:accuracy", &tr->val_accuracy, &absent) == 0;
+    if (dsarl_trainer_state_get_metric(&st, "train:loss", &tr->train_loss, &absent) != 0)
+        tr->train_loss = NAN;
+    tr->log_cfg.resume_step = st.step;
+    dsarl_log(DSARL_LOG_INFO, "sft: resumed from %s (step %" PRId64 ")", dir, st.step);
+    return DSARL_OK;
+}
+
+static int save_checkpoint(sft_trainer *tr, dsarl_error *err)
+{
+    dsarl_trainer_state st;
+    memset(&st, 0, sizeof st);
+    st.step = tr->step;
+    st.consumed_samples = tr->consumed_samples;
+    st.total_train_time_s = tr->train_time_s;
+    DSARL_TRY(dsarl_trainer_state_set_loader(&st, "train", dsarl_dataloader_get_state(tr->loader), err));
+    if (isfinite(tr->train_loss))
+        DSARL_TRY(dsarl_trainer_state_set_metric(&st, "train:loss", tr->train_loss, err));
+    if (tr->has_val) {
+        DSARL_TRY(dsarl_trainer_state_set_metric(&st, "val:loss", tr->val_loss, err));
+        DSARL_TRY(dsarl_trainer_state_set_metric(&st, "val:val_loss", tr->val_loss, err)); // NeMo SFT's name
+        DSARL_TRY(dsarl_trainer_state_set_metric(&st, "val:accuracy", tr->val_accuracy, err));
+    }
+    return dsarl_checkpoint_save(&tr->ckpt, tr->ops, tr->model, &st, tr->root, NULL, 0, err);
+}
+
+/* --- batches ------------------------------------------------------------------------------------------------- */
+
+typedef struct packed {
+    int32_t *tokens, *targets, *cu;
+    float *values; /* (T) dlogprobs in, or log-probs out */
+    int64_t n_tokens;
+    int32_t n_seqs;
+} packed;
+
+static void packed_free(packed *p)
+{
+    free(p->tokens), free(p->targets), free(p->cu), free(p->values);
+    memset(p, 0, sizeof *p);
+}
+
+// Packs samples[0..n) as THD.
+static int pack(const sft_sample *samples, int64_t n, packed *p, dsarl_error *err)
+{
+    memset(p, 0, sizeof *p);
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++)
+        total += samples[i].n;
+    p->tokens = malloc(sizeof(int32_t) * (size_t)total);
+    p->targets = malloc(sizeof(int32_t) * (size_t)total);
+    p->values = calloc((size_t)total, sizeof(float));
+    p->cu = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    if (!p->tokens || !p->targets || !p->values || !p->cu) {
+        packed_free(p);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory packing %" PRId64 " tokens", total);
+    }
+    p->cu[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(p->tokens + p->cu[i], samples[i].tokens, sizeof(int32_t) * (size_t)samples[i].n);
+        memcpy(p->targets + p->cu[i], samples[i].targets, sizeof(int32_t) * (size_t)samples[i].n);
+        p->cu[i + 1] = p->cu[i] + samples[i].n;
+    }
+    p->n_tokens = total;
+    p->n_seqs = (int32_t)n;
+    return DSARL_OK;
+}
+
+static dsarl_token_batch as_batch(const packed *p)
+{
+    dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->n_tokens, .n_sequences = p->n_seqs,
+                           .tokens = p->tokens, .cu_seqlens = p->cu};
+    return b;
+}
+
+static int build_samples(sft_trainer *tr, const dsarl_example *const *examples, int64_t n, sft_sample *out,
+                         dsarl_error *err)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int rc = sft_build_sample(tr->tok, tr->chat_template, tr->cfg.answer_format, examples[i],
+                                  tr->cfg.max_seq_len, &out[i], err);
+        if (rc) {
+            for (int64_t j = 0; j < i; j++)
+                sft_sample_free(&out[j]);
+            return rc;
+        }
+    }
+    return DSARL_OK;
+}
+
+// Sum of -logp over the answer tokens of samples[0..n) in microbatches of micro (log-probs only).
+static int answer_nll(sft_trainer *tr, const sft_sample *samples, int64_t n, int64_t micro, double *nll,
+                      dsarl_error *err)
+{
+    *nll = 0.0;
+    for (int64_t first = 0; first < n; first += micro) {
+        int64_t m = n - first < micro ? n - first : micro;
+        packed p;
+        DSARL_TRY(pack(samples + first, m, &p, err));
+        dsarl_token_batch b = as_batch(&p);
+        int rc = tr->ops->forward_logprobs(tr->model, &b, p.targets, p.values, err);
+        for (int64_t t = 0; rc == 0 && t < p.n_tokens; t++)
+            if (p.targets[t] >= 0)
+                *nll -= p.values[t];
+        packed_free(&p);
+        DSARL_TRY(rc);
+    }
+    return DSARL_OK;
+}
+
+/* --- validation ---------------------------------------------------------------------------------------------- */
+
+// The index of the largest logit (the lowest id on ties), as greedy decoding picks it.
+static int32_t argmax(const float *row, int64_t V)
+{
+    int64_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (row[v] > row[best])
+            best = v;
+    return (int32_t)best;
+}
+
+// s without leading/trailing ASCII whitespace, into a malloc'd copy.
+static char *trimmed(const char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    char *out = malloc(n + 1);
+    if (out) {
+        memcpy(out, s, n);
+        out[n] = '\0';
+    }
+    return out;
+}
+
+// Greedy completion of each sample's prompt without a KV cache (every step reruns the whole sequences), up to
+// max_new_tokens or EOS; counts completions whose decoded text equals the sample's answer (whitespace-trimmed).
+static int greedy_correct(sft_trainer *tr, const sft_sample *samples, int64_t n, int64_t *correct, dsarl_error *err)
+{
+    int64_t V = tr->ops->vocab_size(tr->model), max_new = tr->cfg.max_new_tokens;
+    int32_t eos = dsarl_tokenizer_eos_id(tr->tok);
+    int64_t cap = 0;
+    for (int64_t i = 0; i < n; i++)
+        cap += samples[i].prompt_len + max_new;
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n * (size_t)(tr->cfg.max_seq_len + max_new));
+    int32_t *len = calloc((size_t)n, sizeof(int32_t)), *gen = calloc((size_t)n, sizeof(int32_t));
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap), *cu = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    int64_t *row_of = malloc(sizeof(int64_t) * (size_t)n);
+    uint8_t *done = calloc((size_t)n, 1);
+    float *logits = malloc(sizeof(float) * (size_t)cap * (size_t)V);
+    int rc = (!seq || !len || !gen || !tokens || !cu || !row_of || !done || !logits)
+                 ? DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for greedy validation")
+                 : DSARL_OK;
+    int64_t stride = tr->cfg.max_seq_len + max_new;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        memcpy(seq + i * stride, samples[i].tokens, sizeof(int32_t) * (size_t)samples[i].prompt_len);
+        len[i] = samples[i].prompt_len;
+    }
+    for (int64_t k = 0; rc == 0 && k < max_new; k++) {
+        // pack the unfinished sequences; each one's next token comes from its last row
+        int32_t m = 0;
+        cu[0] = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (done[i])
+                continue;
+            memcpy(tokens + cu[m], seq + i * stride, sizeof(int32_t) * (size_t)len[i]);
+            cu[m + 1] = cu[m] + len[i];
+            row_of[m++] = i;
+        }
+        if (m == 0)
+            break;
+        dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = cu[m], .n_sequences = m, .tokens = tokens,
+                               .cu_seqlens = cu};
+        rc = tr->ops->forward_logits(tr->model, &b, logits, err);
+        for (int32_t j = 0; rc == 0 && j < m; j++) {
+            int64_t i = row_of[j];
+            int32_t next = argmax(logits + (int64_t)(cu[j + 1] - 1) * V, V);
+            seq[i * stride + len[i]++] = next;
+            gen[i]++;
+            if (next == eos || len[i] >= stride)
+                done[i] = 1;
+        }
+    }
+    *correct = 0;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        const int32_t *out = seq + i * stride + samples[i].prompt_len;
+        int32_t n_out = gen[i] - (gen[i] > 0 && out[gen[i] - 1] == eos);
+        char *text = NULL;
+        rc = dsarl_tokenizer_decode(tr->tok, out, (size_t)n_out, 1, &text, NULL, err);
+        char *a = rc == 0 ? trimmed(text) : NULL, *b = rc == 0 ? trimmed(samples[i].answer) : NULL;
+        if (rc == 0 && (!a || !b))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for greedy validation");
+        if (rc == 0 && strcmp(a, b) == 0)
+            (*correct)++;
+        free(a), free(b), free(text);
+    }
+    free(seq), free(len), free(gen), free(tokens), free(cu), free(row_of), free(done), free(logits);
+    return rc;
+}
+
+// Mean answer-token NLL and greedy exact-match accuracy over the first val_batches batches of the validation set.
+static int validate(sft_trainer *tr, dsarl_error *err)
+{
+    if (!tr->val_set)
+        return DSARL_OK;
+    int64_t size = (int64_t)dsarl_dataset_size(tr->val_set), vb = tr->cfg.val_global_batch_size;
+    int64_t n = tr->cfg.val_batches > 0 && tr->cfg.val_batches * vb < size ? tr->cfg.val_batches * vb : size;
+    double nll_sum = 0.0, tokens = 0.0;
+    int64_t correct = 0;
+    double t0 = now_s();
+    for (int64_t first = 0; first < n; first += vb) {
+        int64_t m = n - first < vb ? n - first : vb;
+        sft_sample *samples = calloc((size_t)m, sizeof *samples);
+        const dsarl_example **ex = calloc((size_t)m, sizeof *ex);
+        int rc = (!samples || !ex) ? DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for validation") : DSARL_OK;
+        for (int64_t i = 0; rc == 0 && i < m; i++)
+            ex[i] = dsarl_dataset_get(tr->val_set, (size_t)(first + i));
+        if (rc == 0)
+            rc = build_samples(tr, ex, m, samples, err);
+        double nll = 0;
+        if (rc == 0)
+            rc = answer_nll(tr, samples, m, tr->cfg.val_micro_batch_size, &nll, err);
+        for (int64_t i = 0; rc == 0 && i < m; i++)
+            tokens += samples[i].n_answer;
+        nll_sum += nll;
+        for (int64_t first_mb = 0; rc == 0 && first_mb < m; first_mb += tr->cfg.val_micro_batch_size) {
+            int64_t k = m - first_mb < tr->cfg.val_micro_batch_size ? m - first_mb : tr->cfg.val_micro_batch_size;
+            int64_t c = 0;
+            rc = greedy_correct(tr, samples + first_mb, k, &c, err);
+            correct += c;
+        }
+        for (int64_t i = 0; samples && rc == 0 && i < m; i++)
+            sft_sample_free(&samples[i]);
+        free(samples);
+        free(ex);
+        DSARL_TRY(rc);
+    }
+    tr->val_loss = tokens > 0 ? nll_sum / tokens : NAN;
+    tr->val_accuracy = n > 0 ? (double)correct / (double)n : NAN;
+    tr->has_val = true;
+    DSARL_TRY(dsarl_metrics_set(tr->log, "val/loss", tr->val_loss, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "val/accuracy", tr->val_accuracy, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "timing/validation/total_validation_time", now_s() - t0, err));
+    dsarl_log(DSARL_LOG_INFO, "sft: validation at step %" PRId64 ": loss %.4f accuracy %.4f (%" PRId64 "/%" PRId64
+              " exact) in %.1f s", tr->step, tr->val_loss, tr->val_accuracy, correct, n, now_s() - t0);
+    return DSARL_OK;
+}
+
+/* --- one step ------------------------------------------------------------------------------------------------ */
+
+static int train_step(sft_trainer *tr, dsarl_error *err)
+{
+    const dsarl_model_ops *ops = tr->ops;
+    int64_t gb = tr->cfg.global_batch, mb = tr->cfg.micro_batch;
+    const dsarl_example **batch = calloc((size_t)gb, sizeof *batch);
+    sft_sample *samples = calloc((size_t)gb, sizeof *samples);
+    if (!batch || !samples) {
+        free(batch), free(samples);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for a batch of %" PRId64, gb);
+    }
+    size_t got = 0;
+    int rc = dsarl_dataloader_next(tr->loader, batch, NULL, &got, NULL, err);
+    if (rc == 0 && (int64_t)got != gb)
+        rc = DSARL_FAIL(err, DSARL_E_INTERNAL, "sft: the dataloader returned %zu samples, expected %" PRId64, got, gb);
+    if (rc == 0)
+        rc = build_samples(tr, batch, gb, samples, err);
+    else
+        gb = 0; // nothing built
+    // the loss is normalised by the global batch's answer tokens, so the microbatch gradients add up to it
+    double n_answer = 0, nll = 0;
+    for (int64_t i = 0; rc == 0 && i < gb; i++)
+        n_answer += samples[i].n_answer;
+    if (rc == 0 && n_answer == 0)
+        rc = DSARL_FAIL(err, DSARL_E_INVALID, "sft: no answer token fits policy.max_total_sequence_length (%" PRId64
+                        ") in this batch; raise it", tr->cfg.max_seq_len);
+    if (rc == 0)
+        rc = ops->zero_grad(tr->model, err);
+    double indexer_loss = 0;
+    for (int64_t first = 0; rc == 0 && first < gb; first += mb) {
+        packed p;
+        rc = pack(samples + first, mb, &p, err);
+        if (rc)
+            break;
+        dsarl_token_batch b = as_batch(&p);
+        rc = ops->forward_logprobs(tr->model, &b, p.targets, p.values, err);
+        for (int64_t t = 0; rc == 0 && t < p.n_tokens; t++) {
+            nll -= p.targets[t] >= 0 ? p.values[t] : 0.0f;
+            p.values[t] = p.targets[t] >= 0 ? (float)(-1.0 / n_answer) : 0.0f; // d loss / d logp
+        }
+        float il = 0;
+        if (rc == 0)
+            rc = ops->backward(tr->model, &b, p.targets, p.values, &il, err);
+        indexer_loss += il * (double)mb / (double)gb;
+        packed_free(&p);
+    }
+    double norm = 0, scale = 1;
+    if (rc == 0)
+        rc = ops->grad_norm(tr->model, &norm, err);
+    if (rc == 0)
+        rc = grpo_grad_clip_scale(norm, tr->cfg.max_grad_norm, &scale, err);
+    double lr = grpo_lr_at(&tr->cfg.lr_schedule, tr->step);
+    if (rc == 0) {
+        tr->adam.lr = lr;
+        tr->adam.grad_scale = scale;
+        rc = ops->optimizer_step(tr->model, &tr->adam, err);
+    }
+    for (int64_t i = 0; i < gb; i++)
+        sft_sample_free(&samples[i]);
+    free(samples);
+    free(batch);
+    DSARL_TRY(rc);
+    tr->step++;
+    tr->consumed_samples += gb;
+    tr->train_loss = nll / n_answer;
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/loss", tr->train_loss, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/grad_norm", norm, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/lr", lr, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/num_answer_tokens", n_answer, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/indexer_loss", indexer_loss, err));
+    return DSARL_OK;
+}
+
+/* --- the job ------------------------------------------------------------------------------------------------- */
+
+static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
+{
+    const dsarl_run_context *ctx = tr->ctx;
+    if (tr->step == 0 && tr->cfg.val_at_start && tr->val_set) {
+        DSARL_TRY(validate(tr, err));
+        DSARL_TRY(dsarl_metrics_commit(tr->log, 0, err));
+    }
+    double slowest = 0;
+    while (tr->step < tr->total_steps) {
+        double t0 = now_s();
+        DSARL_TRY(train_step(tr, err));
+        double t_train = now_s() - t0;
+        bool last = tr->step == tr->total_steps;
+        bool validated = (tr->cfg.val_period > 0 && tr->step % tr->cfg.val_period == 0) ||
+                         (last && tr->cfg.val_at_end);
+        if (validated)
+            DSARL_TRY(validate(tr, err));
+        double step_s = now_s() - t0;
+        tr->train_time_s += step_s;
+        bool stop = ctx->stop_requested && *ctx->stop_requested;
+        bool deadline = dsarl_checkpoint_deadline_near(&tr->ckpt, now_s() - run_start, 1.5 * fmax(slowest, step_s));
+        if (tr->ckpt.enabled && (dsarl_checkpoint_due(&tr->ckpt, tr->step, last) || stop || deadline)) {
+            double c0 = now_s();
+            DSARL_TRY(save_checkpoint(tr, err));
+            DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/checkpointing", now_s() - c0, err));
+            step_s += now_s() - c0;
+        }
+        slowest = fmax(slowest, step_s);
+        DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/policy_training", t_train, err));
+        DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/total_step_time", step_s, err));
+        DSARL_TRY(dsarl_metrics_commit(tr->log, tr->step, err));
+        double eta = (double)(tr->total_steps - tr->step) * (now_s() - run_start) /
+                     (double)(tr->step - (tr->log_cfg.resume_step > 0 ? tr->log_cfg.resume_step : 0));
+        char val[96] = "";
+        if (validated && tr->val_set)
+            snprintf(val, sizeof val, ", val loss %.4f accuracy %.3f", tr->val_loss, tr->val_accuracy);
+        dsarl_log(DSARL_LOG_INFO, "sft step %" PRId64 "/%" PRId64 ": loss %.4f, lr %.3g, %.2f s, ETA %.0f s%s",
+                  tr->step, tr->total_steps, tr->train_loss, grpo_lr_at(&tr->cfg.lr_schedule, tr->step - 1), step_s,
+                  eta, val);
+        if (stop) {
+            dsarl_log(DSARL_LOG_INFO, "sft: stop requested: stopped after step %" PRId64, tr->step);
+            return DSARL_OK;
+        }
+        if (deadline) {
+            dsarl_log(DSARL_LOG_WARN, "sft: checkpointing.checkpoint_must_save_by is near: saved step %" PRId64
+                      " and stopped", tr->step);
+            return DSARL_OK;
+        }
+    }
+    return DSARL_OK;
+}
+
+int sft_run(const dsarl_run_context *ctx, dsarl_error *err)
+{
+    double run_start = now_s();
+    sft_trainer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.ctx = ctx;
+    tr.ops = ctx->model_ops;
+    tr.root = ctx->recipe;
+    tr.train_loss = NAN;
+    // everything that reads only the recipe first, so a bad value fails before any model is built
+    int rc = sft_config_from_recipe(tr.root, &tr.cfg, err);
+    if (rc == 0)
+        rc = dsarl_optimizer_params_from_recipe(tr.root, &tr.adam, err);
+    if (rc == 0)
+        rc = dsarl_checkpoint_config_from_recipe(tr.root, &tr.ckpt, err);
+    if (rc == 0)
+        rc = dsarl_metrics_config_from_recipe(tr.root, &tr.log_cfg, err);
+    if (rc == 0)
+        rc = trainer_open(&tr, err);
+    if (rc == 0)
+        rc = trainer_resume(&tr, err);
+    if (rc == 0) {
+        tr.log_cfg.progress = 0; // one log line per step instead
+        tr.log_cfg.total_steps = tr.total_steps;
+        rc = dsarl_metrics_open(&tr.log_cfg, &tr.log, err);
+    }
+    if (rc == 0) {
+        dsarl_log(DSARL_LOG_INFO, "sft: %" PRId64 " steps of %" PRId64 " samples (micro %" PRId64 "), template %s, "
+                  "logs in %s", tr.total_steps, tr.cfg.global_batch, tr.cfg.micro_batch, tr.chat_template,
+                  dsarl_metrics_dir(tr.log));
+        rc = train_loop(&tr, run_start, err);
+    }
+    trainer_free(&tr);
+    return rc;
+}
