@@ -10,6 +10,7 @@
 #include "cmd_model.h"
 #include "dsarl/fileutil.h"
 #include "dsarl/npy.h"
+#include "dsarl/ops/generation.h"
 #include "dsarl/ops/model.h"
 
 // Everything one command holds; closed in reverse order.
@@ -146,14 +147,21 @@ static const char *logits_help =
     "  --threads N           OpenBLAS threads (default 1)\n";
 
 static const char *generate_help =
-    "usage: dsarl generate --model-dir DIR --prompt-ids 1,2,3 --max-new-tokens N --greedy [--threads N]\n"
+    "usage: dsarl generate --model-dir DIR --prompt-ids 1,2,3 --max-new-tokens N (--greedy | --temperature T)\n"
+    "                      [--top-k K] [--top-p P] [--seed S] [--stop-ids 1,2] [--logprobs] [--threads N]\n"
     "\n"
-    "Greedy continuation of a prompt with a Hugging Face glm_moe_dsa model; prints the new token ids as a JSON\n"
-    "list. Each step recomputes the whole sequence (no KV cache yet).\n"
+    "Continues a prompt with a Hugging Face glm_moe_dsa model through the native generation engine (KV cache of MLA\n"
+    "latents and indexer keys, prefill + decode with the reference DSA backend on the cpu device). Prints the new\n"
+    "token ids as a JSON list, or with --logprobs an object {\"tokens\", \"logprobs\", \"truncated\"}.\n"
     "  --model-dir DIR         the model directory\n"
     "  --prompt-ids IDS        comma-separated token ids\n"
-    "  --max-new-tokens N      how many tokens to generate (>= 1)\n"
-    "  --greedy                argmax decoding (the only mode for now; ties pick the lowest id)\n"
+    "  --max-new-tokens N      at most this many new tokens (>= 1)\n"
+    "  --greedy                argmax decoding (ties pick the lowest id)\n"
+    "  --temperature T         sample from softmax(logits / T), T > 0\n"
+    "  --top-k K, --top-p P    keep the K most likely ids / the smallest set holding mass P (off by default)\n"
+    "  --seed S                sampling seed (default 0)\n"
+    "  --stop-ids IDS          comma-separated ids that end the completion (kept in it)\n"
+    "  --logprobs              also print each token's log-probability under the sampling distribution\n"
     "  --threads N             OpenBLAS threads (default 1)\n";
 
 // Matches "--name VALUE" and "--name=VALUE"; advances *i past the value.
@@ -239,23 +247,58 @@ int dsarl_cmd_logits(int argc, char **argv)
     return rc < 0 ? cli_fail(&err) : CLI_EXIT_OK;
 }
 
+// Parses "1,2,3" into a malloc'ed array; 0 on success, -1 on a malformed list.
+static int parse_id_list(const char *text, int32_t **out, int32_t *n)
+{
+    int32_t *ids = malloc((strlen(text) / 2 + 2) * sizeof(int32_t));
+    *n = 0;
+    if (!ids)
+        return -1;
+    for (const char *p = text; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(ids);
+            return -1;
+        }
+        ids[(*n)++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    *out = ids;
+    return 0;
+}
+
+// Parses a number option; 0 on success.
+static int parse_double(const char *text, double lo, double hi, double *out)
+{
+    char *end;
+    *out = strtod(text, &end);
+    return *end || end == text || !(*out >= lo && *out <= hi) ? -1 : 0;
+}
+
 int dsarl_cmd_generate(int argc, char **argv)
 {
-    const char *dir = NULL, *prompt = NULL, *max_s = NULL, *threads_s = "1";
-    int greedy = 0;
+    const char *dir = NULL, *prompt = NULL, *max_s = NULL, *threads_s = "1", *temp_s = NULL, *top_k_s = "0";
+    const char *top_p_s = "1", *seed_s = "0", *stop_s = NULL;
+    int greedy = 0, want_logprobs = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if (cli_is_help(argv[i])) {
             fputs(generate_help, stdout);
             return CLI_EXIT_OK;
         }
-        if (!strcmp(argv[i], "--greedy")) {
-            greedy = 1;
+        if (!strcmp(argv[i], "--greedy") || !strcmp(argv[i], "--logprobs")) {
+            *(argv[i][2] == 'g' ? &greedy : &want_logprobs) = 1;
             continue;
         }
         if ((r = take_value(argc, argv, &i, "--model-dir", &dir)) ||
             (r = take_value(argc, argv, &i, "--prompt-ids", &prompt)) ||
             (r = take_value(argc, argv, &i, "--max-new-tokens", &max_s)) ||
+            (r = take_value(argc, argv, &i, "--temperature", &temp_s)) ||
+            (r = take_value(argc, argv, &i, "--top-k", &top_k_s)) ||
+            (r = take_value(argc, argv, &i, "--top-p", &top_p_s)) ||
+            (r = take_value(argc, argv, &i, "--seed", &seed_s)) ||
+            (r = take_value(argc, argv, &i, "--stop-ids", &stop_s)) ||
             (r = take_value(argc, argv, &i, "--threads", &threads_s))) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
@@ -267,59 +310,69 @@ int dsarl_cmd_generate(int argc, char **argv)
     }
     if (!dir || !prompt || !max_s)
         return usage_error("generate", "--model-dir, --prompt-ids and --max-new-tokens are required");
-    if (!greedy)
-        return usage_error("generate", "only --greedy decoding is implemented; add --greedy");
-    char *end;
-    long max_new = strtol(max_s, &end, 10);
-    if (*end || max_new < 1 || max_new > 1000000)
+    if (greedy == (temp_s != NULL))
+        return usage_error("generate", "choose one decoding mode: --greedy, or --temperature T with T > 0");
+    double max_new, temperature = 0, top_k, top_p, seed;
+    if (parse_double(max_s, 1, 1000000, &max_new) || max_new != (int32_t)max_new)
         return usage_error("generate", "--max-new-tokens must be an integer >= 1");
-    // prompt "1,2,3"
-    size_t cap = strlen(prompt) / 2 + 2;
-    int32_t *seq = malloc((cap + (size_t)max_new) * sizeof(int32_t));
-    int32_t P = 0;
-    for (const char *p = prompt; *p;) {
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            free(seq);
-            return usage_error("generate", "--prompt-ids must be comma-separated non-negative integers");
-        }
-        seq[P++] = (int32_t)v;
-        p = *end ? end + 1 : end;
+    if (temp_s && parse_double(temp_s, 1e-6, 1e6, &temperature))
+        return usage_error("generate", "--temperature must be a number > 0");
+    if (parse_double(top_k_s, -1, INT32_MAX, &top_k) || top_k != (int32_t)top_k)
+        return usage_error("generate", "--top-k must be an integer >= 1 (0 or -1: off)");
+    if (parse_double(top_p_s, 1e-9, 1, &top_p))
+        return usage_error("generate", "--top-p must be in (0, 1]");
+    if (parse_double(seed_s, 0, 9007199254740992.0, &seed) || seed != (double)(uint64_t)seed)
+        return usage_error("generate", "--seed must be a non-negative integer");
+    int32_t *ids = NULL, P = 0, *stop_ids = NULL, n_stop = 0;
+    if (parse_id_list(prompt, &ids, &P) || P == 0) {
+        free(ids);
+        return usage_error("generate", "--prompt-ids must be non-empty comma-separated non-negative integers");
     }
-    if (P == 0) {
-        free(seq);
-        return usage_error("generate", "--prompt-ids is empty");
+    if (stop_s && parse_id_list(stop_s, &stop_ids, &n_stop)) {
+        free(ids);
+        return usage_error("generate", "--stop-ids must be comma-separated non-negative integers");
     }
     dsarl_error err = {0};
     model_session s;
     int rc = session_open(&s, dir, atoi(threads_s), &err);
-    float *logits = NULL;
+    const dsarl_ops_common *gen_c = NULL;
+    const dsarl_generation_ops *gen_ops = NULL;
+    dsarl_generator *gen = NULL;
+    if (rc == 0)
+        rc = dsarl_registry_require(s.registry, DSARL_KIND_GENERATION, "native", "dsarl generate", &gen_c, &err);
     if (rc == 0) {
-        int64_t V = s.model_ops->vocab_size(s.model);
-        logits = malloc((size_t)(P + max_new) * (size_t)V * sizeof(float));
-        if (!logits)
-            rc = DSARL_FAIL(&err, DSARL_E_NOMEM, "out of memory for the logits");
-        for (long step = 0; step < max_new && rc == 0; step++) {
-            int32_t T = P + (int32_t)step, cu[2] = {0, T};
-            dsarl_token_batch batch = {.struct_size = sizeof(batch), .n_tokens = T, .n_sequences = 1, .tokens = seq,
-                                       .cu_seqlens = cu};
-            rc = s.model_ops->forward_logits(s.model, &batch, logits, &err);
-            if (rc < 0)
-                break;
-            const float *last = logits + (int64_t)(T - 1) * V;
-            int32_t best = 0;
-            for (int32_t v = 1; v < V; v++)
-                best = last[v] > last[best] ? v : best;
-            seq[T] = best;
+        gen_ops = (const dsarl_generation_ops *)gen_c;
+        rc = gen_ops->create(NULL, s.model_ops, s.model, &gen, &err);
+    }
+    dsarl_generation_result res = {0};
+    if (rc == 0) {
+        int32_t cu[2] = {0, P};
+        dsarl_token_batch batch = {.struct_size = sizeof(batch), .n_tokens = P, .n_sequences = 1, .tokens = ids,
+                                   .cu_seqlens = cu};
+        dsarl_sampling_params sp = {.struct_size = sizeof(sp), .temperature = (float)temperature,
+                                    .top_p = (float)top_p, .top_k = (int32_t)top_k,
+                                    .max_new_tokens = (int32_t)max_new, .stop_token_ids = stop_ids,
+                                    .n_stop_token_ids = n_stop, .seed = (uint64_t)seed};
+        rc = gen_ops->generate(gen, &batch, &sp, &res, &err);
+    }
+    if (rc == 0) {
+        int32_t n = res.cu_lengths[1];
+        fputs(want_logprobs ? "{\"tokens\": [" : "[", stdout);
+        for (int32_t i = 0; i < n; i++)
+            printf("%s%d", i ? ", " : "", res.tokens[i]);
+        if (want_logprobs) {
+            printf("], \"logprobs\": [");
+            for (int32_t i = 0; i < n; i++)
+                printf("%s%.9g", i ? ", " : "", (double)res.logprobs[i]);
+            printf("], \"truncated\": %s}", res.truncated[0] ? "true" : "false");
+        } else {
+            printf("]");
         }
+        printf("\n");
     }
-    if (rc == 0) {
-        printf("[");
-        for (long i = 0; i < max_new; i++)
-            printf("%s%d", i ? ", " : "", seq[P + i]);
-        printf("]\n");
-    }
+    if (gen)
+        gen_ops->destroy(gen);
     session_close(&s);
-    free(seq), free(logits);
+    free(ids), free(stop_ids);
     return rc < 0 ? cli_fail(&err) : CLI_EXIT_OK;
 }

@@ -12,14 +12,21 @@ DSARL_BEGIN_DECLS
 
 typedef struct dsarl_generator dsarl_generator;
 
+/* How completions are drawn (vLLM semantics, NeMo RL's policy.generation keys). The sampling distribution of a
+ * step is softmax of the logits divided by temperature, then top-k (ids below the k-th largest removed, ties at it
+ * kept), then top-p (ids removed from the least likely up while the mass ranked above them reaches top_p; the most
+ * likely id always stays). A sequence ends after a stop token id, its tokenizer's EOS, or the token that completes
+ * a stop string (that token is kept in the completion), else after max_new_tokens (truncated). Draws use the
+ * Philox stream (seed, sequence index, step), so a result depends only on the seed, the weights and that
+ * sequence's prompt: not on the rest of the batch or on which sequences already finished. */
 typedef struct dsarl_sampling_params {
     uint32_t struct_size;
-    float temperature;        /* 0 = greedy */
-    float top_p;              /* 1 = off */
+    float temperature;        /* 0 = greedy (argmax, ties the lowest id; top-k/top-p ignored) */
+    float top_p;              /* in (0, 1]; 1 = off */
     int32_t top_k;            /* 0 or -1 = off */
-    int32_t max_new_tokens;
-    const int32_t *stop_token_ids; int32_t n_stop_token_ids;
-    const char *const *stop_strings; int32_t n_stop_strings;
+    int32_t max_new_tokens;   /* >= 1 */
+    const int32_t *stop_token_ids; int32_t n_stop_token_ids;  /* e.g. policy.generation.stop_token_ids */
+    const char *const *stop_strings; int32_t n_stop_strings;  /* need tokenizer */
     uint64_t seed;
     /* Decodes completions for stop_strings (incrementally: the last tokens' bytes, so it must decode by
      * concatenation, as byte-level tokenizers do); its EOS id, when it has one, also ends a sequence. NULL: no stop
@@ -28,7 +35,10 @@ typedef struct dsarl_sampling_params {
 } dsarl_sampling_params;
 
 /* Completions for a batch of prompts. Token/log-prob arrays are packed like the prompts, owned by the engine and
- * valid until the next generate() or destroy(). */
+ * valid until the next generate() or destroy(). logprobs are NeMo RL's "processed_logprobs": the log-softmax of
+ * the sampling distribution's logits (temperature-scaled, top-k/top-p filtered) at the drawn token, computed with
+ * the device's log-prob op; greedy scores under softmax(raw logits). With top-k/top-p off they equal the trainer's
+ * log-softmax of logits / temperature to float rounding. */
 typedef struct dsarl_generation_result {
     uint32_t struct_size;
     int32_t n_sequences;
@@ -41,12 +51,14 @@ typedef struct dsarl_generation_result {
 typedef struct dsarl_generation_ops {
     dsarl_ops_common common;
 
-    /* Creates an engine that generates with the given model instance. */
+    /* Creates an engine that generates with the given model instance, reading its weights in place (colocated:
+     * updates by optimizer_step are seen by the next generate()). The model ops must provide cached inference. */
     int (*create)(const dsarl_node *recipe, const dsarl_model_ops *model_ops, dsarl_model *model,
                   dsarl_generator **out, dsarl_error *err);
     void (*destroy)(dsarl_generator *gen);
 
-    /* Samples completions for prompts (a packed batch). */
+    /* Samples completions for prompts (a packed batch of non-empty prompts, host memory). The KV cache is sized
+     * from the batch (longest prompt + max_new_tokens per sequence) and kept for later calls that fit. */
     int (*generate)(dsarl_generator *gen, const dsarl_token_batch *prompts, const dsarl_sampling_params *params,
                     dsarl_generation_result *result, dsarl_error *err);
 
