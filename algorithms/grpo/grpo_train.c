@@ -692,8 +692,6 @@ static int collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int
 {
     const grpo_config *c = &tr->cfg;
     int64_t G = c->num_generations_per_prompt;
-    size_t per_round = (size_t)dsarl_dataloader_get_state(tr->loader).cursor; /* placeholder, set below */
-    (void)per_round;
     grpo_dynamic_sampler ds;
     grpo_dynamic_sampler_init(&ds, c->num_prompts_per_step, G, c->dynamic_sampling_max_gen_batches);
     const dsarl_example **batch = NULL;
@@ -805,18 +803,25 @@ static int log_samples(trainer *tr, const char *prefix, int64_t step, const roll
 }
 
 /* One GRPO step; on return tr->step has advanced and the step's train metrics are recorded (not committed). */
-static int train_step(trainer *tr, double *mean_reward, bool *epoch_done, dsarl_error *err)
+static int train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err)
 {
-    const dsarl_model_ops *ops = tr->ctx->model_ops;
     double t0 = now_s();
     rollout_set rs = {0};
     packed_batch p = {0};
     step_stats st;
     int64_t rounds = 0, epoch = 0;
-    int64_t epoch_before = dsarl_dataloader_get_state(tr->loader).epoch;
+    dsarl_dataloader_state before = dsarl_dataloader_get_state(tr->loader);
+    int64_t consumed_before = tr->consumed_samples;
     tr->verifier_failures = 0;
+    *out_of_epochs = false;
     int rc = collect_rollouts(tr, &rs, &rounds, &epoch, err);
-    *epoch_done = epoch != epoch_before || dsarl_dataloader_get_state(tr->loader).epoch != epoch_before;
+    if (rc == DSARL_OK && epoch >= tr->cfg.max_num_epochs) {
+        /* the batch belongs to an epoch past grpo.max_num_epochs: put it back and stop */
+        rollout_set_free(&rs);
+        tr->consumed_samples = consumed_before;
+        *out_of_epochs = true;
+        return dsarl_dataloader_set_state(tr->loader, before, err);
+    }
     double t_gen = now_s();
     if (rc == DSARL_OK)
         rc = advantages_for(tr, &rs, err);
@@ -898,7 +903,6 @@ static int train_step(trainer *tr, double *mean_reward, bool *epoch_done, dsarl_
             rc = log_samples(tr, "train", tr->step, &rs, true, err);
         tr->train_time_s += t_train - t0;
     }
-    (void)ops;
     packed_free(&p);
     rollout_set_free(&rs);
     return rc;
@@ -996,13 +1000,14 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     tr.ctx = ctx;
     tr.root = ctx->recipe;
     grpo_run_summary sum = {.first_val_accuracy = NAN, .last_val_accuracy = NAN};
+    double t_start = now_s(); /* checkpoint_must_save_by counts from the start of this process's run */
     int rc = trainer_check_recipe(&tr, err);
     if (rc == DSARL_OK)
         rc = trainer_open(&tr, err);
     if (rc == DSARL_OK)
         rc = trainer_resume(&tr, err);
     if (rc == DSARL_OK) {
-        tr.log_cfg.progress = -1;
+        tr.log_cfg.progress = 1; /* redrawn on a terminal, one log line per step otherwise */
         tr.log_cfg.total_steps = tr.cfg.max_num_steps;
         rc = dsarl_metrics_open(&tr.log_cfg, &tr.log, err);
     }
@@ -1019,14 +1024,14 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     while (rc == DSARL_OK && !stop) {
         if (tr.step >= tr.cfg.max_num_steps)
             break;
-        if (dsarl_dataloader_get_state(tr.loader).epoch >= tr.cfg.max_num_epochs) {
+        bool out_of_epochs;
+        rc = train_step(&tr, &reward, &out_of_epochs, err);
+        if (rc < 0)
+            break;
+        if (out_of_epochs) {
             why = "max_num_epochs reached";
             break;
         }
-        bool epoch_done;
-        rc = train_step(&tr, &reward, &epoch_done, err);
-        if (rc < 0)
-            break;
         bool last = tr.step >= tr.cfg.max_num_steps;
         if (ctx->stop_requested && *ctx->stop_requested) {
             stop = true;
@@ -1058,13 +1063,13 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             rc = dsarl_metrics_commit(tr.log, tr.step, err);
         dsarl_metrics_progress(tr.log, tr.step, reward);
         if (rc == DSARL_OK && tr.ckpt.enabled && !stop && !last &&
-            dsarl_checkpoint_deadline_near(&tr.ckpt, tr.train_time_s, tr.train_time_s / (double)tr.step)) {
+            dsarl_checkpoint_deadline_near(&tr.ckpt, now_s() - t_start, (now_s() - t_start) /
+                                           (double)(tr.step - sum.first_step))) {
             if (!dsarl_checkpoint_due(&tr.ckpt, tr.step, last))
                 rc = save_checkpoint(&tr, val_acc, reward, err);
             stop = true;
             why = "checkpointing.checkpoint_must_save_by is near";
         }
-        (void)epoch_done;
     }
     if (rc == DSARL_OK)
         dsarl_log(DSARL_LOG_INFO, "GRPO finished at step %" PRId64 ": %s", tr.step, why);

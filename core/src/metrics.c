@@ -420,7 +420,8 @@ void dsarl_metrics_progress(dsarl_metrics *m, int64_t step, double last_reward)
     if (isfinite(last_reward))
         snprintf(reward, sizeof reward, "  reward %.4f", last_reward);
     if (m->progress == 1) {
-        fprintf(stderr, "\r\033[Kstep %" PRId64 "/%s  elapsed %s  ETA %s%s", step, total, spent, eta, reward);
+        /* ends with \r: a log line written next overwrites it instead of continuing it */
+        fprintf(stderr, "\r\033[Kstep %" PRId64 "/%s  elapsed %s  ETA %s%s\r", step, total, spent, eta, reward);
         fflush(stderr);
         m->progress_open = true;
     } else {
