@@ -330,6 +330,15 @@ START_TEST(test_cached_logits_recipe_models)
     loaded b = load_recipe(recipe_51, &glm5_1_model_ops, 6);
     check_cached_logits(&b, 22);
     unload(&b);
+    // DSA dense warm-up: every cached key attended (the top-k widens with the cache, as it does with the batch)
+    size_t n = strlen(recipe_52) + 128;
+    char *dense = malloc(n);
+    snprintf(dense, n, "%s  megatron_cfg:\n    model_overrides:\n      dsa_dense_attention: true\n", recipe_52);
+    loaded c = load_recipe(dense, &glm5_2_model_ops, 7);
+    ck_assert(c.m->dense_attention);
+    check_cached_logits(&c, 23);
+    unload(&c);
+    free(dense);
 }
 END_TEST
 
@@ -766,6 +775,41 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+// `dsarl generate` in sampling mode prints what the engine returns in process for the same parameters.
+START_TEST(test_cli_sampling)
+{
+    loaded l = load_fixture("glm5.2-tiny");
+    int32_t ids[6] = {40, 104, 24, 3, 19, 77}, cu[2] = {0, 6}, stop = 46;
+    dsarl_token_batch prompts = {.struct_size = sizeof(prompts), .n_tokens = 6, .n_sequences = 1, .tokens = ids,
+                                 .cu_seqlens = cu};
+    dsarl_sampling_params sp = params(0.9f, 9, 4);
+    sp.top_k = 30, sp.top_p = 0.95f, sp.stop_token_ids = &stop, sp.n_stop_token_ids = 1;
+    dsarl_generation_result want = run(&l, &prompts, &sp);
+    char cmd[1024], out[8192] = {0};
+    snprintf(cmd, sizeof cmd, "'%s/bin/dsarl' generate --model-dir '%sglm5.2-tiny' --prompt-ids 40,104,24,3,19,77 "
+             "--max-new-tokens 9 --temperature 0.9 --top-k 30 --top-p 0.95 --seed 4 --stop-ids 46 --logprobs "
+             "2>&1", DSARL_BINARY_DIR, FIXTURES);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    ck_assert_msg(pclose(p) == 0, "%s", out);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    ck_assert_msg(j != NULL, "not JSON: %s", out);
+    json_t *tok = json_object_get(j, "tokens"), *lp = json_object_get(j, "logprobs");
+    ck_assert_int_eq((int)json_array_size(tok), want.cu_lengths[1]);
+    for (int32_t i = 0; i < want.cu_lengths[1]; i++) {
+        ck_assert_int_eq(json_integer_value(json_array_get(tok, (size_t)i)), want.tokens[i]);
+        ck_assert(fabs(json_real_value(json_array_get(lp, (size_t)i)) - want.logprobs[i]) <= 1e-6);
+    }
+    ck_assert(json_is_true(json_object_get(j, "truncated")) == (want.truncated[0] == 1));
+    json_decref(j);
+    free_result(&want);
+    unload(&l);
+}
+END_TEST
+
 static Suite *generation_suite(void)
 {
     Suite *s = suite_create("generation");
@@ -784,6 +828,7 @@ static Suite *generation_suite(void)
     tcase_add_test(tc, test_stop_strings);
     tcase_add_test(tc, test_ragged_batch_and_determinism);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_cli_sampling);
     suite_add_tcase(s, tc);
     return s;
 }
