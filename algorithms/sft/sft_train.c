@@ -320,6 +320,8 @@ static int greedy_correct(sft_trainer *tr, const sft_sample *samples, int64_t n,
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for greedy validation");
         if (rc == 0 && strcmp(a, b) == 0)
             (*correct)++;
+        if (rc == 0 && i == 0)
+            dsarl_log(DSARL_LOG_DEBUG, "sft: greedy completion \"%s\", target \"%s\"", a, b);
         free(a), free(b), free(text);
     }
     free(seq), free(len), free(gen), free(tokens), free(cu), free(row_of), free(done), free(logits);
