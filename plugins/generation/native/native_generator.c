@@ -6,6 +6,7 @@
  * sequence and step), scores it with the device's log-softmax, and feeds only the running sequences back through
  * a one-token decode, so finished sequences cost nothing. The model's weights are read in place: the engine holds
  * the policy's own model instance. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "native_generator.h"

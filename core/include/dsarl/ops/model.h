@@ -120,7 +120,7 @@ typedef struct dsarl_model_ops {
 
     /* --- cached inference (generation engines) ----------------------------------------------------------------- */
     /* Allocates a KV cache of n_slots sequence slots, each holding up to max_tokens tokens (prompt + completion),
-     * sized once up front; every slot starts empty. It reads the model's weights in place and dies with it. */
+     * sized once up front; every slot starts empty. It belongs to model and is freed before it. */
     int (*cache_create)(dsarl_model *model, int32_t n_slots, int32_t max_tokens, dsarl_model_cache **out,
                         dsarl_error *err);
     /* Frees a cache (NULL is fine). */
