@@ -14,6 +14,7 @@
 #include "cpu_device.h"
 #define DSARL_CUDA_DEVICE_OPAQUE /* both plugins define struct dsarl_device */
 #include "cuda_device.h"
+#include "recipe_internal.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 
@@ -44,14 +45,29 @@ static float *copy_floats(const float *a, int64_t n)
 
 static dsarl_device *gpu, *cpu;
 static dsarl_error err;
+static dsarl_dtype storage;      /* the GPU's storage dtype in the running test case */
+static double storage_tol;       /* tolerance of storage-dtype outputs: 1e-2 for bf16, 1e-5 for f32 */
 
-static void setup(void)
+static void create_devices(const char *recipe_text)
 {
+    dsarl_recipe *recipe = NULL;
     dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single, .threads = 1};
+    if (recipe_text) {
+        ck_assert_int_eq(dsarl_recipe_load_string(recipe_text, "cuda.yaml", &recipe, &err), 0);
+        ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
+        cfg.recipe = dsarl_recipe_root(recipe);
+    }
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
+    cfg.recipe = NULL;
     ck_assert_int_eq(cpu_create(&cfg, &cpu, &err), 0);
+    dsarl_recipe_free(recipe);
+    storage = cuda_storage_dtype(gpu);
+    storage_tol = storage == DSARL_DTYPE_F32 ? 1e-5 : 1e-2;
 }
+
+static void setup(void) { create_devices(NULL); }
+static void setup_f32(void) { create_devices("runtime:\n  cuda_storage_dtype: f32\n"); }
 
 static void teardown(void)
 {
@@ -61,11 +77,11 @@ static void teardown(void)
 
 /* --- device buffers ------------------------------------------------------------------------------------- */
 
-static void *to_gpu(const float *h, int64_t n) // bf16 storage
+static void *to_gpu(const float *h, int64_t n) // storage dtype
 {
     void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 2, &d, &err), 0);
-    ck_assert_msg(cuda_upload_f32(gpu, d, DSARL_DTYPE_BF16, h, (size_t)n, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
+    ck_assert_msg(cuda_upload_f32(gpu, d, storage, h, (size_t)n, &err) == 0, "%s", err.message);
     return d;
 }
 
@@ -115,14 +131,14 @@ static void expect_close(const void *d, dsarl_dtype dtype, const float *want, in
         maxref = fmax(maxref, fabs(want[i]));
         maxerr = fmax(maxerr, fabs(got[i] - want[i]));
     }
-    printf("check_device_cuda: %-28s rel err %.2e (tol %.0e, n %lld)\n", what, maxerr / maxref, tol, (long long)n);
+    printf("check_device_cuda: %s %-28s rel err %.2e (tol %.0e, n %lld)\n", dsarl_dtype_name(storage), what, maxerr / maxref, tol, (long long)n);
     ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
                   tol);
     free(got);
 }
 
-#define BF16_TOL 1e-2
 #define F32_TOL 1e-5
+#define esz ((int64_t)dsarl_dtype_size(storage)) /* bytes of one storage element */
 
 /* --- GEMM ------------------------------------------------------------------------------------------------ */
 
@@ -135,9 +151,9 @@ START_TEST(test_gemm_all_transposes)
             float *a = rand_bf16(m * k + 1, 1), *b = rand_bf16(k * n + 1, 1), *c = rand_bf16(m * n + 1, 1);
             char *da = to_gpu(a, m * k + 1), *db = to_gpu(b, k * n + 1), *dc = to_gpu(c, m * n + 1);
             ck_assert_int_eq(cpu_gemm(cpu, ta, tb, m, n, k, 0.5f, a + 1, b + 1, 0.25f, c + 1, &err), 0);
-            ck_assert_msg(cuda_gemm(gpu, ta, tb, m, n, k, 0.5f, da + 2, db + 2, 0.25f, dc + 2, &err) == 0, "%s",
+            ck_assert_msg(cuda_gemm(gpu, ta, tb, m, n, k, 0.5f, da + esz, db + esz, 0.25f, dc + esz, &err) == 0, "%s",
                           err.message);
-            expect_close(dc + 2, DSARL_DTYPE_BF16, c + 1, m * n, BF16_TOL, ta ? (tb ? "gemm TT" : "gemm TN")
+            expect_close(dc + esz, storage, c + 1, m * n, storage_tol, ta ? (tb ? "gemm TT" : "gemm TN")
                                                                              : (tb ? "gemm NT" : "gemm NN"));
             cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
             free(a), free(b), free(c);
@@ -154,13 +170,13 @@ START_TEST(test_gemm_strided_batched)
                                               batch, &err), 0);
     ck_assert_msg(cuda_gemm_strided_batched(gpu, false, true, m, n, k, 1.0f, da, m * k, db, k * n, 0.0f, dc, m * n,
                                             batch, &err) == 0, "%s", err.message);
-    expect_close(dc, DSARL_DTYPE_BF16, c, batch * m * n, BF16_TOL, "gemm_strided_batched");
+    expect_close(dc, storage, c, batch * m * n, storage_tol, "gemm_strided_batched");
     // k = 0: C = beta * C
     float *c0 = copy_floats(c, m * n);
     for (int64_t i = 0; i < m * n; i++)
         c0[i] *= 0.5f;
     ck_assert_int_eq(cuda_gemm(gpu, false, false, m, n, 0, 1.0f, da, db, 0.5f, dc, &err), 0);
-    expect_close(dc, DSARL_DTYPE_BF16, c0, m * n, BF16_TOL, "gemm k=0");
+    expect_close(dc, storage, c0, m * n, storage_tol, "gemm k=0");
     cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
     free(a), free(b), free(c), free(c0);
 }
@@ -178,12 +194,12 @@ START_TEST(test_rmsnorm)
     float *grstd = to_gpu_f32(x, T);
     ck_assert_int_eq(cpu_rmsnorm_forward(cpu, out, rstd, x, w, T, C, 1e-5f, &err), 0);
     ck_assert_int_eq(cuda_rmsnorm_forward(gpu, gout, grstd, gx, gw, T, C, 1e-5f, &err), 0);
-    expect_close(gout, DSARL_DTYPE_BF16, out, T * C, BF16_TOL, "rmsnorm_forward out");
+    expect_close(gout, storage, out, T * C, storage_tol, "rmsnorm_forward out");
     expect_close(grstd, DSARL_DTYPE_F32, rstd, T, F32_TOL, "rmsnorm_forward rstd");
     ck_assert_int_eq(cpu_rmsnorm_backward(cpu, dx, dw, dout, x, w, rstd, T, C, &err), 0);
     ck_assert_int_eq(cuda_rmsnorm_backward(gpu, gdx, gdw, gdout, gx, gw, grstd, T, C, &err), 0);
-    expect_close(gdx, DSARL_DTYPE_BF16, dx, T * C, BF16_TOL, "rmsnorm_backward dinp");
-    expect_close(gdw, DSARL_DTYPE_BF16, dw, C, BF16_TOL, "rmsnorm_backward dweight (+=)");
+    expect_close(gdx, storage, dx, T * C, storage_tol, "rmsnorm_backward dinp");
+    expect_close(gdw, storage, dw, C, storage_tol, "rmsnorm_backward dweight (+=)");
     cuda_free(gpu, gx), cuda_free(gpu, gw), cuda_free(gpu, gdout), cuda_free(gpu, gdw), cuda_free(gpu, gout);
     cuda_free(gpu, gdx), cuda_free(gpu, grstd);
     free(x), free(w), free(dout), free(dw), free(out), free(rstd), free(dx);
@@ -203,14 +219,14 @@ START_TEST(test_layernorm)
     float *gmean = to_gpu_f32(x, T), *grstd = to_gpu_f32(x, T);
     ck_assert_int_eq(cpu_layernorm_forward(cpu, out, mean, rstd, x, w, b, T, C, 1e-6f, &err), 0);
     ck_assert_int_eq(cuda_layernorm_forward(gpu, gout, gmean, grstd, gx, gw, gb, T, C, 1e-6f, &err), 0);
-    expect_close(gout, DSARL_DTYPE_BF16, out, T * C, BF16_TOL, "layernorm_forward out");
+    expect_close(gout, storage, out, T * C, storage_tol, "layernorm_forward out");
     expect_close(gmean, DSARL_DTYPE_F32, mean, T, F32_TOL, "layernorm_forward mean");
     expect_close(grstd, DSARL_DTYPE_F32, rstd, T, F32_TOL, "layernorm_forward rstd");
     ck_assert_int_eq(cpu_layernorm_backward(cpu, dx, dw, db, dout, x, w, mean, rstd, T, C, &err), 0);
     ck_assert_int_eq(cuda_layernorm_backward(gpu, gdx, gdw, gdb, gdout, gx, gw, gmean, grstd, T, C, &err), 0);
-    expect_close(gdx, DSARL_DTYPE_BF16, dx, T * C, BF16_TOL, "layernorm_backward dinp");
-    expect_close(gdw, DSARL_DTYPE_BF16, dw, C, BF16_TOL, "layernorm_backward dweight");
-    expect_close(gdb, DSARL_DTYPE_BF16, db, C, BF16_TOL, "layernorm_backward dbias");
+    expect_close(gdx, storage, dx, T * C, storage_tol, "layernorm_backward dinp");
+    expect_close(gdw, storage, dw, C, storage_tol, "layernorm_backward dweight");
+    expect_close(gdb, storage, db, C, storage_tol, "layernorm_backward dbias");
     cuda_free(gpu, gx), cuda_free(gpu, gw), cuda_free(gpu, gb), cuda_free(gpu, gdout), cuda_free(gpu, gdw);
     cuda_free(gpu, gdb), cuda_free(gpu, gout), cuda_free(gpu, gdx), cuda_free(gpu, gmean), cuda_free(gpu, grstd);
     free(x), free(w), free(b), free(dout), free(dw), free(db), free(out), free(mean), free(rstd), free(dx);
@@ -237,18 +253,18 @@ START_TEST(test_rope)
         if (!backward) {
             ck_assert_int_eq(cpu_rope_forward(cpu, want + off, want + off, pos, inv, 1.25f, T, H, H * head, head,
                                               rope_dim, &err), 0);
-            ck_assert_int_eq(cuda_rope_forward(gpu, (char *)gx + off * 2, (char *)gx + off * 2, gpos, ginv, 1.25f, T,
+            ck_assert_int_eq(cuda_rope_forward(gpu, (char *)gx + off * esz, (char *)gx + off * esz, gpos, ginv, 1.25f, T,
                                                H, H * head, head, rope_dim, &err), 0);
         } else {
             ck_assert_int_eq(cpu_rope_backward(cpu, want + off, want + off, pos, inv, 1.25f, T, H, H * head, head,
                                                rope_dim, &err), 0);
-            ck_assert_int_eq(cuda_rope_backward(gpu, (char *)gx + off * 2, (char *)gx + off * 2, gpos, ginv, 1.25f,
+            ck_assert_int_eq(cuda_rope_backward(gpu, (char *)gx + off * esz, (char *)gx + off * esz, gpos, ginv, 1.25f,
                                                 T, H, H * head, head, rope_dim, &err), 0);
         }
-        expect_close(gx, DSARL_DTYPE_BF16, want, T * H * head, BF16_TOL,
+        expect_close(gx, storage, want, T * H * head, storage_tol,
                      backward ? "rope_backward (in place)" : "rope_forward (in place)");
         free(x);
-        x = from_gpu(gx, T * H * head, DSARL_DTYPE_BF16); /* continue from the device's values */
+        x = from_gpu(gx, T * H * head, storage); /* continue from the device's values */
         free(want);
     }
     cuda_free(gpu, gx), cuda_free(gpu, ginv), cuda_free(gpu, gpos);
@@ -267,26 +283,26 @@ START_TEST(test_swiglu_add_axpy_copy2d)
     void *gdinp = to_gpu(inp, T * 2 * inner);
     ck_assert_int_eq(cpu_swiglu_forward(cpu, out, inp, T, inner, &err), 0);
     ck_assert_int_eq(cuda_swiglu_forward(gpu, gout, ginp, T, inner, &err), 0);
-    expect_close(gout, DSARL_DTYPE_BF16, out, T * inner, BF16_TOL, "swiglu_forward");
+    expect_close(gout, storage, out, T * inner, storage_tol, "swiglu_forward");
     ck_assert_int_eq(cpu_swiglu_backward(cpu, dinp, dout, inp, T, inner, &err), 0);
     ck_assert_int_eq(cuda_swiglu_backward(gpu, gdinp, gdout, ginp, T, inner, &err), 0);
-    expect_close(gdinp, DSARL_DTYPE_BF16, dinp, T * 2 * inner, BF16_TOL, "swiglu_backward");
+    expect_close(gdinp, storage, dinp, T * 2 * inner, storage_tol, "swiglu_backward");
 
     int64_t n = T * inner;
     float *a = rand_bf16(n, 1), *b = rand_bf16(n, 1), *sum = malloc(n * 4);
     void *ga = to_gpu(a, n), *gb = to_gpu(b, n), *gsum = to_gpu(a, n);
     ck_assert_int_eq(cpu_add(cpu, sum, a, b, n, &err), 0);
     ck_assert_int_eq(cuda_add(gpu, gsum, ga, gb, n, &err), 0);
-    expect_close(gsum, DSARL_DTYPE_BF16, sum, n, BF16_TOL, "add");
+    expect_close(gsum, storage, sum, n, storage_tol, "add");
     ck_assert_int_eq(cpu_axpy(cpu, n, -0.75f, a, b, &err), 0);
     ck_assert_int_eq(cuda_axpy(gpu, n, -0.75f, ga, gb, &err), 0);
-    expect_close(gb, DSARL_DTYPE_BF16, b, n, BF16_TOL, "axpy");
+    expect_close(gb, storage, b, n, storage_tol, "axpy");
     // copy_2d: a (T, 40) block out of (T, inner) rows into (T, 50) rows at column 5
     float *dst = rand_bf16(T * 50, 1);
     void *gdst = to_gpu(dst, T * 50);
     ck_assert_int_eq(cpu_copy_2d(cpu, dst + 5, 50, a + 7, inner, T, 40, &err), 0);
-    ck_assert_int_eq(cuda_copy_2d(gpu, (char *)gdst + 10, 50, (char *)ga + 14, inner, T, 40, &err), 0);
-    expect_close(gdst, DSARL_DTYPE_BF16, dst, T * 50, 0.0, "copy_2d (exact)");
+    ck_assert_int_eq(cuda_copy_2d(gpu, (char *)gdst + 5 * esz, 50, (char *)ga + 7 * esz, inner, T, 40, &err), 0);
+    expect_close(gdst, storage, dst, T * 50, 0.0, "copy_2d (exact)");
     cuda_free(gpu, ginp), cuda_free(gpu, gdout), cuda_free(gpu, gout), cuda_free(gpu, gdinp), cuda_free(gpu, ga);
     cuda_free(gpu, gb), cuda_free(gpu, gsum), cuda_free(gpu, gdst);
     free(inp), free(dout), free(out), free(dinp), free(a), free(b), free(sum), free(dst);
@@ -306,10 +322,10 @@ START_TEST(test_embedding)
     int32_t *gtok = to_gpu_i32(tokens, T);
     ck_assert_int_eq(cpu_embedding_forward(cpu, out, tokens, wte, T, C, V, &err), 0);
     ck_assert_int_eq(cuda_embedding_forward(gpu, gout, gtok, gwte, T, C, V, &err), 0);
-    expect_close(gout, DSARL_DTYPE_BF16, out, T * C, 0.0, "embedding_forward (exact)");
+    expect_close(gout, storage, out, T * C, 0.0, "embedding_forward (exact)");
     ck_assert_int_eq(cpu_embedding_backward(cpu, dwte, dout, tokens, T, C, &err), 0);
     ck_assert_int_eq(cuda_embedding_backward(gpu, gdwte, gdout, gtok, T, C, &err), 0);
-    expect_close(gdwte, DSARL_DTYPE_BF16, dwte, V * C, BF16_TOL, "embedding_backward (+=)");
+    expect_close(gdwte, storage, dwte, V * C, storage_tol, "embedding_backward (+=)");
     // a token outside the vocabulary is reported, not read
     tokens[123] = (int32_t)V;
     int32_t *gbad = to_gpu_i32(tokens, T);
@@ -335,19 +351,19 @@ START_TEST(test_rows)
     int32_t *grows = to_gpu_i32(rows, n);
     ck_assert_int_eq(cpu_gather_rows(cpu, perm, inp, rows, n, C, &err), 0);
     ck_assert_int_eq(cuda_gather_rows(gpu, gperm, ginp, grows, n, C, &err), 0);
-    expect_close(gperm, DSARL_DTYPE_BF16, perm, n * C, 0.0, "gather_rows (exact)");
+    expect_close(gperm, storage, perm, n * C, 0.0, "gather_rows (exact)");
     ck_assert_int_eq(cpu_scatter_add_rows(cpu, acc, other, rows, scale, n, C, &err), 0);
     ck_assert_int_eq(cuda_scatter_add_rows(gpu, gacc, gother, grows, gscale, n, C, &err), 0);
-    expect_close(gacc, DSARL_DTYPE_BF16, acc, T * C, BF16_TOL, "scatter_add_rows (scaled)");
+    expect_close(gacc, storage, acc, T * C, storage_tol, "scatter_add_rows (scaled)");
     ck_assert_int_eq(cpu_scatter_add_rows(cpu, acc, other, rows, NULL, n, C, &err), 0);
     ck_assert_int_eq(cuda_scatter_add_rows(gpu, gacc, gother, grows, NULL, n, C, &err), 0);
-    expect_close(gacc, DSARL_DTYPE_BF16, acc, T * C, BF16_TOL, "scatter_add_rows (unscaled)");
+    expect_close(gacc, storage, acc, T * C, storage_tol, "scatter_add_rows (unscaled)");
     ck_assert_int_eq(cpu_row_dot(cpu, dots, perm, other, n, C, &err), 0);
     ck_assert_int_eq(cuda_row_dot(gpu, gdots, gperm, gother, n, C, &err), 0);
     expect_close(gdots, DSARL_DTYPE_F32, dots, n, F32_TOL, "row_dot");
     ck_assert_int_eq(cpu_scale_rows(cpu, perm, scale, n, C, &err), 0);
     ck_assert_int_eq(cuda_scale_rows(gpu, gperm, gscale, n, C, &err), 0);
-    expect_close(gperm, DSARL_DTYPE_BF16, perm, n * C, BF16_TOL, "scale_rows");
+    expect_close(gperm, storage, perm, n * C, storage_tol, "scale_rows");
     cuda_free(gpu, ginp), cuda_free(gpu, gperm), cuda_free(gpu, gacc), cuda_free(gpu, gother);
     cuda_free(gpu, gscale), cuda_free(gpu, gdots), cuda_free(gpu, grows);
     free(inp), free(perm), free(scale), free(acc), free(dots), free(other);
@@ -430,11 +446,11 @@ START_TEST(test_adamw_scale_sum_squares)
         ck_assert_int_eq(cuda_adamw_step(gpu, gp, gg, gm, gv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, &err), 0);
         // the CPU keeps float32 parameters; the GPU rounds to bf16 each step: compare, then continue from the
         // GPU's parameters so the rounding does not compound
-        expect_close(gp, DSARL_DTYPE_BF16, p, n, BF16_TOL, "adamw_step param");
+        expect_close(gp, storage, p, n, storage_tol, "adamw_step param");
         expect_close(gm, DSARL_DTYPE_F32, m, n, F32_TOL, "adamw_step m");
         expect_close(gv, DSARL_DTYPE_F32, v, n, F32_TOL, "adamw_step v");
         free(p);
-        p = from_gpu(gp, n, DSARL_DTYPE_BF16);
+        p = from_gpu(gp, n, storage);
         cuda_free(gpu, gg), free(g);
     }
     float ss = 0.0f, *gss = to_gpu_f32(&ss, 1);
@@ -443,9 +459,35 @@ START_TEST(test_adamw_scale_sum_squares)
     expect_close(gss, DSARL_DTYPE_F32, &ss, 1, F32_TOL, "sum_squares");
     ck_assert_int_eq(cpu_scale(cpu, p, 0.3f, n, &err), 0);
     ck_assert_int_eq(cuda_scale(gpu, gp, 0.3f, n, &err), 0);
-    expect_close(gp, DSARL_DTYPE_BF16, p, n, BF16_TOL, "scale");
+    expect_close(gp, storage, p, n, storage_tol, "scale");
     cuda_free(gpu, gp), cuda_free(gpu, gm), cuda_free(gpu, gv), cuda_free(gpu, gss);
     free(p), free(m), free(v);
+}
+END_TEST
+
+START_TEST(test_adamw_update)
+{
+    int64_t n = 5003;
+    float *master = rand_bf16(n, 1), *m = rand_bf16(n, 0.1f), *v = rand_bf16(n, 0.1f), *w = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *gmaster = to_gpu_f32(master, n), *gm = to_gpu_f32(m, n), *gv = to_gpu_f32(v, n);
+    void *gw = to_gpu(master, n);
+    for (int step = 1; step <= 3; step++) {
+        float *g = rand_bf16(n, 2);
+        void *gg = to_gpu(g, n);
+        ck_assert_int_eq(cpu_adamw_update(cpu, master, w, g, m, v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step,
+                                          &err), 0);
+        ck_assert_int_eq(cuda_adamw_update(gpu, gmaster, gw, gg, gm, gv, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
+                                           step, &err), 0);
+        expect_close(gmaster, DSARL_DTYPE_F32, master, n, F32_TOL, "adamw_update master");
+        expect_close(gm, DSARL_DTYPE_F32, m, n, F32_TOL, "adamw_update m");
+        expect_close(gv, DSARL_DTYPE_F32, v, n, F32_TOL, "adamw_update v");
+        expect_close(gw, storage, w, n, storage_tol, "adamw_update weight write-back");
+        cuda_free(gpu, gg), free(g);
+    }
+    cuda_free(gpu, gmaster), cuda_free(gpu, gm), cuda_free(gpu, gv), cuda_free(gpu, gw);
+    free(master), free(m), free(v), free(w);
 }
 END_TEST
 
@@ -486,7 +528,8 @@ START_TEST(test_ops_table_complete)
         memcpy(&slot, p, sizeof slot);
         ck_assert_msg(slot != NULL, "device cuda: slot at byte %td is NULL", p - (const char *)ops);
     }
-    ck_assert_int_eq(ops->storage_dtype(gpu), DSARL_DTYPE_BF16);
+    ck_assert_int_eq(ops->storage_dtype(gpu), storage);
+    ck_assert_int_eq(ops->common.n_keys, 1);
     void *buf = NULL;
     ck_assert_int_eq(ops->alloc(gpu, 1000, &buf, &err), 0);
     ck_assert_int_eq((uintptr_t)buf % 256, 0);
@@ -494,11 +537,8 @@ START_TEST(test_ops_table_complete)
 }
 END_TEST
 
-static Suite *device_cuda_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("device_cuda");
-    TCase *tc = tcase_create("ops_vs_cpu");
-    tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_ops_table_complete);
     tcase_add_test(tc, test_gemm_all_transposes);
     tcase_add_test(tc, test_gemm_strided_batched);
@@ -511,8 +551,21 @@ static Suite *device_cuda_suite(void)
     tcase_add_test(tc, test_moe_route);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_adamw_scale_sum_squares);
+    tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_sample_tokens);
-    suite_add_tcase(s, tc);
+}
+
+// Every op twice: bf16 storage (the default) and float32 storage (runtime.cuda_storage_dtype=f32).
+static Suite *device_cuda_suite(void)
+{
+    Suite *s = suite_create("device_cuda");
+    TCase *bf16 = tcase_create("ops_vs_cpu_bf16"), *f32 = tcase_create("ops_vs_cpu_f32");
+    tcase_add_checked_fixture(bf16, setup, teardown);
+    tcase_add_checked_fixture(f32, setup_f32, teardown);
+    add_tests(bf16);
+    add_tests(f32);
+    suite_add_tcase(s, bf16);
+    suite_add_tcase(s, f32);
     return s;
 }
 

@@ -10,12 +10,8 @@ if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
     LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
 endif()
 
-# DSARL_STATIC_DEPS (top-level option): Check and its subunit statically, so the gpu suites run on a machine
-# without libcheck (the GPU machine). The imported target lives in this directory's scope.
-if(DSARL_STATIC_DEPS AND TARGET PkgConfig::CHECK)
-  find_library(DSARL_CHECK_STATIC NAMES libcheck_pic.a libcheck.a REQUIRED)
-  find_library(DSARL_SUBUNIT_STATIC NAMES libsubunit.a REQUIRED)
-  set_target_properties(PkgConfig::CHECK PROPERTIES
-    INTERFACE_LINK_LIBRARIES "${DSARL_CHECK_STATIC};${DSARL_SUBUNIT_STATIC};m;rt;Threads::Threads"
-    INTERFACE_LINK_OPTIONS "" INTERFACE_LINK_DIRECTORIES "")
+if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-tilelang-objects)
+  dsarl_add_check_test(check_glm5_cuda SOURCES check_glm5_cuda.c LABELS gpu NOFORK TIMEOUT 300
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects dsarl-device-cuda-objects
+         dsarl-dsa-tilelang-objects PkgConfig::JANSSON)
 endif()

@@ -30,8 +30,28 @@ typedef __nv_bfloat16 bf16;
 
 #define CUDA_STREAM(dev) ((cudaStream_t)(dev)->compute)
 
+/* Storage element loads and stores: kernels are templates over the storage type (bf16, or float32 when the
+ * device runs with runtime.cuda_storage_dtype=f32) and compute in fp32 either way. */
 static inline __device__ float ldf(const bf16 *p) { return __bfloat162float(*p); }
 static inline __device__ void stf(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static inline __device__ float ldf(const float *p) { return *p; }
+static inline __device__ void stf(float *p, float v) { *p = v; }
+
+/* Launches kernel<S> on the device's compute stream with S the device's storage type; the arguments may name S
+ * (`(const S *)x`), which is typedef'd in each branch. */
+#define STORAGE_LAUNCH(dev, kernel, grid, block, shmem, ...)                                                    \
+    do {                                                                                                        \
+        if ((dev)->f32) {                                                                                       \
+            typedef float S;                                                                                    \
+            kernel<S><<<(grid), (block), (shmem), CUDA_STREAM(dev)>>>(__VA_ARGS__);                            \
+        } else {                                                                                                \
+            typedef bf16 S;                                                                                     \
+            kernel<S><<<(grid), (block), (shmem), CUDA_STREAM(dev)>>>(__VA_ARGS__);                            \
+        }                                                                                                       \
+    } while (0)
+
+/* Bytes of one storage element. */
+#define STORAGE_BYTES(dev) ((dev)->f32 ? sizeof(float) : sizeof(bf16))
 
 /* Blocks for n elements at `threads` per block, capped so the grid stays legal (kernels loop grid-stride). */
 static inline unsigned int grid_for(int64_t n, int threads)

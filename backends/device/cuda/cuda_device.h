@@ -18,6 +18,7 @@ DSARL_BEGIN_DECLS
  * DSARL_CUDA_DEVICE_OPAQUE and sees the CUDA instance only through pointers. */
 #ifndef DSARL_CUDA_DEVICE_OPAQUE
 struct dsarl_device {
+    int f32;                  /* 1: float32 storage (runtime.cuda_storage_dtype=f32); 0: bf16 (the default) */
     int ordinal;              /* the CUDA device this instance runs on (local rank modulo the visible count) */
     int sm_count;             /* multiprocessors, for persistent grids */
     void *compute;            /* cudaStream_t: kernels and GEMMs */
@@ -126,6 +127,9 @@ int cuda_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, 
                     float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err);
 int cuda_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err);
 int cuda_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err);
+int cuda_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v,
+                      int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                      int64_t step, dsarl_error *err);
 int cuda_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                        float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
 

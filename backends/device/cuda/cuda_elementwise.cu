@@ -1,4 +1,4 @@
-/* cuda_elementwise.cu: strided copies, residual adds, axpy and SwiGLU on bf16 storage (fp32 arithmetic). */
+/* cuda_elementwise.cu: strided copies, residual adds, axpy and SwiGLU on the storage type (fp32 arithmetic). */
 #include <math.h>
 #include "cuda_common.cuh"
 
@@ -10,13 +10,14 @@ int cuda_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *s
     if (dst_stride < cols || src_stride < cols)
         return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: copy_2d strides (dst %lld, src %lld) must be at least "
                           "cols (%lld)", (long long)dst_stride, (long long)src_stride, (long long)cols);
-    size_t e = sizeof(bf16);
+    size_t e = STORAGE_BYTES(dev);
     cudaCheck(cudaMemcpy2DAsync(dst, (size_t)dst_stride * e, src, (size_t)src_stride * e, (size_t)cols * e,
                                 (size_t)rows, cudaMemcpyDeviceToDevice, CUDA_STREAM(dev)), err);
     return DSARL_OK;
 }
 
-static __global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, int64_t n)
+template <typename Storage>
+static __global__ void add_kernel(Storage *out, const Storage *a, const Storage *b, int64_t n)
 {
     GRID_STRIDE(i, n) { stf(out + i, ldf(a + i) + ldf(b + i)); }
 }
@@ -25,12 +26,13 @@ int cuda_add(dsarl_device *dev, void *out, const void *a, const void *b, int64_t
 {
     if (n <= 0)
         return DSARL_OK;
-    add_kernel<<<grid_for(n, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n);
+    STORAGE_LAUNCH(dev, add_kernel, grid_for(n, 256), 256, 0, (S *)out, (const S *)a, (const S *)b, n);
     cudaCheckLaunch("add", err);
     return DSARL_OK;
 }
 
-static __global__ void axpy_kernel(int64_t n, float alpha, const bf16 *x, bf16 *y)
+template <typename Storage>
+static __global__ void axpy_kernel(int64_t n, float alpha, const Storage *x, Storage *y)
 {
     GRID_STRIDE(i, n) { stf(y + i, ldf(y + i) + alpha * ldf(x + i)); }
 }
@@ -39,13 +41,14 @@ int cuda_axpy(dsarl_device *dev, int64_t n, float alpha, const void *x, void *y,
 {
     if (n <= 0)
         return DSARL_OK;
-    axpy_kernel<<<grid_for(n, 256), 256, 0, CUDA_STREAM(dev)>>>(n, alpha, (const bf16 *)x, (bf16 *)y);
+    STORAGE_LAUNCH(dev, axpy_kernel, grid_for(n, 256), 256, 0, n, alpha, (const S *)x, (S *)y);
     cudaCheckLaunch("axpy", err);
     return DSARL_OK;
 }
 
 // out (T,inner) = silu(gate) * up, inp rows [gate | up]
-static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int64_t T, int64_t inner)
+template <typename Storage>
+static __global__ void swiglu_forward_kernel(Storage *out, const Storage *inp, int64_t T, int64_t inner)
 {
     GRID_STRIDE(i, T * inner) {
         int64_t t = i / inner, j = i % inner;
@@ -54,7 +57,8 @@ static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int64_t
     }
 }
 
-static __global__ void swiglu_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, int64_t T, int64_t inner)
+template <typename Storage>
+static __global__ void swiglu_backward_kernel(Storage *dinp, const Storage *dout, const Storage *inp, int64_t T, int64_t inner)
 {
     GRID_STRIDE(i, T * inner) {
         int64_t t = i / inner, j = i % inner;
@@ -70,7 +74,7 @@ int cuda_swiglu_forward(dsarl_device *dev, void *out, const void *inp, int64_t T
 {
     if (T * inner <= 0)
         return DSARL_OK;
-    swiglu_forward_kernel<<<grid_for(T * inner, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)inp,
+    STORAGE_LAUNCH(dev, swiglu_forward_kernel, grid_for(T * inner, 256), 256, 0, (S *)out, (const S *)inp,
                                                                                   T, inner);
     cudaCheckLaunch("swiglu_forward", err);
     return DSARL_OK;
@@ -81,8 +85,8 @@ int cuda_swiglu_backward(dsarl_device *dev, void *dinp, const void *dout, const 
 {
     if (T * inner <= 0)
         return DSARL_OK;
-    swiglu_backward_kernel<<<grid_for(T * inner, 256), 256, 0, CUDA_STREAM(dev)>>>(
-        (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, T, inner);
+    STORAGE_LAUNCH(dev, swiglu_backward_kernel, grid_for(T * inner, 256), 256, 0, 
+        (S *)dinp, (const S *)dout, (const S *)inp, T, inner);
     cudaCheckLaunch("swiglu_backward", err);
     return DSARL_OK;
 }

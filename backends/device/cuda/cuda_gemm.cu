@@ -1,5 +1,5 @@
-/* cuda_gemm.cu: row-major GEMMs (plain and strided-batched) through cuBLASLt: bf16 operands and result, fp32
- * accumulation and scalars. cuBLAS is column-major, so the row-major product C = op(A) op(B) is computed as the
+/* cuda_gemm.cu: row-major GEMMs (plain and strided-batched) through cuBLASLt: storage-type operands and result (bf16, or
+ * float32 with runtime.cuda_storage_dtype=f32), fp32 accumulation and scalars. cuBLAS is column-major, so the row-major product C = op(A) op(B) is computed as the
  * column-major C^T = op(B)^T op(A)^T, which reads the same bytes without any transpose copy. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -33,6 +33,8 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0, rc = DSARL_OK;
+    // bf16 storage: bf16 operands, fp32 accumulation. float32 storage: plain fp32 (no TF32), as the CPU computes.
+    const cudaDataType_t type = dev->f32 ? CUDA_R_32F : CUDA_R_16BF;
     cublasStatus_t st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     int32_t batch32 = (int32_t)batch;
     uint32_t ax = alignment_of(x), ay = alignment_of(y), ad = alignment_of(d);
@@ -43,13 +45,13 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
         st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &pr->op_y, sizeof(pr->op_y));
     // stored shapes: X is (rows, inner) unless transposed, Y (inner, cols) unless transposed
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&lx, CUDA_R_16BF, pr->op_x == CUBLAS_OP_N ? pr->rows : pr->inner,
+        st = cublasLtMatrixLayoutCreate(&lx, type, pr->op_x == CUBLAS_OP_N ? pr->rows : pr->inner,
                                         pr->op_x == CUBLAS_OP_N ? pr->inner : pr->rows, pr->ldx);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&ly, CUDA_R_16BF, pr->op_y == CUBLAS_OP_N ? pr->inner : pr->cols,
+        st = cublasLtMatrixLayoutCreate(&ly, type, pr->op_y == CUBLAS_OP_N ? pr->inner : pr->cols,
                                         pr->op_y == CUBLAS_OP_N ? pr->cols : pr->inner, pr->ldy);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, pr->rows, pr->cols, pr->ldd);
+        st = cublasLtMatrixLayoutCreate(&ld, type, pr->rows, pr->cols, pr->ldd);
     if (batch > 1) {
         cublasLtMatrixLayout_t layouts[3] = {lx, ly, ld};
         int64_t strides[3] = {stride_x, stride_y, stride_d};
@@ -82,12 +84,12 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
         // No cuBLASLt algorithm for this shape/alignment (or it failed): the classic cuBLAS entry point accepts
         // every legal shape.
         st = cublasGemmStridedBatchedEx((cublasHandle_t)dev->blas, pr->op_x, pr->op_y, (int)pr->rows, (int)pr->cols,
-                                        (int)pr->inner, &alpha, x, CUDA_R_16BF, (int)pr->ldx, stride_x, y,
-                                        CUDA_R_16BF, (int)pr->ldy, stride_y, &beta, d, CUDA_R_16BF, (int)pr->ldd,
+                                        (int)pr->inner, &alpha, x, type, (int)pr->ldx, stride_x, y,
+                                        type, (int)pr->ldy, stride_y, &beta, d, type, (int)pr->ldd,
                                         stride_d, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS)
-            rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: bf16 gemm (%llu x %llu x %llu, batch %lld) failed "
-                            "in cuBLASLt and cuBLAS: %s", (unsigned long long)pr->rows, (unsigned long long)pr->cols,
+            rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: %s gemm (%llu x %llu x %llu, batch %lld) failed "
+                            "in cuBLASLt and cuBLAS: %s", dev->f32 ? "f32" : "bf16", (unsigned long long)pr->rows, (unsigned long long)pr->cols,
                             (unsigned long long)pr->inner, (long long)batch, cublasGetStatusString(st));
     }
     if (pref)
@@ -103,7 +105,8 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     return rc;
 }
 
-static __global__ void scale_kernel(bf16 *c, float beta, int64_t n)
+template <typename Storage>
+static __global__ void scale_kernel(Storage *c, float beta, int64_t n)
 {
     GRID_STRIDE(i, n) { stf(c + i, beta == 0.0f ? 0.0f : beta * ldf(c + i)); }
 }
@@ -120,7 +123,7 @@ int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int
         return DSARL_OK;
     if (k == 0) { /* C = beta * C, made explicit: some BLAS paths leave C alone for k = 0 */
         for (int64_t i = 0; i < batch; i++) {
-            scale_kernel<<<grid_for(m * n, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)c + i * stride_c, beta, m * n);
+            STORAGE_LAUNCH(dev, scale_kernel, grid_for(m * n, 256), 256, 0, (S *)c + i * stride_c, beta, m * n);
             cudaCheckLaunch("gemm beta scale", err);
         }
         return DSARL_OK;

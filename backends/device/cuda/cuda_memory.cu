@@ -25,10 +25,23 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
         return DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: no CUDA device is visible to this process "
                           "(runtime.device=cuda needs a GPU; use runtime.device=cpu)");
     int local_rank = config && config->parallel ? config->parallel->local_rank : 0;
+    // runtime.cuda_storage_dtype: bf16 (training and generation) or f32 (checking a model against the CPU run)
+    int f32 = 0;
+    if (config && config->recipe) {
+        const char *storage = NULL;
+        int rc = dsarl_recipe_string_or(config->recipe, "runtime.cuda_storage_dtype", "bf16", &storage, err);
+        if (rc)
+            return rc;
+        if (strcmp(storage, "f32") != 0 && strcmp(storage, "bf16") != 0)
+            return dsarl_recipe_fail(config->recipe, "runtime.cuda_storage_dtype", err, DSARL_E_INVALID,
+                                     "must be bf16 or f32, got '%s'", storage);
+        f32 = strcmp(storage, "f32") == 0;
+    }
     dsarl_device *dev = (dsarl_device *)calloc(1, sizeof(*dev));
     if (!dev)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory creating the device");
     dev->ordinal = local_rank % count;
+    dev->f32 = f32;
     dev->seed = config ? config->seed : 0;
     *out = dev;
     cudaDeviceProp prop;
@@ -108,7 +121,7 @@ void cuda_destroy(dsarl_device *dev)
     free(dev);
 }
 
-dsarl_dtype cuda_storage_dtype(const dsarl_device *dev) { return DSARL_DTYPE_BF16; }
+dsarl_dtype cuda_storage_dtype(const dsarl_device *dev) { return dev->f32 ? DSARL_DTYPE_F32 : DSARL_DTYPE_BF16; }
 
 int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
 {

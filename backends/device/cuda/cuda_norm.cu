@@ -8,11 +8,12 @@
 
 static unsigned int row_blocks(int64_t T) { return (unsigned int)(T < 65535 ? T : 65535); }
 
-static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int64_t T,
+template <typename Storage>
+static __global__ void rmsnorm_forward_kernel(Storage *out, float *rstd, const Storage *inp, const Storage *weight, int64_t T,
                                        int64_t C, float eps)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        const bf16 *x = inp + t * C;
+        const Storage *x = inp + t * C;
         float ss = 0.0f;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
             ss += ldf(x + c) * ldf(x + c);
@@ -25,11 +26,12 @@ static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const bf16
 }
 
 // dinp = r w d - r^3 x (sum_j w_j d_j x_j) / C;  dweight_acc += d x r
-static __global__ void rmsnorm_backward_kernel(bf16 *dinp, float *dweight_acc, const bf16 *dout, const bf16 *inp,
-                                        const bf16 *weight, const float *rstd, int64_t T, int64_t C)
+template <typename Storage>
+static __global__ void rmsnorm_backward_kernel(Storage *dinp, float *dweight_acc, const Storage *dout, const Storage *inp,
+                                        const Storage *weight, const float *rstd, int64_t T, int64_t C)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        const bf16 *x = inp + t * C, *d = dout + t * C;
+        const Storage *x = inp + t * C, *d = dout + t * C;
         float r = rstd[t], dot = 0.0f;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
             dot += ldf(weight + c) * ldf(d + c) * ldf(x + c);
@@ -43,7 +45,8 @@ static __global__ void rmsnorm_backward_kernel(bf16 *dinp, float *dweight_acc, c
 }
 
 // dst (n) bf16 += acc (n) fp32
-static __global__ void accumulate_kernel(bf16 *dst, const float *acc, int64_t n)
+template <typename Storage>
+static __global__ void accumulate_kernel(Storage *dst, const float *acc, int64_t n)
 {
     GRID_STRIDE(i, n) { stf(dst + i, ldf(dst + i) + acc[i]); }
 }
@@ -53,8 +56,8 @@ int cuda_rmsnorm_forward(dsarl_device *dev, void *out, float *rstd, const void *
 {
     if (T <= 0 || C <= 0)
         return DSARL_OK;
-    rmsnorm_forward_kernel<<<row_blocks(T), NORM_THREADS, 0, CUDA_STREAM(dev)>>>(
-        (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, T, C, eps);
+    STORAGE_LAUNCH(dev, rmsnorm_forward_kernel, row_blocks(T), NORM_THREADS, 0, 
+        (S *)out, rstd, (const S *)inp, (const S *)weight, T, C, eps);
     cudaCheckLaunch("rmsnorm_forward", err);
     return DSARL_OK;
 }
@@ -67,19 +70,20 @@ int cuda_rmsnorm_backward(dsarl_device *dev, void *dinp, void *dweight, const vo
     float *acc;
     DSARL_TRY(cuda_scratch(dev, (size_t)C * sizeof(float), (void **)&acc, err));
     cudaCheck(cudaMemsetAsync(acc, 0, (size_t)C * sizeof(float), CUDA_STREAM(dev)), err);
-    rmsnorm_backward_kernel<<<row_blocks(T), NORM_THREADS, 0, CUDA_STREAM(dev)>>>(
-        (bf16 *)dinp, acc, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)weight, rstd, T, C);
+    STORAGE_LAUNCH(dev, rmsnorm_backward_kernel, row_blocks(T), NORM_THREADS, 0, 
+        (S *)dinp, acc, (const S *)dout, (const S *)inp, (const S *)weight, rstd, T, C);
     cudaCheckLaunch("rmsnorm_backward", err);
-    accumulate_kernel<<<grid_for(C, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)dweight, acc, C);
+    STORAGE_LAUNCH(dev, accumulate_kernel, grid_for(C, 256), 256, 0, (S *)dweight, acc, C);
     cudaCheckLaunch("rmsnorm_backward dweight", err);
     return DSARL_OK;
 }
 
-static __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
-                                         const bf16 *bias, int64_t T, int64_t C, float eps)
+template <typename Storage>
+static __global__ void layernorm_forward_kernel(Storage *out, float *mean, float *rstd, const Storage *inp, const Storage *weight,
+                                         const Storage *bias, int64_t T, int64_t C, float eps)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        const bf16 *x = inp + t * C;
+        const Storage *x = inp + t * C;
         float s = 0.0f;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
             s += ldf(x + c);
@@ -97,12 +101,13 @@ static __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *r
 }
 
 // acc: (2, C) fp32, dweight then dbias
-static __global__ void layernorm_backward_kernel(bf16 *dinp, float *acc, const bf16 *dout, const bf16 *inp,
-                                          const bf16 *weight, const float *mean, const float *rstd, int64_t T,
+template <typename Storage>
+static __global__ void layernorm_backward_kernel(Storage *dinp, float *acc, const Storage *dout, const Storage *inp,
+                                          const Storage *weight, const float *mean, const float *rstd, int64_t T,
                                           int64_t C)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
-        const bf16 *x = inp + t * C, *d = dout + t * C;
+        const Storage *x = inp + t * C, *d = dout + t * C;
         float m = mean[t], r = rstd[t], g_sum = 0.0f, gx_sum = 0.0f;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
             float g = ldf(d + c) * ldf(weight + c), xhat = (ldf(x + c) - m) * r;
@@ -124,8 +129,8 @@ int cuda_layernorm_forward(dsarl_device *dev, void *out, float *mean, float *rst
 {
     if (T <= 0 || C <= 0)
         return DSARL_OK;
-    layernorm_forward_kernel<<<row_blocks(T), NORM_THREADS, 0, CUDA_STREAM(dev)>>>(
-        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)weight, (const bf16 *)bias, T, C, eps);
+    STORAGE_LAUNCH(dev, layernorm_forward_kernel, row_blocks(T), NORM_THREADS, 0, 
+        (S *)out, mean, rstd, (const S *)inp, (const S *)weight, (const S *)bias, T, C, eps);
     cudaCheckLaunch("layernorm_forward", err);
     return DSARL_OK;
 }
@@ -139,11 +144,11 @@ int cuda_layernorm_backward(dsarl_device *dev, void *dinp, void *dweight, void *
     float *acc;
     DSARL_TRY(cuda_scratch(dev, 2 * (size_t)C * sizeof(float), (void **)&acc, err));
     cudaCheck(cudaMemsetAsync(acc, 0, 2 * (size_t)C * sizeof(float), CUDA_STREAM(dev)), err);
-    layernorm_backward_kernel<<<row_blocks(T), NORM_THREADS, 0, CUDA_STREAM(dev)>>>(
-        (bf16 *)dinp, acc, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)weight, mean, rstd, T, C);
+    STORAGE_LAUNCH(dev, layernorm_backward_kernel, row_blocks(T), NORM_THREADS, 0, 
+        (S *)dinp, acc, (const S *)dout, (const S *)inp, (const S *)weight, mean, rstd, T, C);
     cudaCheckLaunch("layernorm_backward", err);
-    accumulate_kernel<<<grid_for(C, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)dweight, acc, C);
-    accumulate_kernel<<<grid_for(C, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)dbias, acc + C, C);
+    STORAGE_LAUNCH(dev, accumulate_kernel, grid_for(C, 256), 256, 0, (S *)dweight, acc, C);
+    STORAGE_LAUNCH(dev, accumulate_kernel, grid_for(C, 256), 256, 0, (S *)dbias, acc + C, C);
     cudaCheckLaunch("layernorm_backward dweight/dbias", err);
     return DSARL_OK;
 }

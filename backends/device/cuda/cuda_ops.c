@@ -3,18 +3,23 @@
 
 static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
 {
-    emit(ctx, "storage bf16, fp32 math and accumulation; statistics, log-probs, optimizer state in fp32");
+    emit(ctx, "storage bf16 (runtime.cuda_storage_dtype=f32: float32), fp32 math and accumulation; statistics, log-probs, optimizer state in fp32");
     emit(ctx, "gemm: cuBLASLt (bf16 in/out, fp32 compute), cuBLAS fallback; every other op: a CUDA kernel");
     emit(ctx, "GPU = local rank modulo the visible GPUs; a compute stream and a copy stream");
 }
+
+static const dsarl_key_spec cuda_keys[] = {
+    {.path = "runtime.cuda_storage_dtype", .type = DSARL_KEY_STRING, .default_value = "bf16",
+     .doc = "storage of activations and parameters on the cuda device: bf16, or f32 to check a model against the cpu"},
+};
 
 const dsarl_device_ops dsarl_cuda_device_ops = {
     .common = {.struct_size = (uint32_t)sizeof(dsarl_device_ops),
                .kind = DSARL_KIND_DEVICE,
                .name = "cuda",
                .description = "NVIDIA GPU: bf16 storage, cuBLASLt GEMMs, CUDA kernels for the layer primitives",
-               .keys = NULL, /* the GPU comes from the parallel layout; no recipe keys yet */
-               .n_keys = 0,
+               .keys = cuda_keys, /* the GPU itself comes from the parallel layout */
+               .n_keys = DSARL_ARRAY_LEN(cuda_keys),
                .describe = describe_cuda},
     .create = cuda_create,
     .destroy = cuda_destroy,
@@ -53,4 +58,5 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
     .sample_tokens = cuda_sample_tokens,
+    .adamw_update = cuda_adamw_update,
 };

@@ -6,7 +6,8 @@
 
 #define ROPE_MAX_DIM 1024
 
-static __global__ void rope_kernel(bf16 *out, const bf16 *inp, const int32_t *positions, const float *inv_freq,
+template <typename Storage>
+static __global__ void rope_kernel(Storage *out, const Storage *inp, const int32_t *positions, const float *inv_freq,
                             float scaling, int64_t T, int64_t H, int64_t token_stride, int64_t head_stride,
                             int64_t rope_dim, int backward)
 {
@@ -14,8 +15,8 @@ static __global__ void rope_kernel(bf16 *out, const bf16 *inp, const int32_t *po
     int64_t half = rope_dim / 2;
     for (int64_t slice = blockIdx.x; slice < T * H; slice += gridDim.x) {
         int64_t t = slice / H, h = slice % H;
-        const bf16 *x = inp + t * token_stride + h * head_stride;
-        bf16 *y = out + t * token_stride + h * head_stride;
+        const Storage *x = inp + t * token_stride + h * head_stride;
+        Storage *y = out + t * token_stride + h * head_stride;
         for (int64_t i = threadIdx.x; i < rope_dim; i += blockDim.x)
             staged[i] = ldf(x + i);
         __syncthreads();
@@ -46,7 +47,7 @@ static int rope(dsarl_device *dev, void *out, const void *inp, const int32_t *po
     if (T * H <= 0)
         return DSARL_OK;
     unsigned int blocks = (unsigned int)(T * H < 65535 * 16 ? T * H : 65535 * 16);
-    rope_kernel<<<blocks, 64, 0, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)inp, positions, inv_freq, scaling,
+    STORAGE_LAUNCH(dev, rope_kernel, blocks, 64, 0, (S *)out, (const S *)inp, positions, inv_freq, scaling,
                                                      T, H, token_stride, head_stride, rope_dim, backward);
     cudaCheckLaunch(backward ? "rope_backward" : "rope_forward", err);
     return DSARL_OK;

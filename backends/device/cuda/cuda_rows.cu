@@ -20,7 +20,8 @@ static int take_flag(dsarl_device *dev, int *value, dsarl_error *err)
     return DSARL_OK;
 }
 
-static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte, int64_t T, int64_t C,
+template <typename Storage>
+static __global__ void embedding_forward_kernel(Storage *out, const int32_t *tokens, const Storage *wte, int64_t T, int64_t C,
                                          int64_t V, int *flag)
 {
     GRID_STRIDE(i, T * C) {
@@ -39,8 +40,8 @@ int cuda_embedding_forward(dsarl_device *dev, void *out, const int32_t *tokens, 
 {
     if (T * C <= 0)
         return DSARL_OK;
-    embedding_forward_kernel<<<grid_for(T * C, 256), 256, 0, CUDA_STREAM(dev)>>>(
-        (bf16 *)out, tokens, (const bf16 *)wte, T, C, V, dev->flag);
+    STORAGE_LAUNCH(dev, embedding_forward_kernel, grid_for(T * C, 256), 256, 0, 
+        (S *)out, tokens, (const S *)wte, T, C, V, dev->flag);
     cudaCheckLaunch("embedding_forward", err);
     // One synchronisation per forward pass buys the CPU device's error for a bad token id.
     int bad = 0;
@@ -53,7 +54,8 @@ int cuda_embedding_forward(dsarl_device *dev, void *out, const int32_t *tokens, 
 
 // out row rows[r] += sum over r' with rows[r'] == rows[r] of scale[r'] * inp row r', summed in fp32 in order of r'.
 // Dynamic shared memory: C floats (the row total).
-static __global__ void scatter_rows_kernel(bf16 *out, const bf16 *inp, const int32_t *rows, const float *scale, int64_t n,
+template <typename Storage>
+static __global__ void scatter_rows_kernel(Storage *out, const Storage *inp, const int32_t *rows, const float *scale, int64_t n,
                                     int64_t C)
 {
     extern __shared__ float total[];              // (C)
@@ -90,7 +92,7 @@ static __global__ void scatter_rows_kernel(bf16 *out, const bf16 *inp, const int
             __syncthreads();
         }
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-            bf16 *o = out + (int64_t)dst * C + c;
+            Storage *o = out + (int64_t)dst * C + c;
             stf(o, ldf(o) + total[c]);
         }
         __syncthreads();
@@ -106,11 +108,14 @@ static int scatter_rows(dsarl_device *dev, void *out, const void *inp, const int
     if (shared > 200 * 1024)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "device cuda: %s supports rows of at most %d columns, got %lld",
                           what, 200 * 1024 / 4, (long long)C);
-    if (shared > 48 * 1024)
-        cudaCheck(cudaFuncSetAttribute(scatter_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (shared > 48 * 1024) {
+        cudaCheck(cudaFuncSetAttribute(scatter_rows_kernel<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)shared), err);
+        cudaCheck(cudaFuncSetAttribute(scatter_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)shared), err);
+    }
     unsigned int blocks = (unsigned int)(n < 65535 ? n : 65535);
-    scatter_rows_kernel<<<blocks, ROWS_THREADS, shared, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)inp, rows,
+    STORAGE_LAUNCH(dev, scatter_rows_kernel, blocks, ROWS_THREADS, shared, (S *)out, (const S *)inp, rows,
                                                                             scale, n, C);
     cudaCheckLaunch(what, err);
     return DSARL_OK;
@@ -128,7 +133,8 @@ int cuda_scatter_add_rows(dsarl_device *dev, void *out, const void *inp, const i
     return scatter_rows(dev, out, inp, rows, scale, n, C, "scatter_add_rows", err);
 }
 
-static __global__ void gather_rows_kernel(bf16 *out, const bf16 *inp, const int32_t *rows, int64_t n, int64_t C)
+template <typename Storage>
+static __global__ void gather_rows_kernel(Storage *out, const Storage *inp, const int32_t *rows, int64_t n, int64_t C)
 {
     GRID_STRIDE(i, n * C) { out[i] = inp[(int64_t)rows[i / C] * C + i % C]; }
 }
@@ -138,13 +144,14 @@ int cuda_gather_rows(dsarl_device *dev, void *out, const void *inp, const int32_
 {
     if (n * C <= 0)
         return DSARL_OK;
-    gather_rows_kernel<<<grid_for(n * C, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)out, (const bf16 *)inp, rows, n,
+    STORAGE_LAUNCH(dev, gather_rows_kernel, grid_for(n * C, 256), 256, 0, (S *)out, (const S *)inp, rows, n,
                                                                            C);
     cudaCheckLaunch("gather_rows", err);
     return DSARL_OK;
 }
 
-static __global__ void scale_rows_kernel(bf16 *x, const float *scale, int64_t n, int64_t C)
+template <typename Storage>
+static __global__ void scale_rows_kernel(Storage *x, const float *scale, int64_t n, int64_t C)
 {
     GRID_STRIDE(i, n * C) { stf(x + i, ldf(x + i) * scale[i / C]); }
 }
@@ -153,12 +160,13 @@ int cuda_scale_rows(dsarl_device *dev, void *x, const float *scale, int64_t n, i
 {
     if (n * C <= 0)
         return DSARL_OK;
-    scale_rows_kernel<<<grid_for(n * C, 256), 256, 0, CUDA_STREAM(dev)>>>((bf16 *)x, scale, n, C);
+    STORAGE_LAUNCH(dev, scale_rows_kernel, grid_for(n * C, 256), 256, 0, (S *)x, scale, n, C);
     cudaCheckLaunch("scale_rows", err);
     return DSARL_OK;
 }
 
-static __global__ void row_dot_kernel(float *out, const bf16 *a, const bf16 *b, int64_t n, int64_t C)
+template <typename Storage>
+static __global__ void row_dot_kernel(float *out, const Storage *a, const Storage *b, int64_t n, int64_t C)
 {
     for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
         float s = 0.0f;
@@ -175,8 +183,8 @@ int cuda_row_dot(dsarl_device *dev, float *out, const void *a, const void *b, in
 {
     if (n <= 0)
         return DSARL_OK;
-    row_dot_kernel<<<(unsigned int)(n < 65535 ? n : 65535), 256, 0, CUDA_STREAM(dev)>>>(out, (const bf16 *)a,
-                                                                                       (const bf16 *)b, n, C);
+    STORAGE_LAUNCH(dev, row_dot_kernel, (unsigned int)(n < 65535 ? n : 65535), 256, 0, out, (const S *)a,
+                                                                                       (const S *)b, n, C);
     cudaCheckLaunch("row_dot", err);
     return DSARL_OK;
 }

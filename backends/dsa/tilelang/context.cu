@@ -22,6 +22,7 @@ int tilelang_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const
     if (!ctx)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsa tilelang create: cannot allocate the context");
     ctx->sm_count = sms;
+    ctx->f32 = device_ops && dev && device_ops->storage_dtype(dev) == DSARL_DTYPE_F32;
     *out = ctx;
     return DSARL_OK;
 }
@@ -50,16 +51,18 @@ int tilelang_workspace(dsarl_dsa_context *ctx, size_t bytes, void **out, dsarl_e
     return DSARL_OK;
 }
 
-static __global__ void flush_kernel(bf16 *dst, const float *acc, int64_t n)
+template <typename Storage>
+static __global__ void flush_kernel(Storage *dst, const float *acc, int64_t n)
 {
     GRID_STRIDE(i, n) { stf(dst + i, ldf(dst + i) + acc[i]); }
 }
 
-int tilelang_flush_accumulator(void *dst, const float *acc, int64_t n, dsarl_error *err)
+int tilelang_flush_accumulator(const dsarl_dsa_context *ctx, void *dst, const float *acc, int64_t n,
+                               dsarl_error *err)
 {
     if (n <= 0)
         return DSARL_OK;
-    flush_kernel<<<grid_for(n, 256), 256>>>((bf16 *)dst, acc, n);
+    TL_LAUNCH(ctx->f32, flush_kernel, grid_for(n, 256), 256, 0, (S *)dst, acc, n);
     tlCheckLaunch("key-gradient flush", err);
     return DSARL_OK;
 }

@@ -17,17 +17,18 @@
 typedef struct loss_args {
     const int32_t *key_start, *key_end, *indices;
     int topk;
-    const bf16 *q, *kv; /* attention, (Tq, H, d_qk) and (Tk, d_qk) */
+    const void *q, *kv; /* attention, (Tq, H, d_qk) and (Tk, d_qk), storage type */
     const float *lse;
     int n_heads, d_qk;
     float scale;
-    const bf16 *qi, *ki; /* indexer, (Tq, nI, dI) and (Tk, dI) */
+    const void *qi, *ki; /* indexer, (Tq, nI, dI) and (Tk, dI), storage type */
     const float *w;
     int ni, di;
     int64_t max_set;
 } loss_args;
 
-static __device__ float dot_bf16(const bf16 *a, const bf16 *b, int n)
+template <typename Storage>
+static __device__ float dot_storage(const Storage *a, const Storage *b, int n)
 {
     float s = 0.0f;
     for (int c = 0; c < n; c++)
@@ -37,6 +38,7 @@ static __device__ float dot_bf16(const bf16 *a, const bf16 *b, int n)
 
 // Fills keys, P (unnormalised), I and (dots != NULL) the indexer dots of row t; returns |S|. Also leaves the
 // normaliser and the indexer log-sum-exp in *norm and *lse_i (every thread).
+template <typename Storage>
 static __device__ int loss_row(const loss_args *a, int64_t t, int32_t *keys, float *target, float *score,
                                float *dots, float *norm, float *lse_i)
 {
@@ -64,7 +66,8 @@ static __device__ int loss_row(const loss_args *a, int64_t t, int32_t *keys, flo
     const int n = n_shared;
     if (n == 0)
         return 0;
-    const bf16 *q_t = a->q + t * a->n_heads * a->d_qk;
+    const Storage *q_all = (const Storage *)a->q, *kv = (const Storage *)a->kv, *qi = (const Storage *)a->qi, *ki = (const Storage *)a->ki;
+    const Storage *q_t = q_all + t * a->n_heads * a->d_qk;
     for (int h = 0; h < a->n_heads; h++) {
         if (a->indices && a->lse) {
             if (tid == 0)
@@ -73,25 +76,25 @@ static __device__ int loss_row(const loss_args *a, int64_t t, int32_t *keys, flo
         }
         float m = -INFINITY;
         for (int i = tid; i < n; i += blockDim.x)
-            m = fmaxf(m, a->scale * dot_bf16(q_t + h * a->d_qk, a->kv + (int64_t)keys[i] * a->d_qk, a->d_qk));
+            m = fmaxf(m, a->scale * dot_storage(q_t + h * a->d_qk, kv + (int64_t)keys[i] * a->d_qk, a->d_qk));
         m = block_max(m);
         float s = 0.0f;
         for (int i = tid; i < n; i += blockDim.x)
-            s += expf(a->scale * dot_bf16(q_t + h * a->d_qk, a->kv + (int64_t)keys[i] * a->d_qk, a->d_qk) - m);
+            s += expf(a->scale * dot_storage(q_t + h * a->d_qk, kv + (int64_t)keys[i] * a->d_qk, a->d_qk) - m);
         s = block_sum(s);
         if (tid == 0)
             head_lse[h] = m + logf(s);
     }
     __syncthreads();
-    const bf16 *qi_t = a->qi + t * a->ni * a->di;
+    const Storage *qi_t = qi + t * a->ni * a->di;
     float total = 0.0f, smax = -INFINITY;
     for (int i = tid; i < n; i += blockDim.x) {
-        const bf16 *kv_s = a->kv + (int64_t)keys[i] * a->d_qk, *ki_s = a->ki + (int64_t)keys[i] * a->di;
+        const Storage *kv_s = kv + (int64_t)keys[i] * a->d_qk, *ki_s = ki + (int64_t)keys[i] * a->di;
         float P = 0.0f, I = 0.0f;
         for (int h = 0; h < a->n_heads; h++)
-            P += expf(a->scale * dot_bf16(q_t + h * a->d_qk, kv_s, a->d_qk) - head_lse[h]);
+            P += expf(a->scale * dot_storage(q_t + h * a->d_qk, kv_s, a->d_qk) - head_lse[h]);
         for (int j = 0; j < a->ni; j++) {
-            float d = dot_bf16(qi_t + j * a->di, ki_s, a->di);
+            float d = dot_storage(qi_t + j * a->di, ki_s, a->di);
             if (dots)
                 dots[(int64_t)i * a->ni + j] = d;
             if (d > 0.0f)
@@ -113,13 +116,14 @@ static __device__ int loss_row(const loss_args *a, int64_t t, int32_t *keys, flo
     return n;
 }
 
+template <typename Storage>
 static __global__ void indexer_loss_forward_kernel(loss_args a, int64_t Tq, float *loss, float *workspace)
 {
     float *target = workspace + (int64_t)blockIdx.x * a.max_set * 3, *score = target + a.max_set;
     int32_t *keys = (int32_t *)(score + a.max_set);
     for (int64_t t = blockIdx.x; t < Tq; t += gridDim.x) {
         float norm = 1.0f, lse_i = 0.0f;
-        int n = loss_row(&a, t, keys, target, score, NULL, &norm, &lse_i);
+        int n = loss_row<Storage>(&a, t, keys, target, score, NULL, &norm, &lse_i);
         double kl = 0.0;
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             double p = (double)target[i] / norm;
@@ -133,7 +137,8 @@ static __global__ void indexer_loss_forward_kernel(loss_args a, int64_t Tq, floa
     }
 }
 
-static __global__ void indexer_loss_backward_kernel(loss_args a, int64_t Tq, const float *dloss, bf16 *dq_index,
+template <typename Storage>
+static __global__ void indexer_loss_backward_kernel(loss_args a, int64_t Tq, const float *dloss, Storage *dq_index,
                                                     float *dk_acc, float *dweights, float *workspace)
 {
     const int64_t per_block = a.max_set * (3 + (int64_t)a.ni);
@@ -143,9 +148,9 @@ static __global__ void indexer_loss_backward_kernel(loss_args a, int64_t Tq, con
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n_warps = blockDim.x >> 5;
     for (int64_t t = blockIdx.x; t < Tq; t += gridDim.x) {
         float norm = 1.0f, lse_i = 0.0f;
-        int n = loss_row(&a, t, keys, target, score, dots, &norm, &lse_i);
+        int n = loss_row<Storage>(&a, t, keys, target, score, dots, &norm, &lse_i);
         const float *w_t = a.w + t * a.ni;
-        const bf16 *qi_t = a.qi + t * a.ni * a.di;
+        const Storage *qi_t = (const Storage *)a.qi + t * a.ni * a.di, *ki = (const Storage *)a.ki;
         float *g = target; /* g(s) replaces P(s) */
         for (int i = tid; i < n; i += blockDim.x)
             g[i] = dloss[t] * (expf(score[i] - lse_i) - target[i] / norm);
@@ -165,7 +170,7 @@ static __global__ void indexer_loss_backward_kernel(loss_args a, int64_t Tq, con
             float s = 0.0f;
             for (int i = 0; i < n; i++)
                 if (dots[(int64_t)i * a.ni + j] > 0.0f)
-                    s += g[i] * ldf(a.ki + (int64_t)keys[i] * a.di + c);
+                    s += g[i] * ldf(ki + (int64_t)keys[i] * a.di + c);
             stf(dq_index + t * a.ni * a.di + e, s * w_t[j]);
         }
         for (int64_t e = tid; e < (int64_t)n * a.di; e += blockDim.x) {
@@ -196,14 +201,14 @@ static int loss_setup(const char *op, dsarl_dsa_context *ctx, const dsarl_dsa_ba
     a->key_end = batch->key_end;
     a->indices = indices;
     a->topk = topk;
-    a->q = (const bf16 *)attn->q;
-    a->kv = (const bf16 *)attn->kv;
+    a->q = attn->q;
+    a->kv = attn->kv;
     a->lse = lse;
     a->n_heads = attn->n_heads;
     a->d_qk = attn->d_qk;
     a->scale = attn->softmax_scale;
-    a->qi = (const bf16 *)indexer->q;
-    a->ki = (const bf16 *)indexer->k;
+    a->qi = indexer->q;
+    a->ki = indexer->k;
     a->w = indexer->weights;
     a->ni = indexer->n_heads;
     a->di = indexer->head_dim;
@@ -226,7 +231,7 @@ int tilelang_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch 
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa tilelang indexer_loss_forward: loss (Tq) must be set");
     float *ws;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)blocks * (size_t)a.max_set * 3 * sizeof(float), (void **)&ws, err));
-    indexer_loss_forward_kernel<<<(unsigned int)blocks, LOSS_THREADS>>>(a, batch->n_queries, loss, ws);
+    TL_LAUNCH(ctx->f32, indexer_loss_forward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a, batch->n_queries, loss, ws);
     tlCheckLaunch("indexer_loss_forward", err);
     return DSARL_OK;
 }
@@ -252,9 +257,9 @@ int tilelang_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch
     DSARL_TRY(tilelang_workspace(ctx, rows_bytes + acc_bytes + 256, (void **)&ws, err));
     float *acc = (float *)(ws + (rows_bytes + 255) / 256 * 256);
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
-    indexer_loss_backward_kernel<<<(unsigned int)blocks, LOSS_THREADS>>>(a, batch->n_queries, dloss,
-                                                                         (bf16 *)dq_index, acc, dweights,
+    TL_LAUNCH(ctx->f32, indexer_loss_backward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a, batch->n_queries, dloss,
+                                                                         (S *)dq_index, acc, dweights,
                                                                          (float *)ws);
     tlCheckLaunch("indexer_loss_backward", err);
-    return tilelang_flush_accumulator(dk_index, acc, acc_n, err);
+    return tilelang_flush_accumulator(ctx, dk_index, acc, acc_n, err);
 }

@@ -48,7 +48,8 @@ static __device__ int block_exclusive_count(int flag, int *total)
 }
 
 // Dynamic shared memory: q (n_heads*head_dim) f32, w (n_heads) f32, sort_key (P) u32, sort_idx (P) i32.
-static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, const bf16 *q, const bf16 *k,
+template <typename Storage>
+static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, const Storage *q, const Storage *k,
                                            const float *weights, const int32_t *key_start, const int32_t *key_end,
                                            int64_t Tq, int n_heads, int head_dim, int topk, int sort_size,
                                            uint32_t *workspace, int64_t max_keys)
@@ -74,7 +75,7 @@ static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, cons
             w_s[i] = weights[t * n_heads + i];
         __syncthreads();
         for (int i = tid; i < n; i += blockDim.x) {
-            const bf16 *k_s = k + (int64_t)(start + i) * head_dim;
+            const Storage *k_s = k + (int64_t)(start + i) * head_dim;
             float score = 0.0f;
             for (int j = 0; j < n_heads; j++) {
                 const float *q_j = q_s + j * head_dim;
@@ -196,9 +197,9 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     int64_t max_keys = batch->max_keys_per_query > 0 ? batch->max_keys_per_query : 1;
     void *ws;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)blocks * (size_t)max_keys * sizeof(uint32_t), &ws, err));
-    tlSharedLimit(indexer_topk_kernel, shared, err);
-    indexer_topk_kernel<<<(unsigned int)blocks, TOPK_THREADS, shared>>>(
-        indices, scores, (const bf16 *)in->q, (const bf16 *)in->k, in->weights, batch->key_start, batch->key_end,
+    tlSharedLimitT(indexer_topk_kernel, shared, err);
+    TL_LAUNCH(ctx->f32, indexer_topk_kernel, (unsigned int)blocks, TOPK_THREADS, shared, 
+        indices, scores, (const S *)in->q, (const S *)in->k, in->weights, batch->key_start, batch->key_end,
         batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, (uint32_t *)ws, max_keys);
     tlCheckLaunch("indexer_topk", err);
     return DSARL_OK;

@@ -22,9 +22,10 @@ static size_t backward_shared_bytes(int hg, int kt, int d_qk, int d_v)
             2 * (size_t)hg) * sizeof(float) + (size_t)kt * sizeof(int32_t);
 }
 
-static __global__ void sparse_mla_backward_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const bf16 *kv,
-                                                  const int32_t *indices, const bf16 *out, const float *lse,
-                                                  const bf16 *dout, int topk, int n_heads, int d_qk, int d_v,
+template <typename Storage>
+static __global__ void sparse_mla_backward_kernel(Storage *dq, float *dkv_acc, const Storage *q, const Storage *kv,
+                                                  const int32_t *indices, const Storage *out, const float *lse,
+                                                  const Storage *dout, int topk, int n_heads, int d_qk, int d_v,
                                                   float scale, int hg, int kt)
 {
     extern __shared__ float shared[];
@@ -45,7 +46,7 @@ static __global__ void sparse_mla_backward_kernel(bf16 *dq, float *dkv_acc, cons
     // Delta per head: one warp per head
     const int lane = tid & 31, warp = tid >> 5, n_warps = blockDim.x >> 5;
     for (int h = warp; h < heads; h += n_warps) {
-        const bf16 *o = out + (t * n_heads + h0 + h) * d_v, *d = dout + (t * n_heads + h0 + h) * d_v;
+        const Storage *o = out + (t * n_heads + h0 + h) * d_v, *d = dout + (t * n_heads + h0 + h) * d_v;
         float s = 0.0f;
         for (int c = lane; c < d_v; c += 32)
             s += ldf(o + c) * ldf(d + c);
@@ -132,11 +133,11 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     float *acc;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
-    tlSharedLimit(sparse_mla_backward_kernel, shared, err);
+    tlSharedLimitT(sparse_mla_backward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
-    sparse_mla_backward_kernel<<<grid, MLA_THREADS, shared>>>(
-        (bf16 *)dq, acc, (const bf16 *)in->q, (const bf16 *)in->kv, indices, (const bf16 *)out, lse,
-        (const bf16 *)dout, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale, hg, kt);
+    TL_LAUNCH(ctx->f32, sparse_mla_backward_kernel, grid, MLA_THREADS, shared, 
+        (S *)dq, acc, (const S *)in->q, (const S *)in->kv, indices, (const S *)out, lse,
+        (const S *)dout, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale, hg, kt);
     tlCheckLaunch("sparse_mla_backward", err);
-    return tilelang_flush_accumulator(dkv, acc, acc_n, err);
+    return tilelang_flush_accumulator(ctx, dkv, acc, acc_n, err);
 }

@@ -22,7 +22,8 @@ static size_t forward_shared_bytes(int hg, int kt, int d_qk, int d_v)
                sizeof(float) + (size_t)kt * sizeof(int32_t);
 }
 
-static __global__ void sparse_mla_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *kv,
+template <typename Storage>
+static __global__ void sparse_mla_forward_kernel(Storage *out, float *lse, const Storage *q, const Storage *kv,
                                                  const int32_t *indices, int topk, int n_heads, int d_qk, int d_v,
                                                  float scale, int hg, int kt)
 {
@@ -123,10 +124,10 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
     if (shared > TL_MAX_SHARED)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang sparse_mla_forward: d_qk %d / d_v %d need %zu "
                           "bytes of shared memory, more than %d", in->d_qk, in->d_v, shared, TL_MAX_SHARED);
-    tlSharedLimit(sparse_mla_forward_kernel, shared, err);
+    tlSharedLimitT(sparse_mla_forward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
-    sparse_mla_forward_kernel<<<grid, MLA_THREADS, shared>>>((bf16 *)out, lse, (const bf16 *)in->q,
-                                                             (const bf16 *)in->kv, indices, topk, in->n_heads,
+    TL_LAUNCH(ctx->f32, sparse_mla_forward_kernel, grid, MLA_THREADS, shared, (S *)out, lse, (const S *)in->q,
+                                                             (const S *)in->kv, indices, topk, in->n_heads,
                                                              in->d_qk, in->d_v, in->softmax_scale, hg, kt);
     tlCheckLaunch("sparse_mla_forward", err);
     return DSARL_OK;

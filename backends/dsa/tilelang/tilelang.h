@@ -26,6 +26,7 @@ DSARL_BEGIN_DECLS
 extern const dsarl_dsa_ops dsarl_dsa_tilelang_ops;
 
 struct dsarl_dsa_context {
+    int f32;                /* the device stores float32 (runtime.cuda_storage_dtype=f32); else bf16 */
     int sm_count;
     void *workspace;        /* device bytes: per-block rows and fp32 key-gradient accumulators (grows) */
     size_t workspace_bytes;

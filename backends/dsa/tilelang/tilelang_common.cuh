@@ -33,7 +33,28 @@
 
 #define TL_MAX_SHARED (220 * 1024)
 
-/* dst (n) bf16 += acc (n) fp32 (flushes a key-gradient accumulator). Defined in context.cu. */
-int tilelang_flush_accumulator(void *dst, const float *acc, int64_t n, dsarl_error *err);
+/* Launches kernel<S> on the legacy default stream with S the storage type (float when f32 is non-zero, else bf16);
+ * the arguments may name S. */
+#define TL_LAUNCH(f32, kernel, grid, block, shmem, ...)                                                         \
+    do {                                                                                                        \
+        if (f32) {                                                                                              \
+            typedef float S;                                                                                    \
+            kernel<S><<<(grid), (block), (shmem)>>>(__VA_ARGS__);                                               \
+        } else {                                                                                                \
+            typedef bf16 S;                                                                                     \
+            kernel<S><<<(grid), (block), (shmem)>>>(__VA_ARGS__);                                               \
+        }                                                                                                       \
+    } while (0)
+
+/* Raises the shared-memory limit of both storage instantiations of a kernel template. */
+#define tlSharedLimitT(kernel, bytes, err)                                                                      \
+    do {                                                                                                        \
+        tlSharedLimit(kernel<float>, bytes, err);                                                               \
+        tlSharedLimit(kernel<bf16>, bytes, err);                                                                \
+    } while (0)
+
+/* dst (n, storage) += acc (n) fp32 (flushes a key-gradient accumulator). Defined in context.cu. */
+int tilelang_flush_accumulator(const dsarl_dsa_context *ctx, void *dst, const float *acc, int64_t n,
+                               dsarl_error *err);
 
 #endif /* DSARL_TILELANG_COMMON_CUH */
