@@ -106,14 +106,22 @@ typedef struct job {
     dsarl_recipe *recipe;
 } job;
 
-static void job_open(job *j, int steps, int val_period, int val_at_start)
+// The recipe above in a fresh directory, with an optional Hydra-style override.
+static void job_open_with(job *j, int steps, int val_period, int val_at_start, const char *override)
 {
     snprintf(j->dir, sizeof j->dir, "/tmp/dsarl_sft_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(j->dir));
     char text[8192];
     snprintf(text, sizeof text, recipe_format, steps, val_period, val_at_start ? "true" : "false", j->dir, j->dir);
     ck_assert_msg(dsarl_recipe_load_string(text, "sft.yaml", &j->recipe, &err) == 0, "%s", err.message);
+    if (override)
+        ck_assert_msg(dsarl_recipe_override(j->recipe, override, 0, &err) == 0, "%s", err.message);
     ck_assert_int_eq(dsarl_recipe_resolve(j->recipe, &err), 0);
+}
+
+static void job_open(job *j, int steps, int val_period, int val_at_start)
+{
+    job_open_with(j, steps, val_period, val_at_start, NULL);
 }
 
 static void job_close(job *j)
@@ -124,13 +132,19 @@ static void job_close(job *j)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static int job_run(job *j, dsarl_error *e)
+static int job_run_flag(job *j, volatile sig_atomic_t *stop, dsarl_error *e)
 {
     dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     dsarl_run_context ctx = {.struct_size = sizeof ctx, .recipe = dsarl_recipe_root(j->recipe),
                              .parallel = &single, .model_ops = &glm5_2_model_ops,
-                             .device_ops = &dsarl_cpu_device_ops, .dsa_ops = &dsarl_dsa_reference_ops};
+                             .device_ops = &dsarl_cpu_device_ops, .dsa_ops = &dsarl_dsa_reference_ops,
+                             .stop_requested = stop};
     return sft_run(&ctx, e);
+}
+
+static int job_run(job *j, dsarl_error *e)
+{
+    return job_run_flag(j, NULL, e);
 }
 
 // metrics.jsonl of the job's (single) experiment directory, one JSON object per line.
@@ -265,6 +279,41 @@ START_TEST(test_sigkill_resume_bit_identical)
 }
 END_TEST
 
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+START_TEST(test_stop_and_deadline_save_then_stop)
+{
+    // a stop request (SIGINT/SIGTERM in dsarl run) finishes the step, saves it and returns cleanly
+    job j;
+    job_open(&j, 50, 0, 0);
+    volatile sig_atomic_t stop = 1;
+    ck_assert_msg(job_run_flag(&j, &stop, &err) == 0, "%s", err.message);
+    char ckdir[128], latest[512];
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", j.dir);
+    int64_t step = -1;
+    ck_assert_int_eq(dsarl_checkpoint_find_latest(ckdir, latest, sizeof latest, &step, &err), 0);
+    ck_assert_int_eq(step, 1); // step 1 is not a save_period multiple: saved because of the stop
+    job_close(&j);
+
+    // checkpoint_must_save_by one second after the start: the run saves and stops before it
+    job_open_with(&j, 1000000, 0, 0, "++checkpointing.checkpoint_must_save_by=\"00:00:00:01\"");
+    double t0 = wall_s();
+    ck_assert_msg(job_run(&j, &err) == 0, "%s", err.message);
+    double took = wall_s() - t0;
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", j.dir);
+    ck_assert_int_eq(dsarl_checkpoint_find_latest(ckdir, latest, sizeof latest, &step, &err), 0);
+    ck_assert_msg(step >= 1 && step < 120, "saved step %lld of 120", (long long)step); // 20 epochs of 6 batches
+    // it stops when one more (slowest-so-far) step would cross the deadline; slack for a loaded machine
+    ck_assert_msg(took < 1.5, "the run took %.2f s, past its 1 s deadline", took);
+    job_close(&j);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------------------------
  * Recipe checks. */
 
@@ -322,6 +371,7 @@ static Suite *sft_suite(void)
     tcase_add_test(tc, test_sample_tokens_and_targets);
     tcase_add_test(tc, test_short_run_lowers_loss);
     tcase_add_test(tc, test_sigkill_resume_bit_identical);
+    tcase_add_test(tc, test_stop_and_deadline_save_then_stop);
     tcase_add_test(tc, test_recipe_values);
     tcase_set_timeout(tc, 240);
     suite_add_tcase(s, tc);
