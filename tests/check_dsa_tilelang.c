@@ -9,7 +9,8 @@
  * outputs (lse, scores, loss, dweights) 1e-3; top-k as sets: the chosen keys' exact scores must equal the
  * reference's sorted top-k scores (1e-4 relative to the row's largest |score|), a key is only swapped for one whose
  * score ties the k-th within that tolerance, and the order is descending. Each comparison prints its error.
- * DSARL_GPU_BENCH=1 adds first timings at larger shapes. Label gpu; exit status 77 (skipped) without a GPU. */
+ * Sparse MLA at GLM-5 dims runs both the tensor-core (WMMA) kernels and the CUDA-core ones
+ * (DSARL_TILELANG_NO_WMMA=1). DSARL_GPU_BENCH=1 adds first timings at larger shapes. Label gpu; exit status 77 (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -405,7 +406,12 @@ START_TEST(test_sparse_mla_glm5_dims)
                                    .head_dim = 32};
     int32_t *idx = malloc((size_t)(T * topk) * 4);
     ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.host, &in, topk, idx, NULL, &err), 0);
-    check_attention(&tb, 20, 576, 512, topk, idx, "sparse_mla pack H20 d576/512 k64 indexer idx");
+    int32_t *idx2 = malloc((size_t)(T * topk) * 4);
+    memcpy(idx2, idx, (size_t)(T * topk) * 4);
+    check_attention(&tb, 20, 576, 512, topk, idx, "sparse_mla pack H20 d576/512 k64 (tensor cores)");
+    setenv("DSARL_TILELANG_NO_WMMA", "1", 1); /* the CUDA-core kernels on the same shapes */
+    check_attention(&tb, 20, 576, 512, topk, idx2, "sparse_mla pack H20 d576/512 k64 (cuda cores)");
+    unsetenv("DSARL_TILELANG_NO_WMMA");
     free(q), free(k), free(w);
     batch_free(&tb);
 }
@@ -573,14 +579,19 @@ START_TEST(test_bench)
     bench_args m = {.batch = &tb.dev, .attn = &ain, .topk = topk, .idx = to_gpu_i32(idx, Tq * topk),
                     .out = to_gpu(hq, Tq * H * d_v), .dout = to_gpu(hq, Tq * H * d_v), .dq = to_gpu(hq, Tq * H * d_qk),
                     .dkv = to_gpu(hkv, Tk * d_qk), .lse = to_gpu_f32(NULL, Tq * H)};
-    double fwd_ms = time_ms(run_fwd, &m, 2);
+    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    double fwd_cc = time_ms(run_fwd, &m, 1), bwd_cc = time_ms(run_bwd, &m, 1);
+    unsetenv("DSARL_TILELANG_NO_WMMA");
+    double fwd_ms = time_ms(run_fwd, &m, 3);
     double fwd_flops = 2.0 * Tq * H * topk * (double)(d_qk + d_v);
     printf("check_dsa_tilelang: BENCH sparse_mla_forward Tq=512 H=64 d=576/512 k=2048: %.2f ms = %.1f TFLOP/s "
-           "(target 450)\n", fwd_ms, fwd_flops / fwd_ms / 1e9);
-    double bwd_ms = time_ms(run_bwd, &m, 2);
+           "(target 450; CUDA-core kernel %.2f ms = %.1f TFLOP/s)\n", fwd_ms, fwd_flops / fwd_ms / 1e9, fwd_cc,
+           fwd_flops / fwd_cc / 1e9);
+    double bwd_ms = time_ms(run_bwd, &m, 3);
     double bwd_flops = 2.0 * Tq * H * topk * (double)(2 * d_qk + 2 * d_v + d_qk); /* 5 products of the tile */
     printf("check_dsa_tilelang: BENCH sparse_mla_backward Tq=512 H=64 d=576/512 k=2048: %.2f ms = %.1f TFLOP/s "
-           "(target 200)\n", bwd_ms, bwd_flops / bwd_ms / 1e9);
+           "(target 200; CUDA-core kernel %.2f ms = %.1f TFLOP/s)\n", bwd_ms, bwd_flops / bwd_ms / 1e9, bwd_cc,
+           bwd_flops / bwd_cc / 1e9);
     cuda_free(gpu, (void *)ain.q), cuda_free(gpu, (void *)ain.kv), cuda_free(gpu, m.idx), cuda_free(gpu, m.out);
     cuda_free(gpu, m.dout), cuda_free(gpu, m.dq), cuda_free(gpu, m.dkv), cuda_free(gpu, m.lse);
     free(hq), free(hkv), free(idx);

@@ -2,9 +2,10 @@
  *
  *   I(t,s) = sum_j weights[t,j] * relu(q[t,j,:] . k[s,:])   for s in [key_start[t], key_end[t])
  *
- * One block per query row (persistent grid). The row's q (n_heads x head_dim) and weights are staged in shared
- * memory as fp32; each thread scores keys into the block's own workspace row (max_keys_per_query floats: only
- * gridDim rows exist, never a Tq x Tk matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
+ * One block per query row (persistent grid). The row's q (transposed, head_dim x n_heads) and weights are staged in
+ * shared memory as fp32; keys come through shared memory in tiles of 64 rows, each thread scoring one (key, group of
+ * 4 heads) pair; scores go to the block's own workspace row (max_keys_per_query values: only gridDim rows exist,
+ * never a Tq x Tk matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
  * select (8 bits per pass) finds the exact k-th best key value; every key above it is taken, and among those equal
  * to it the lowest key indices (an ordered block-wide count). The chosen keys are bitonic-sorted in shared memory
  * into descending score order, ties to the lower index, as the reference writes them; -1 / -inf fill the rest. */
@@ -47,16 +48,51 @@ static __device__ int block_exclusive_count(int flag, int *total)
     return offset + before;
 }
 
-// Dynamic shared memory: q (n_heads*head_dim) f32, w (n_heads) f32, sort_key (P) u32, sort_idx (P) i32.
+// Weighted-ReLU score of key row kr against one group of `hpt` heads (qT is (head_dim, n_heads), so the group's
+// query values at one column are adjacent: one 16-byte broadcast load for 4 heads).
+template <int HPT>
+static __device__ __forceinline__ float group_score(const float *qT, const float *w, const float *kr, int n_heads,
+                                                   int head_dim, int g)
+{
+    float acc[HPT];
+    for (int i = 0; i < HPT; i++)
+        acc[i] = 0.0f;
+    for (int c = 0; c < head_dim; c++) {
+        const float kv = kr[c];
+        if (HPT == 4) {
+            const float4 qv = reinterpret_cast<const float4 *>(qT + (int64_t)c * n_heads)[g];
+            acc[0] += qv.x * kv;
+            acc[1] += qv.y * kv;
+            acc[2] += qv.z * kv;
+            acc[3] += qv.w * kv;
+        } else {
+            acc[0] += qT[(int64_t)c * n_heads + g] * kv;
+        }
+    }
+    float s = 0.0f;
+    for (int i = 0; i < HPT; i++)
+        s += acc[i] > 0.0f ? w[g * HPT + i] * acc[i] : 0.0f;
+    return s;
+}
+
+// Dynamic shared memory (floats unless noted): qT (head_dim, n_heads) | w (n_heads) | key tile (kt, head_dim + 1)
+// | partial scores (n_heads / hpt, kt) | sort_key (P) u32 | sort_idx (P) i32.
+static size_t topk_shared_bytes(int n_heads, int head_dim, int kt, int hpt, int sort_size)
+{
+    return ((size_t)head_dim * n_heads + n_heads + (size_t)kt * (head_dim + 1) + (size_t)(n_heads / hpt) * kt) *
+               sizeof(float) + (size_t)sort_size * 8;
+}
+
 template <typename Storage>
 static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, const Storage *q, const Storage *k,
                                            const float *weights, const int32_t *key_start, const int32_t *key_end,
-                                           int64_t Tq, int n_heads, int head_dim, int topk, int sort_size,
-                                           uint32_t *workspace, int64_t max_keys)
+                                           int64_t Tq, int n_heads, int head_dim, int topk, int sort_size, int kt,
+                                           int hpt, uint32_t *workspace, int64_t max_keys)
 {
-    extern __shared__ float shared[];
-    float *q_s = shared, *w_s = q_s + n_heads * head_dim;
-    uint32_t *sort_key = (uint32_t *)(w_s + n_heads);
+    extern __shared__ __align__(16) float shared[];
+    const int ldk = head_dim + 1, groups = n_heads / hpt; /* key rows padded by a word: no bank conflicts */
+    float *qT = shared, *w_s = qT + head_dim * n_heads, *k_s = w_s + n_heads, *partial = k_s + kt * ldk;
+    uint32_t *sort_key = (uint32_t *)(partial + groups * kt);
     int32_t *sort_idx = (int32_t *)(sort_key + sort_size);
     __shared__ int hist[256];
     __shared__ uint32_t prefix, prefix_mask;
@@ -69,23 +105,34 @@ static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, cons
         int n = key_end[t] - start;
         n = n < 0 ? 0 : (n > max_keys ? (int)max_keys : n); /* the workspace row holds max_keys_per_query */
         const int kk = n < topk ? n : topk;
-        for (int i = tid; i < n_heads * head_dim; i += blockDim.x)
-            q_s[i] = ldf(q + t * n_heads * head_dim + i);
+        for (int i = tid; i < n_heads * head_dim; i += blockDim.x) /* transposed: (head_dim, n_heads) */
+            qT[(i % head_dim) * n_heads + i / head_dim] = ldf(q + t * n_heads * head_dim + i);
         for (int i = tid; i < n_heads; i += blockDim.x)
             w_s[i] = weights[t * n_heads + i];
-        __syncthreads();
-        for (int i = tid; i < n; i += blockDim.x) {
-            const Storage *k_s = k + (int64_t)(start + i) * head_dim;
-            float score = 0.0f;
-            for (int j = 0; j < n_heads; j++) {
-                const float *q_j = q_s + j * head_dim;
-                float dot = 0.0f;
-                for (int c = 0; c < head_dim; c++)
-                    dot += q_j[c] * ldf(k_s + c);
-                score += dot > 0.0f ? w_s[j] * dot : 0.0f;
+        // Scores, one tile of kt keys at a time: the tile is staged in shared memory, each thread scores one
+        // (key, head group) pair with consecutive threads on consecutive keys, then the groups are summed.
+        for (int base = 0; base < n; base += kt) {
+            const int rows = min(kt, n - base);
+            __syncthreads();
+            for (int e = tid; e < rows * head_dim; e += blockDim.x) {
+                int j = e / head_dim, c = e % head_dim;
+                k_s[j * ldk + c] = ldf(k + (int64_t)(start + base + j) * head_dim + c);
             }
-            row_keys[i] = order_key(score);
+            __syncthreads();
+            for (int p = tid; p < groups * rows; p += blockDim.x) {
+                int j = p % rows, g = p / rows;
+                partial[g * kt + j] = hpt == 4 ? group_score<4>(qT, w_s, k_s + j * ldk, n_heads, head_dim, g)
+                                               : group_score<1>(qT, w_s, k_s + j * ldk, n_heads, head_dim, g);
+            }
+            __syncthreads();
+            for (int j = tid; j < rows; j += blockDim.x) {
+                float score = 0.0f;
+                for (int g = 0; g < groups; g++)
+                    score += partial[g * kt + j];
+                row_keys[base + j] = order_key(score);
+            }
         }
+        __syncthreads();
         if (tid == 0) {
             prefix = 0;
             prefix_mask = 0;
@@ -188,7 +235,11 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     int sort_size = 1;
     while (sort_size < topk)
         sort_size <<= 1;
-    size_t shared = ((size_t)in->n_heads * in->head_dim + in->n_heads) * sizeof(float) + (size_t)sort_size * 8;
+    const int hpt = in->n_heads % 4 == 0 ? 4 : 1;
+    int kt = 64;
+    while (kt > 8 && topk_shared_bytes(in->n_heads, in->head_dim, kt, hpt, sort_size) > TL_MAX_SHARED)
+        kt /= 2;
+    size_t shared = topk_shared_bytes(in->n_heads, in->head_dim, kt, hpt, sort_size);
     if (shared > TL_MAX_SHARED)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer_topk: n_heads %d x head_dim %d with topk "
                           "%d needs %zu bytes of shared memory, more than %d", in->n_heads, in->head_dim, topk,
@@ -200,7 +251,7 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     tlSharedLimitT(indexer_topk_kernel, shared, err);
     TL_LAUNCH(ctx->f32, indexer_topk_kernel, (unsigned int)blocks, TOPK_THREADS, shared, 
         indices, scores, (const S *)in->q, (const S *)in->k, in->weights, batch->key_start, batch->key_end,
-        batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, (uint32_t *)ws, max_keys);
+        batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, kt, hpt, (uint32_t *)ws, max_keys);
     tlCheckLaunch("indexer_topk", err);
     return DSARL_OK;
 }

@@ -133,6 +133,10 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     float *acc;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
+    int used = 0;
+    DSARL_TRY(tilelang_sparse_mla_backward_wmma(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used, err));
+    if (used)
+        return tilelang_flush_accumulator(ctx, dkv, acc, acc_n, err);
     tlSharedLimitT(sparse_mla_backward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
     TL_LAUNCH(ctx->f32, sparse_mla_backward_kernel, grid, MLA_THREADS, shared, 

@@ -117,6 +117,10 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
                           "indices, out and lse set", topk);
     if (batch->n_queries == 0)
         return DSARL_OK;
+    int used = 0;
+    DSARL_TRY(tilelang_sparse_mla_forward_wmma(ctx, batch, in, indices, topk, out, lse, &used, err));
+    if (used)
+        return DSARL_OK;
     int hg = in->n_heads < MLA_HEAD_GROUP ? in->n_heads : MLA_HEAD_GROUP, kt = 32;
     while (kt > 4 && forward_shared_bytes(hg, kt, in->d_qk, in->d_v) > TL_MAX_SHARED)
         kt /= 2;

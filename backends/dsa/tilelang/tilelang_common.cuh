@@ -57,4 +57,17 @@
 int tilelang_flush_accumulator(const dsarl_dsa_context *ctx, void *dst, const float *acc, int64_t n,
                                dsarl_error *err);
 
+/* The tensor-core sparse MLA forward (sparse_mla_forward_wmma.cu); sets *used to 0 without launching when the
+ * operands do not fit it (float32 storage, dims not multiples of 16, unaligned rows), so the caller falls back. */
+int tilelang_sparse_mla_forward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                     const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
+                                     void *out, float *lse, int *used, dsarl_error *err);
+
+/* The tensor-core sparse MLA backward (sparse_mla_backward_wmma.cu): dq written, dkv added into the fp32
+ * accumulator dkv_acc (Tk, d_qk); *used = 0 without launching when the operands do not fit it. */
+int tilelang_sparse_mla_backward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                      const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
+                                      const void *out, const float *lse, const void *dout, void *dq, float *dkv_acc,
+                                      int *used, dsarl_error *err);
+
 #endif /* DSARL_TILELANG_COMMON_CUH */
