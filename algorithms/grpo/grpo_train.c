@@ -41,6 +41,8 @@ const dsarl_key_spec grpo_train_keys[] = {
     {"policy.generation.val_top_k", DSARL_KEY_INT, NULL, "validation top-k", DSARL_KEY_NULLABLE},
     {"policy.generation.stop_token_ids", DSARL_KEY_LIST, NULL, "extra stop token ids (EOS always stops)",
      DSARL_KEY_NULLABLE},
+    {"policy.generation.stop_strings", DSARL_KEY_LIST, NULL, "strings that end a response (kept in it)",
+     DSARL_KEY_NULLABLE},
     {"data.max_input_seq_length", DSARL_KEY_INT, NULL, "longer prompts are truncated and get loss multiplier 0",
      DSARL_KEY_NULLABLE},
     {"data.shuffle", DSARL_KEY_BOOL, NULL, "reshuffle the training prompts every epoch", 0},
@@ -55,6 +57,8 @@ typedef struct loop_options {
     int32_t top_k, val_top_k;
     int32_t stop_ids[16];
     int32_t n_stop_ids;
+    const char *stop_strings[16];
+    int32_t n_stop_strings;
     bool shuffle;
     const char *tokenizer_name, *chat_template;
 } loop_options;
@@ -220,7 +224,20 @@ static int read_options(trainer *tr, dsarl_error *err)
             o->stop_ids[o->n_stop_ids++] = (int32_t)dsarl_node_as_int(c);
         }
     }
+    const dsarl_node *strs = dsarl_node_get(root, "policy.generation.stop_strings");
+    if (strs && dsarl_node_kind(strs) == DSARL_NODE_LIST) {
+        CHECK(dsarl_node_count(strs) <= 16, "policy.generation.stop_strings", "may list at most 16 strings");
+        for (size_t i = 0; i < dsarl_node_count(strs); i++) {
+            const dsarl_node *c = dsarl_node_child_at(strs, i);
+            CHECK(dsarl_node_kind(c) == DSARL_NODE_STRING && dsarl_node_text(c)[0], "policy.generation.stop_strings",
+                  "must hold non-empty strings (item %zu is not)", i);
+            o->stop_strings[o->n_stop_strings++] = dsarl_node_text(c);
+        }
+    }
 #undef CHECK
+    if (t != 1.0)
+        dsarl_log(DSARL_LOG_WARN, "policy.generation.temperature = %g: the trainer's log-probs are not temperature "
+                  "scaled, so token_mult_prob_error measures the scaling too", t);
     return DSARL_OK;
 }
 
@@ -420,7 +437,8 @@ static int run_rollouts(trainer *tr, const dsarl_example *const *examples, size_
                                  .tokens = tokens, .cu_seqlens = cu};
     dsarl_sampling_params sp = {.struct_size = sizeof sp, .temperature = temperature, .top_p = top_p,
                                 .top_k = top_k, .max_new_tokens = max_new, .stop_token_ids = tr->opt.stop_ids,
-                                .n_stop_token_ids = tr->opt.n_stop_ids, .seed = seed};
+                                .n_stop_token_ids = tr->opt.n_stop_ids, .stop_strings = tr->opt.stop_strings,
+                                .n_stop_strings = tr->opt.n_stop_strings, .seed = seed, .tokenizer = tr->tok};
     grpo_completions gen = {0};
     if (tr->engine) {
         dsarl_generation_result res = {.struct_size = sizeof res};

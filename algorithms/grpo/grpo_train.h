@@ -24,7 +24,8 @@ void grpo_completions_free(grpo_completions *c);
 /* Samples completions with the model itself, no cache: each new token re-runs forward_logits over every active
  * sequence (a slow but exact reference for when no generation plugin is available). Temperature scales the
  * logits, top_k / top_p filter them, and the returned log-probabilities are those of the distribution sampled
- * from; sequence i draws from Philox stream (params->seed, i). Stops at a stop token id (kept) or max_new_tokens. */
+ * from; sequence i draws from Philox stream (params->seed, i). Stops at a stop token id (kept) or max_new_tokens; stop strings are not
+ * supported here (the native engine handles them). */
 int grpo_sample_with_model(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_token_batch *prompts,
                            const dsarl_sampling_params *params, grpo_completions *out, dsarl_error *err);
 
