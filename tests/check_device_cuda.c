@@ -131,7 +131,8 @@ static void expect_close(const void *d, dsarl_dtype dtype, const float *want, in
         maxref = fmax(maxref, fabs(want[i]));
         maxerr = fmax(maxerr, fabs(got[i] - want[i]));
     }
-    printf("check_device_cuda: %s %-28s rel err %.2e (tol %.0e, n %lld)\n", dsarl_dtype_name(storage), what, maxerr / maxref, tol, (long long)n);
+    printf("check_device_cuda: %s %-28s rel err %.2e (tol %.0e, n %lld)\n", dsarl_dtype_name(storage), what,
+           maxerr / maxref, tol, (long long)n);
     ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
                   tol);
     free(got);
@@ -253,8 +254,8 @@ START_TEST(test_rope)
         if (!backward) {
             ck_assert_int_eq(cpu_rope_forward(cpu, want + off, want + off, pos, inv, 1.25f, T, H, H * head, head,
                                               rope_dim, &err), 0);
-            ck_assert_int_eq(cuda_rope_forward(gpu, (char *)gx + off * esz, (char *)gx + off * esz, gpos, ginv, 1.25f, T,
-                                               H, H * head, head, rope_dim, &err), 0);
+            ck_assert_int_eq(cuda_rope_forward(gpu, (char *)gx + off * esz, (char *)gx + off * esz, gpos, ginv, 1.25f,
+                                               T, H, H * head, head, rope_dim, &err), 0);
         } else {
             ck_assert_int_eq(cpu_rope_backward(cpu, want + off, want + off, pos, inv, 1.25f, T, H, H * head, head,
                                                rope_dim, &err), 0);

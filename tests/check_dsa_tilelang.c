@@ -10,7 +10,8 @@
  * reference's sorted top-k scores (1e-4 relative to the row's largest |score|), a key is only swapped for one whose
  * score ties the k-th within that tolerance, and the order is descending. Each comparison prints its error.
  * Sparse MLA at GLM-5 dims runs both the tensor-core (WMMA) kernels and the CUDA-core ones
- * (DSARL_TILELANG_NO_WMMA=1). DSARL_GPU_BENCH=1 adds first timings at larger shapes. Label gpu; exit status 77 (skipped) without a GPU. */
+ * (DSARL_TILELANG_NO_WMMA=1). DSARL_GPU_BENCH=1 adds first timings at larger shapes. Label gpu; exit status 77
+ * (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -292,8 +293,11 @@ START_TEST(test_indexer_topk_packed)
     batch_free(&tb);
     const int32_t longer[] = {300, 70};
     batch_packed(&tb, longer, 2);
-    check_topk(&tb, 32, 128, 64, "indexer_topk pack (32x128, k64)");
-    check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100)");
+    check_topk(&tb, 32, 128, 64, "indexer_topk pack (32x128, k64, tensor cores)");
+    check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100, tensor cores)");
+    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100, cuda cores)");
+    unsetenv("DSARL_TILELANG_NO_WMMA");
     batch_free(&tb);
 }
 END_TEST
@@ -412,6 +416,10 @@ START_TEST(test_sparse_mla_glm5_dims)
     setenv("DSARL_TILELANG_NO_WMMA", "1", 1); /* the CUDA-core kernels on the same shapes */
     check_attention(&tb, 20, 576, 512, topk, idx2, "sparse_mla pack H20 d576/512 k64 (cuda cores)");
     unsetenv("DSARL_TILELANG_NO_WMMA");
+    // 40 heads: the forward's 32-head blocks plus a partial one of 8
+    int32_t *idx3 = malloc((size_t)(T * topk) * 4);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.host, &in, topk, idx3, NULL, &err), 0);
+    check_attention(&tb, 40, 576, 512, topk, idx3, "sparse_mla pack H40 d576/512 k64 (tensor cores)");
     free(q), free(k), free(w);
     batch_free(&tb);
 }
@@ -543,6 +551,42 @@ START_TEST(test_bench)
         printf("check_dsa_tilelang: timings skipped (set DSARL_GPU_BENCH=1)\n");
         return;
     }
+    // ceilings measured in this run: a bf16 GEMM through the cuda device (cuBLASLt) and a device-to-device copy
+    {
+        int64_t n = 8192;
+        void *a = NULL, *b = NULL, *c = NULL;
+        ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n * n) * 2, &a, &err), 0);
+        ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n * n) * 2, &b, &err), 0);
+        ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n * n) * 2, &c, &err), 0);
+        float *ones = rand_bf16(n * n, 1);
+        ck_assert_int_eq(cuda_upload_f32(gpu, a, DSARL_DTYPE_BF16, ones, (size_t)(n * n), &err), 0);
+        ck_assert_int_eq(cuda_upload_f32(gpu, b, DSARL_DTYPE_BF16, ones, (size_t)(n * n), &err), 0);
+        free(ones);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        ck_assert_int_eq(cuda_gemm(gpu, false, true, n, n, n, 1.0f, a, b, 0.0f, c, &err), 0);
+        ck_assert_int_eq(cuda_synchronize(gpu, &err), 0);
+        cudaEventRecord(e0, 0);
+        for (int i = 0; i < 10; i++)
+            ck_assert_int_eq(cuda_gemm(gpu, false, true, n, n, n, 1.0f, a, b, 0.0f, c, &err), 0);
+        cudaEventRecord(e1, 0);
+        ck_assert_int_eq(cudaEventSynchronize(e1), cudaSuccess);
+        ck_assert_int_eq(cuda_synchronize(gpu, &err), 0);
+        float gemm_ms = 0.0f;
+        cudaEventElapsedTime(&gemm_ms, e0, e1);
+        cudaEventRecord(e0, 0);
+        for (int i = 0; i < 10; i++)
+            ck_assert_int_eq(cudaMemcpyAsync(c, a, (size_t)(n * n) * 2, cudaMemcpyDeviceToDevice, 0), cudaSuccess);
+        cudaEventRecord(e1, 0);
+        ck_assert_int_eq(cudaEventSynchronize(e1), cudaSuccess);
+        float copy_ms = 0.0f;
+        cudaEventElapsedTime(&copy_ms, e0, e1);
+        printf("check_dsa_tilelang: BENCH ceilings: bf16 gemm 8192^3 %.1f TFLOP/s (cuBLASLt via the cuda device); "
+               "device copy %.2f TB/s (read + write)\n", 2.0 * n * n * n * 10 / (gemm_ms * 1e9),
+               2.0 * (double)(n * n) * 2 * 10 / (copy_ms * 1e9));
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        cuda_free(gpu, a), cuda_free(gpu, b), cuda_free(gpu, c);
+    }
     // indexer: 8192 packed tokens (one causal sequence), 32 heads x 128 dims, top-2048
     test_batch tb;
     const int32_t len8k[] = {8192};
@@ -552,10 +596,13 @@ START_TEST(test_bench)
     dsarl_dsa_indexer_inputs din = {.struct_size = sizeof(din), .q = to_gpu(q, T * 32 * 128), .k = to_gpu(k, T * 128),
                                     .weights = to_gpu_f32(w, T * 32), .n_heads = 32, .head_dim = 128};
     bench_args b = {.batch = &tb.dev, .index = &din, .topk = 2048, .idx = to_gpu_i32(NULL, T * 2048)};
+    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    double ms_cc = time_ms(run_topk, &b, 1);
+    unsetenv("DSARL_TILELANG_NO_WMMA");
     double ms = time_ms(run_topk, &b, 3);
     double flops = 2.0 * 32 * 128 * (double)T * (T + 1) / 2;
     printf("check_dsa_tilelang: BENCH indexer_topk T=8192 causal, 32x128, k=2048: %.2f ms (%.1f TFLOP/s on the "
-           "scores; target <= 2 ms)\n", ms, flops / ms / 1e9);
+           "scores; target <= 2 ms; CUDA-core scores %.2f ms)\n", ms, flops / ms / 1e9, ms_cc);
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k), cuda_free(gpu, (void *)din.weights);
     free(q), free(k), free(w);
     batch_free(&tb);

@@ -58,7 +58,8 @@ static __global__ void swiglu_forward_kernel(Storage *out, const Storage *inp, i
 }
 
 template <typename Storage>
-static __global__ void swiglu_backward_kernel(Storage *dinp, const Storage *dout, const Storage *inp, int64_t T, int64_t inner)
+static __global__ void swiglu_backward_kernel(Storage *dinp, const Storage *dout, const Storage *inp, int64_t T,
+                                              int64_t inner)
 {
     GRID_STRIDE(i, T * inner) {
         int64_t t = i / inner, j = i % inner;

@@ -1,5 +1,6 @@
-/* cuda_gemm.cu: row-major GEMMs (plain and strided-batched) through cuBLASLt: storage-type operands and result (bf16, or
- * float32 with runtime.cuda_storage_dtype=f32), fp32 accumulation and scalars. cuBLAS is column-major, so the row-major product C = op(A) op(B) is computed as the
+/* cuda_gemm.cu: row-major GEMMs (plain and strided-batched) through cuBLASLt: storage-type operands and result
+ * (bf16, or float32 with runtime.cuda_storage_dtype=f32), fp32 accumulation and scalars. cuBLAS is column-major,
+ * so the row-major product C = op(A) op(B) is computed as the
  * column-major C^T = op(B)^T op(A)^T, which reads the same bytes without any transpose copy. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -89,7 +90,8 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
                                         stride_d, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS)
             rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: %s gemm (%llu x %llu x %llu, batch %lld) failed "
-                            "in cuBLASLt and cuBLAS: %s", dev->f32 ? "f32" : "bf16", (unsigned long long)pr->rows, (unsigned long long)pr->cols,
+                            "in cuBLASLt and cuBLAS: %s", dev->f32 ? "f32" : "bf16", (unsigned long long)pr->rows,
+                            (unsigned long long)pr->cols,
                             (unsigned long long)pr->inner, (long long)batch, cublasGetStatusString(st));
     }
     if (pref)

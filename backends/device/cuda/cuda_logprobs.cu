@@ -19,7 +19,7 @@ static __device__ float row_logsumexp(const float *row, int64_t V)
 }
 
 static __global__ void logprobs_forward_kernel(float *logprobs, const float *logits, const int32_t *targets, int64_t T,
-                                        int64_t V, int *flag)
+                                               int64_t V, int *flag)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         int32_t y = targets[t];
@@ -42,7 +42,7 @@ static __global__ void logprobs_forward_kernel(float *logprobs, const float *log
 
 // d logp_y / d z_v = [v == y] - softmax(z)_v, times dlogprobs[t]
 static __global__ void logprobs_backward_kernel(float *dlogits, const float *dlogprobs, const float *logits,
-                                         const int32_t *targets, int64_t T, int64_t V)
+                                                const int32_t *targets, int64_t T, int64_t V)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         int32_t y = targets[t];

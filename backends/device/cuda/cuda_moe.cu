@@ -18,8 +18,8 @@ static __device__ int argmax_untaken(const float *v, const unsigned char *taken,
 // Dynamic shared memory: choice (E) floats, group_score (n_group) floats, taken (max(E, n_group)) bytes,
 // group_kept (n_group) bytes.
 static __global__ void moe_route_forward_kernel(int32_t *indices, float *weights, float *probs, const float *logits,
-                                         const float *bias, int64_t T, int E, int top_k, int n_group, int topk_group,
-                                         int norm_topk_prob, float scaling)
+                                                const float *bias, int64_t T, int E, int top_k, int n_group,
+                                                int topk_group, int norm_topk_prob, float scaling)
 {
     extern __shared__ float shared[];
     float *choice = shared, *group_score = shared + E;
@@ -103,8 +103,8 @@ int cuda_moe_route_forward(dsarl_device *dev, int32_t *indices, float *weights, 
 // One thread per token: dlogits row zeroed, then the selected experts' gradients (w_k = scaling s_k / denom, the
 // denominator differentiated too, as in transformers).
 static __global__ void moe_route_backward_kernel(float *dlogits, const float *dweights, const int32_t *indices,
-                                          const float *probs, int64_t T, int64_t E, int top_k, int norm_topk_prob,
-                                          float scaling)
+                                                 const float *probs, int64_t T, int64_t E, int top_k,
+                                                 int norm_topk_prob, float scaling)
 {
     GRID_STRIDE(t, T) {
         for (int64_t e = 0; e < E; e++)

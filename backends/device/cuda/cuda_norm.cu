@@ -9,8 +9,8 @@
 static unsigned int row_blocks(int64_t T) { return (unsigned int)(T < 65535 ? T : 65535); }
 
 template <typename Storage>
-static __global__ void rmsnorm_forward_kernel(Storage *out, float *rstd, const Storage *inp, const Storage *weight, int64_t T,
-                                       int64_t C, float eps)
+static __global__ void rmsnorm_forward_kernel(Storage *out, float *rstd, const Storage *inp, const Storage *weight,
+                                              int64_t T, int64_t C, float eps)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const Storage *x = inp + t * C;
@@ -27,8 +27,9 @@ static __global__ void rmsnorm_forward_kernel(Storage *out, float *rstd, const S
 
 // dinp = r w d - r^3 x (sum_j w_j d_j x_j) / C;  dweight_acc += d x r
 template <typename Storage>
-static __global__ void rmsnorm_backward_kernel(Storage *dinp, float *dweight_acc, const Storage *dout, const Storage *inp,
-                                        const Storage *weight, const float *rstd, int64_t T, int64_t C)
+static __global__ void rmsnorm_backward_kernel(Storage *dinp, float *dweight_acc, const Storage *dout,
+                                               const Storage *inp, const Storage *weight, const float *rstd, int64_t T,
+                                               int64_t C)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const Storage *x = inp + t * C, *d = dout + t * C;
@@ -79,8 +80,9 @@ int cuda_rmsnorm_backward(dsarl_device *dev, void *dinp, void *dweight, const vo
 }
 
 template <typename Storage>
-static __global__ void layernorm_forward_kernel(Storage *out, float *mean, float *rstd, const Storage *inp, const Storage *weight,
-                                         const Storage *bias, int64_t T, int64_t C, float eps)
+static __global__ void layernorm_forward_kernel(Storage *out, float *mean, float *rstd, const Storage *inp,
+                                                const Storage *weight, const Storage *bias, int64_t T, int64_t C,
+                                                float eps)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const Storage *x = inp + t * C;
@@ -103,8 +105,8 @@ static __global__ void layernorm_forward_kernel(Storage *out, float *mean, float
 // acc: (2, C) fp32, dweight then dbias
 template <typename Storage>
 static __global__ void layernorm_backward_kernel(Storage *dinp, float *acc, const Storage *dout, const Storage *inp,
-                                          const Storage *weight, const float *mean, const float *rstd, int64_t T,
-                                          int64_t C)
+                                                 const Storage *weight, const float *mean, const float *rstd, int64_t T,
+                                                 int64_t C)
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const Storage *x = inp + t * C, *d = dout + t * C;

@@ -3,7 +3,8 @@
 
 static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
 {
-    emit(ctx, "storage bf16 (runtime.cuda_storage_dtype=f32: float32), fp32 math and accumulation; statistics, log-probs, optimizer state in fp32");
+    emit(ctx, "storage bf16 (runtime.cuda_storage_dtype=f32: float32), fp32 math and accumulation; statistics, "
+              "log-probs, optimizer state in fp32");
     emit(ctx, "gemm: cuBLASLt (bf16 in/out, fp32 compute), cuBLAS fallback; every other op: a CUDA kernel");
     emit(ctx, "GPU = local rank modulo the visible GPUs; a compute stream and a copy stream");
 }

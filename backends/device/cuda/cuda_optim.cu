@@ -7,8 +7,8 @@
 #define SUMSQ_THREADS 256
 
 template <typename Storage>
-static __global__ void adamw_kernel(Storage *param, const Storage *grad, float *m, float *v, int64_t n, float lr, float beta1,
-                             float beta2, float eps, float weight_decay, double c1, double c2)
+static __global__ void adamw_kernel(Storage *param, const Storage *grad, float *m, float *v, int64_t n, float lr,
+                                    float beta1, float beta2, float eps, float weight_decay, double c1, double c2)
 {
     GRID_STRIDE(i, n) {
         float p = ldf(param + i), g = ldf(grad + i);
@@ -93,9 +93,9 @@ int cuda_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *
 // m += (g - m)(1 - beta1) (torch's lerp); v = beta2 v + (1 - beta2) g^2; master -= step_size m / (sqrt(v)/sqrt(c2)
 // + eps); the master is then written back to the storage-type weight.
 template <typename Storage>
-static __global__ void adamw_update_kernel(float *master, Storage *weight, const Storage *grad, float *m, float *v, int64_t n,
-                                           float beta1, float beta2, float eps, float decay, float grad_scale,
-                                           float step_size, float c2_sqrt)
+static __global__ void adamw_update_kernel(float *master, Storage *weight, const Storage *grad, float *m, float *v,
+                                           int64_t n, float beta1, float beta2, float eps, float decay,
+                                           float grad_scale, float step_size, float c2_sqrt)
 {
     GRID_STRIDE(i, n) {
         float g = ldf(grad + i) * grad_scale, p = master[i] * decay;

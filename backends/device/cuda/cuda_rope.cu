@@ -8,8 +8,8 @@
 
 template <typename Storage>
 static __global__ void rope_kernel(Storage *out, const Storage *inp, const int32_t *positions, const float *inv_freq,
-                            float scaling, int64_t T, int64_t H, int64_t token_stride, int64_t head_stride,
-                            int64_t rope_dim, int backward)
+                                   float scaling, int64_t T, int64_t H, int64_t token_stride, int64_t head_stride,
+                                   int64_t rope_dim, int backward)
 {
     __shared__ float staged[ROPE_MAX_DIM];
     int64_t half = rope_dim / 2;

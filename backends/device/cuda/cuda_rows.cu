@@ -21,8 +21,8 @@ static int take_flag(dsarl_device *dev, int *value, dsarl_error *err)
 }
 
 template <typename Storage>
-static __global__ void embedding_forward_kernel(Storage *out, const int32_t *tokens, const Storage *wte, int64_t T, int64_t C,
-                                         int64_t V, int *flag)
+static __global__ void embedding_forward_kernel(Storage *out, const int32_t *tokens, const Storage *wte, int64_t T,
+                                                int64_t C, int64_t V, int *flag)
 {
     GRID_STRIDE(i, T * C) {
         int64_t t = i / C, c = i % C;
@@ -55,8 +55,8 @@ int cuda_embedding_forward(dsarl_device *dev, void *out, const int32_t *tokens, 
 // out row rows[r] += sum over r' with rows[r'] == rows[r] of scale[r'] * inp row r', summed in fp32 in order of r'.
 // Dynamic shared memory: C floats (the row total).
 template <typename Storage>
-static __global__ void scatter_rows_kernel(Storage *out, const Storage *inp, const int32_t *rows, const float *scale, int64_t n,
-                                    int64_t C)
+static __global__ void scatter_rows_kernel(Storage *out, const Storage *inp, const int32_t *rows, const float *scale,
+                                           int64_t n, int64_t C)
 {
     extern __shared__ float total[];              // (C)
     __shared__ int32_t matches[ROWS_THREADS];     // source rows of one chunk, in order

@@ -28,7 +28,7 @@ static __device__ float philox_first_uniform(uint64_t seed, uint64_t stream)
 }
 
 static __global__ void sample_kernel(int32_t *tokens, const float *logits, int64_t T, int64_t V, float temperature,
-                              uint64_t seed, uint64_t stream)
+                                     uint64_t seed, uint64_t stream)
 {
     __shared__ float best_val[SAMPLE_THREADS];
     __shared__ int64_t best_idx[SAMPLE_THREADS];

@@ -66,7 +66,8 @@ static __device__ int loss_row(const loss_args *a, int64_t t, int32_t *keys, flo
     const int n = n_shared;
     if (n == 0)
         return 0;
-    const Storage *q_all = (const Storage *)a->q, *kv = (const Storage *)a->kv, *qi = (const Storage *)a->qi, *ki = (const Storage *)a->ki;
+    const Storage *q_all = (const Storage *)a->q, *kv = (const Storage *)a->kv;
+    const Storage *qi = (const Storage *)a->qi, *ki = (const Storage *)a->ki;
     const Storage *q_t = q_all + t * a->n_heads * a->d_qk;
     for (int h = 0; h < a->n_heads; h++) {
         if (a->indices && a->lse) {
@@ -231,7 +232,8 @@ int tilelang_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch 
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa tilelang indexer_loss_forward: loss (Tq) must be set");
     float *ws;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)blocks * (size_t)a.max_set * 3 * sizeof(float), (void **)&ws, err));
-    TL_LAUNCH(ctx->f32, indexer_loss_forward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a, batch->n_queries, loss, ws);
+    TL_LAUNCH(ctx->f32, indexer_loss_forward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a, batch->n_queries, loss,
+              ws);
     tlCheckLaunch("indexer_loss_forward", err);
     return DSARL_OK;
 }

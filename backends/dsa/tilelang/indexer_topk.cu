@@ -2,14 +2,16 @@
  *
  *   I(t,s) = sum_j weights[t,j] * relu(q[t,j,:] . k[s,:])   for s in [key_start[t], key_end[t])
  *
- * One block per query row (persistent grid). The row's q (transposed, head_dim x n_heads) and weights are staged in
- * shared memory as fp32; keys come through shared memory in tiles of 64 rows, each thread scoring one (key, group of
- * 4 heads) pair; scores go to the block's own workspace row (max_keys_per_query values: only gridDim rows exist,
- * never a Tq x Tk matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
+ * One block per query row (persistent grid). Keys come through shared memory in tiles of 64 rows: with bf16 storage
+ * and 16-multiple dims the tile's q.k products run on the tensor cores (WMMA, fp32 accumulation), otherwise each
+ * thread scores one (key, group of 4 heads) pair from fp32 copies (q transposed so 4 heads are one 16-byte load).
+ * Scores go to the block's own workspace row (max_keys_per_query values: only gridDim rows exist, never a Tq x Tk
+ * matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
  * select (8 bits per pass) finds the exact k-th best key value; every key above it is taken, and among those equal
  * to it the lowest key indices (an ordered block-wide count). The chosen keys are bitonic-sorted in shared memory
  * into descending score order, ties to the lower index, as the reference writes them; -1 / -inf fill the rest. */
 #include <math.h>
+#include <mma.h>
 #include "tilelang_common.cuh"
 
 #define TOPK_THREADS 512
@@ -75,6 +77,72 @@ static __device__ __forceinline__ float group_score(const float *qT, const float
     return s;
 }
 
+#define TC_KEYS 64
+
+// Shared bytes of the tensor-core scoring region: q (n_heads, head_dim + 8) and a key tile (64, head_dim + 8) in
+// bf16, the tile's raw q.k (n_heads, 68) in fp32.
+static size_t tc_shared_bytes(int n_heads, int head_dim)
+{
+    return (size_t)n_heads * (head_dim + 8) * 2 + (size_t)TC_KEYS * (head_dim + 8) * 2 +
+           (size_t)n_heads * (TC_KEYS + 4) * 4;
+}
+
+// Tensor-core scores of keys [0, n) of one row (bf16 storage, n_heads and head_dim multiples of 16): per tile of
+// 64 keys, Q (n_heads x head_dim) K^T on WMMA 16x16x16 fragments into fp32, then each key's weighted ReLU sum
+// over heads. The float32-storage instantiation is never launched (the host only picks this path for bf16).
+static __device__ void score_row_tc(const float *, const float *, const float *, int, int, int, uint32_t *,
+                                    unsigned char *)
+{
+}
+
+static __device__ void score_row_tc(const bf16 *q_t, const bf16 *k_rows, const float *w_s, int n, int n_heads,
+                                    int head_dim, uint32_t *row_keys, unsigned char *region)
+{
+    using namespace nvcuda;
+    const int ld = head_dim + 8, lds = TC_KEYS + 4, chunks = head_dim / 8;
+    const int tid = threadIdx.x, warp = tid >> 5, n_warps = blockDim.x >> 5;
+    bf16 *q_b = (bf16 *)region, *k_b = q_b + n_heads * ld;
+    float *s_f = (float *)(k_b + TC_KEYS * ld);
+    __syncthreads();
+    for (int e = tid; e < n_heads * chunks; e += blockDim.x)
+        reinterpret_cast<uint4 *>(q_b + (e / chunks) * ld)[e % chunks] =
+            reinterpret_cast<const uint4 *>(q_t + (e / chunks) * head_dim)[e % chunks];
+    for (int base = 0; base < n; base += TC_KEYS) {
+        const int rows = min(TC_KEYS, n - base);
+        __syncthreads();
+        for (int e = tid; e < TC_KEYS * chunks; e += blockDim.x) {
+            int j = e / chunks, c = e % chunks;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (j < rows)
+                v = reinterpret_cast<const uint4 *>(k_rows + (int64_t)(base + j) * head_dim)[c];
+            reinterpret_cast<uint4 *>(k_b + j * ld)[c] = v;
+        }
+        __syncthreads();
+        for (int blk = warp; blk < (n_heads / 16) * (TC_KEYS / 16); blk += n_warps) {
+            const int hb = blk / (TC_KEYS / 16), jb = blk % (TC_KEYS / 16);
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int kk = 0; kk < head_dim; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+                wmma::load_matrix_sync(a, q_b + hb * 16 * ld + kk, ld);
+                wmma::load_matrix_sync(b, k_b + jb * 16 * ld + kk, ld);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(s_f + hb * 16 * lds + jb * 16, acc, lds, wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (int j = tid; j < rows; j += blockDim.x) {
+            float score = 0.0f;
+            for (int h = 0; h < n_heads; h++) {
+                float dot = s_f[h * lds + j];
+                score += dot > 0.0f ? w_s[h] * dot : 0.0f;
+            }
+            row_keys[base + j] = order_key(score);
+        }
+    }
+}
+
 // Dynamic shared memory (floats unless noted): qT (head_dim, n_heads) | w (n_heads) | key tile (kt, head_dim + 1)
 // | partial scores (n_heads / hpt, kt) | sort_key (P) u32 | sort_idx (P) i32.
 static size_t topk_shared_bytes(int n_heads, int head_dim, int kt, int hpt, int sort_size)
@@ -83,11 +151,43 @@ static size_t topk_shared_bytes(int n_heads, int head_dim, int kt, int hpt, int 
                sizeof(float) + (size_t)sort_size * 8;
 }
 
+// CUDA-core scores of keys [start, start + n): one tile of kt keys at a time is staged in shared memory, each
+// thread scores one (key, head group) pair with consecutive threads on consecutive keys, then the groups are summed.
+template <typename Storage>
+static __device__ void score_row_cuda_cores(const float *qT, const float *w_s, float *k_s, float *partial,
+                                            const Storage *k, int32_t start, int n, int n_heads, int head_dim,
+                                            int kt, int hpt, uint32_t *row_keys)
+{
+    const int tid = threadIdx.x, ldk = head_dim + 1, groups = n_heads / hpt;
+    for (int base = 0; base < n; base += kt) {
+        const int rows = min(kt, n - base);
+        __syncthreads();
+        for (int e = tid; e < rows * head_dim; e += blockDim.x) {
+            int j = e / head_dim, c = e % head_dim;
+            k_s[j * ldk + c] = ldf(k + (int64_t)(start + base + j) * head_dim + c);
+        }
+        __syncthreads();
+        for (int p = tid; p < groups * rows; p += blockDim.x) {
+            int j = p % rows, g = p / rows;
+            partial[g * kt + j] = hpt == 4 ? group_score<4>(qT, w_s, k_s + j * ldk, n_heads, head_dim, g)
+                                           : group_score<1>(qT, w_s, k_s + j * ldk, n_heads, head_dim, g);
+        }
+        __syncthreads();
+        for (int j = tid; j < rows; j += blockDim.x) {
+            float score = 0.0f;
+            for (int g = 0; g < groups; g++)
+                score += partial[g * kt + j];
+            row_keys[base + j] = order_key(score);
+        }
+    }
+}
+
 template <typename Storage>
 static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, const Storage *q, const Storage *k,
                                            const float *weights, const int32_t *key_start, const int32_t *key_end,
                                            int64_t Tq, int n_heads, int head_dim, int topk, int sort_size, int kt,
-                                           int hpt, uint32_t *workspace, int64_t max_keys)
+                                           int hpt, int tc, size_t tc_offset, uint32_t *workspace,
+                                           int64_t max_keys)
 {
     extern __shared__ __align__(16) float shared[];
     const int ldk = head_dim + 1, groups = n_heads / hpt; /* key rows padded by a word: no bank conflicts */
@@ -109,29 +209,11 @@ static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, cons
             qT[(i % head_dim) * n_heads + i / head_dim] = ldf(q + t * n_heads * head_dim + i);
         for (int i = tid; i < n_heads; i += blockDim.x)
             w_s[i] = weights[t * n_heads + i];
-        // Scores, one tile of kt keys at a time: the tile is staged in shared memory, each thread scores one
-        // (key, head group) pair with consecutive threads on consecutive keys, then the groups are summed.
-        for (int base = 0; base < n; base += kt) {
-            const int rows = min(kt, n - base);
-            __syncthreads();
-            for (int e = tid; e < rows * head_dim; e += blockDim.x) {
-                int j = e / head_dim, c = e % head_dim;
-                k_s[j * ldk + c] = ldf(k + (int64_t)(start + base + j) * head_dim + c);
-            }
-            __syncthreads();
-            for (int p = tid; p < groups * rows; p += blockDim.x) {
-                int j = p % rows, g = p / rows;
-                partial[g * kt + j] = hpt == 4 ? group_score<4>(qT, w_s, k_s + j * ldk, n_heads, head_dim, g)
-                                               : group_score<1>(qT, w_s, k_s + j * ldk, n_heads, head_dim, g);
-            }
-            __syncthreads();
-            for (int j = tid; j < rows; j += blockDim.x) {
-                float score = 0.0f;
-                for (int g = 0; g < groups; g++)
-                    score += partial[g * kt + j];
-                row_keys[base + j] = order_key(score);
-            }
-        }
+        if (tc)
+            score_row_tc(q + t * n_heads * head_dim, k + (int64_t)start * head_dim, w_s, n, n_heads, head_dim,
+                         row_keys, (unsigned char *)shared + tc_offset);
+        else
+            score_row_cuda_cores(qT, w_s, k_s, partial, k, start, n, n_heads, head_dim, kt, hpt, row_keys);
         __syncthreads();
         if (tid == 0) {
             prefix = 0;
@@ -240,6 +322,13 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     while (kt > 8 && topk_shared_bytes(in->n_heads, in->head_dim, kt, hpt, sort_size) > TL_MAX_SHARED)
         kt /= 2;
     size_t shared = topk_shared_bytes(in->n_heads, in->head_dim, kt, hpt, sort_size);
+    // Tensor cores for the scores when the storage is bf16, the dims are 16-multiples and rows 16-byte aligned.
+    const size_t tc_offset = (shared + 127) / 128 * 128;
+    const int tc = !ctx->f32 && in->n_heads % 16 == 0 && in->head_dim % 16 == 0 && (uintptr_t)in->q % 16 == 0 &&
+                   (uintptr_t)in->k % 16 == 0 && tc_offset + tc_shared_bytes(in->n_heads, in->head_dim) <=
+                   TL_MAX_SHARED && !getenv("DSARL_TILELANG_NO_WMMA");
+    if (tc)
+        shared = tc_offset + tc_shared_bytes(in->n_heads, in->head_dim);
     if (shared > TL_MAX_SHARED)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer_topk: n_heads %d x head_dim %d with topk "
                           "%d needs %zu bytes of shared memory, more than %d", in->n_heads, in->head_dim, topk,
@@ -251,7 +340,8 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     tlSharedLimitT(indexer_topk_kernel, shared, err);
     TL_LAUNCH(ctx->f32, indexer_topk_kernel, (unsigned int)blocks, TOPK_THREADS, shared, 
         indices, scores, (const S *)in->q, (const S *)in->k, in->weights, batch->key_start, batch->key_end,
-        batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, kt, hpt, (uint32_t *)ws, max_keys);
+        batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, kt, hpt, tc, tc_offset, (uint32_t *)ws,
+        max_keys);
     tlCheckLaunch("indexer_topk", err);
     return DSARL_OK;
 }
