@@ -4,9 +4,10 @@
 static void describe_tilelang(void (*emit)(void *ctx, const char *line), void *ctx)
 {
     emit(ctx, "all ops: tiled CUDA kernels on the cuda device, bf16 operands, fp32 math and accumulation");
-    emit(ctx, "indexer_topk: fused scores + exact radix select per query row (no Tq x Tk matrix), descending order, "
-              "ties to the lower index");
-    emit(ctx, "sparse_mla: KV tiles in shared memory shared by 16 heads, online softmax; dkv via fp32 atomics");
+    emit(ctx, "indexer_topk: fused scores (tensor cores for bf16, 16-multiple dims) + exact radix select per query "
+              "row (no Tq x Tk matrix), descending order, ties to the lower index");
+    emit(ctx, "sparse_mla: gathered KV tiles in shared memory, WMMA tensor cores for bf16 and 16-multiple dims "
+              "(CUDA cores otherwise), online softmax; dkv via fp32 atomics");
 }
 
 const dsarl_dsa_ops dsarl_dsa_tilelang_ops = {
