@@ -279,6 +279,77 @@ START_TEST(test_sigkill_resume_bit_identical)
 }
 END_TEST
 
+START_TEST(test_greedy_batched_equals_one_at_a_time)
+{
+    job j;
+    job_open(&j, 1, 0, 0);
+    const dsarl_node *root = dsarl_recipe_root(j.recipe);
+    dsarl_device *dev = NULL;
+    dsarl_dsa_context *dsa = NULL;
+    dsarl_model *model = NULL;
+    const dsarl_model_ops *ops = &glm5_2_model_ops;
+    dsarl_device_config dc = {.struct_size = sizeof dc, .threads = 1};
+    ck_assert_int_eq(cpu_create(&dc, &dev, &err), 0);
+    ck_assert_int_eq(dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, dev, root, &dsa, &err), 0);
+    dsarl_model_config mc = {.struct_size = sizeof mc, .recipe = root, .device_ops = &dsarl_cpu_device_ops,
+                             .device = dev, .dsa_ops = &dsarl_dsa_reference_ops, .dsa = dsa, .seed = 3};
+    ck_assert_msg(ops->create(&mc, &model, &err) == 0, "%s", err.message);
+    dsarl_tokenizer *tok = NULL;
+    ck_assert_int_eq(dsarl_tokenizer_load("byte", &tok, &err), 0);
+    // prompts of different lengths, so the packed batch has ragged sequences that finish at different steps
+    static const char *const prompts[] = {"1+2=", "What is 13-4?", "9=", "A longer prompt: 7+8 equals", "0-0"};
+    enum { N = 5, MAX_NEW = 7 };
+    sft_sample samples[N];
+    dsarl_chat_message msg[N];
+    for (int i = 0; i < N; i++) {
+        msg[i] = (dsarl_chat_message){"user", prompts[i]};
+        dsarl_example ex = {.messages = &msg[i], .n_messages = 1, .ground_truth = "3"};
+        ck_assert_int_eq(sft_build_sample(tok, "plain", " Answer: {}", &ex, 64, &samples[i], &err), 0);
+    }
+    char *texts[N];
+    ck_assert_msg(sft_greedy_complete(ops, model, tok, samples, N, MAX_NEW, texts, &err) == 0, "%s", err.message);
+    // reference: each prompt alone, one forward per new token, argmax by hand
+    int64_t V = ops->vocab_size(model);
+    for (int i = 0; i < N; i++) {
+        int32_t seq[128], cu[2] = {0, 0}, out[MAX_NEW];
+        int n_out = 0, len = samples[i].prompt_len;
+        memcpy(seq, samples[i].tokens, sizeof(int32_t) * (size_t)len);
+        float *logits = malloc(sizeof(float) * 128 * (size_t)V);
+        for (int k = 0; k < MAX_NEW; k++) {
+            cu[1] = len;
+            dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = len, .n_sequences = 1, .tokens = seq,
+                                   .cu_seqlens = cu};
+            ck_assert_int_eq(ops->forward_logits(model, &b, logits, &err), 0);
+            const float *row = logits + (int64_t)(len - 1) * V;
+            int32_t best = 0;
+            for (int32_t v = 1; v < V; v++)
+                best = row[v] > row[best] ? v : best;
+            seq[len++] = best;
+            if (best == DSARL_BYTE_TOKENIZER_EOS)
+                break;
+            out[n_out++] = best;
+        }
+        free(logits);
+        char *want = NULL;
+        ck_assert_int_eq(dsarl_tokenizer_decode(tok, out, (size_t)n_out, 1, &want, NULL, &err), 0);
+        ck_assert_msg(strcmp(texts[i], want) == 0, "sample %d: batched \"%s\", alone \"%s\"", i, texts[i], want);
+        ck_assert_int_eq(sft_answer_matches(texts[i], want), 1);
+        free(want);
+        free(texts[i]);
+        sft_sample_free(&samples[i]);
+    }
+    ck_assert_int_eq(sft_answer_matches(" Answer: 7\n", "Answer: 7"), 1);
+    ck_assert_int_eq(sft_answer_matches("Answer: 7", "Answer: 77"), 0);
+    ck_assert_int_eq(sft_answer_matches("Answer:7", "Answer: 7"), 0);
+    ck_assert_int_eq(sft_answer_matches("  ", ""), 1);
+    dsarl_tokenizer_free(tok);
+    ops->destroy(model);
+    dsarl_dsa_reference_ops.destroy(dsa);
+    cpu_destroy(dev);
+    job_close(&j);
+}
+END_TEST
+
 static double wall_s(void)
 {
     struct timespec ts;
@@ -369,6 +440,7 @@ static Suite *sft_suite(void)
     Suite *s = suite_create("sft");
     TCase *tc = tcase_create("sft");
     tcase_add_test(tc, test_sample_tokens_and_targets);
+    tcase_add_test(tc, test_greedy_batched_equals_one_at_a_time);
     tcase_add_test(tc, test_short_run_lowers_loss);
     tcase_add_test(tc, test_sigkill_resume_bit_identical);
     tcase_add_test(tc, test_stop_and_deadline_save_then_stop);

@@ -67,6 +67,15 @@ int sft_build_sample(const dsarl_tokenizer *tok, const char *chat_template, cons
 /* Frees a sample's buffers (the struct itself is the caller's). */
 void sft_sample_free(sft_sample *s);
 
+/* Greedy completions of each sample's prompt (its first prompt_len tokens) without a KV cache: each new token
+ * reruns the unfinished sequences, packed, through forward_logits and takes the argmax of each one's last row; up
+ * to max_new tokens or EOS (left out). texts[i] gets the decoded text (malloc'd, special tokens skipped). */
+int sft_greedy_complete(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_tokenizer *tok,
+                        const sft_sample *samples, int64_t n, int64_t max_new, char **texts, dsarl_error *err);
+
+/* 1 when the completion equals the answer once ASCII whitespace is trimmed from both ends of each, else 0. */
+int sft_answer_matches(const char *completion, const char *answer);
+
 /* The whole SFT job (the algorithm ops' run). */
 int sft_run(const dsarl_run_context *ctx, dsarl_error *err);
 

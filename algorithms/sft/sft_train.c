@@ -4,7 +4,6 @@
  * metrics and one log line. Resume restores weights, AdamW state, the dataloader position and the step, so a CPU
  * run continues bit-identically. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -235,96 +234,22 @@ static int answer_nll(sft_trainer *tr, const sft_sample *samples, int64_t n, int
 
 /* --- validation ---------------------------------------------------------------------------------------------- */
 
-// The index of the largest logit (the lowest id on ties), as greedy decoding picks it.
-static int32_t argmax(const float *row, int64_t V)
-{
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (row[v] > row[best])
-            best = v;
-    return (int32_t)best;
-}
-
-// s without leading/trailing ASCII whitespace, into a malloc'd copy.
-static char *trimmed(const char *s)
-{
-    while (*s && isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        n--;
-    char *out = malloc(n + 1);
-    if (out) {
-        memcpy(out, s, n);
-        out[n] = '\0';
-    }
-    return out;
-}
-
-// Greedy completion of each sample's prompt without a KV cache (every step reruns the whole sequences), up to
-// max_new_tokens or EOS; counts completions whose decoded text equals the sample's answer (whitespace-trimmed).
+// Greedy completions of samples[0..n) (sft_greedy.c), counted where they equal the answer.
 static int greedy_correct(sft_trainer *tr, const sft_sample *samples, int64_t n, int64_t *correct, dsarl_error *err)
 {
-    int64_t V = tr->ops->vocab_size(tr->model), max_new = tr->cfg.max_new_tokens;
-    int32_t eos = dsarl_tokenizer_eos_id(tr->tok);
-    int64_t cap = 0;
-    for (int64_t i = 0; i < n; i++)
-        cap += samples[i].prompt_len + max_new;
-    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n * (size_t)(tr->cfg.max_seq_len + max_new));
-    int32_t *len = calloc((size_t)n, sizeof(int32_t)), *gen = calloc((size_t)n, sizeof(int32_t));
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)cap), *cu = malloc(sizeof(int32_t) * (size_t)(n + 1));
-    int64_t *row_of = malloc(sizeof(int64_t) * (size_t)n);
-    uint8_t *done = calloc((size_t)n, 1);
-    float *logits = malloc(sizeof(float) * (size_t)cap * (size_t)V);
-    int rc = (!seq || !len || !gen || !tokens || !cu || !row_of || !done || !logits)
-                 ? DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for greedy validation")
-                 : DSARL_OK;
-    int64_t stride = tr->cfg.max_seq_len + max_new;
-    for (int64_t i = 0; rc == 0 && i < n; i++) {
-        memcpy(seq + i * stride, samples[i].tokens, sizeof(int32_t) * (size_t)samples[i].prompt_len);
-        len[i] = samples[i].prompt_len;
-    }
-    for (int64_t k = 0; rc == 0 && k < max_new; k++) {
-        // pack the unfinished sequences; each one's next token comes from its last row
-        int32_t m = 0;
-        cu[0] = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (done[i])
-                continue;
-            memcpy(tokens + cu[m], seq + i * stride, sizeof(int32_t) * (size_t)len[i]);
-            cu[m + 1] = cu[m] + len[i];
-            row_of[m++] = i;
-        }
-        if (m == 0)
-            break;
-        dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = cu[m], .n_sequences = m, .tokens = tokens,
-                               .cu_seqlens = cu};
-        rc = tr->ops->forward_logits(tr->model, &b, logits, err);
-        for (int32_t j = 0; rc == 0 && j < m; j++) {
-            int64_t i = row_of[j];
-            int32_t next = argmax(logits + (int64_t)(cu[j + 1] - 1) * V, V);
-            seq[i * stride + len[i]++] = next;
-            gen[i]++;
-            if (next == eos || len[i] >= stride)
-                done[i] = 1;
-        }
-    }
+    char **texts = calloc((size_t)n, sizeof *texts);
+    if (!texts)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for greedy validation");
+    int rc = sft_greedy_complete(tr->ops, tr->model, tr->tok, samples, n, tr->cfg.max_new_tokens, texts, err);
     *correct = 0;
     for (int64_t i = 0; rc == 0 && i < n; i++) {
-        const int32_t *out = seq + i * stride + samples[i].prompt_len;
-        int32_t n_out = gen[i] - (gen[i] > 0 && out[gen[i] - 1] == eos);
-        char *text = NULL;
-        rc = dsarl_tokenizer_decode(tr->tok, out, (size_t)n_out, 1, &text, NULL, err);
-        char *a = rc == 0 ? trimmed(text) : NULL, *b = rc == 0 ? trimmed(samples[i].answer) : NULL;
-        if (rc == 0 && (!a || !b))
-            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for greedy validation");
-        if (rc == 0 && strcmp(a, b) == 0)
-            (*correct)++;
-        if (rc == 0 && i == 0)
-            dsarl_log(DSARL_LOG_DEBUG, "sft: greedy completion \"%s\", target \"%s\"", a, b);
-        free(a), free(b), free(text);
+        *correct += sft_answer_matches(texts[i], samples[i].answer);
+        if (i == 0)
+            dsarl_log(DSARL_LOG_DEBUG, "sft: greedy completion \"%s\", target \"%s\"", texts[i], samples[i].answer);
     }
-    free(seq), free(len), free(gen), free(tokens), free(cu), free(row_of), free(done), free(logits);
+    for (int64_t i = 0; i < n; i++)
+        free(texts[i]);
+    free(texts);
     return rc;
 }
 
