@@ -44,13 +44,13 @@ static const dsarl_key_spec checkpoint_keys[] = {
     {CK "model_save_format", DSARL_KEY_STRING, "safetensors", "weights format: safetensors (Hugging Face layout)",
      DSARL_KEY_NULLABLE},
     {CK "save_optimizer", DSARL_KEY_BOOL, "true", "also save the AdamW state (needed for bit-identical resume)", 0},
-    {CK "save_consolidated", DSARL_KEY_BOOL, "false", "NeMo RL only: dsarl always saves consolidated weights",
+    {CK "save_consolidated", DSARL_KEY_BOOL, NULL, "NeMo RL only: dsarl always saves consolidated weights",
      DSARL_KEY_IGNORED},
-    {CK "pretrained_checkpoint", DSARL_KEY_ANY, "null", "NeMo RL only (Megatron checkpoints): not read",
+    {CK "pretrained_checkpoint", DSARL_KEY_ANY, NULL, "NeMo RL only (Megatron checkpoints): not read",
      DSARL_KEY_NULLABLE | DSARL_KEY_IGNORED},
-    {CK "ft_save_period", DSARL_KEY_INT, "null", "NeMo RL only (fault-tolerance saves): not read",
+    {CK "ft_save_period", DSARL_KEY_INT, NULL, "NeMo RL only (fault-tolerance saves): not read",
      DSARL_KEY_NULLABLE | DSARL_KEY_IGNORED},
-    {CK "ft_keep_latest_k", DSARL_KEY_INT, "null", "NeMo RL only (fault-tolerance saves): not read",
+    {CK "ft_keep_latest_k", DSARL_KEY_INT, NULL, "NeMo RL only (fault-tolerance saves): not read",
      DSARL_KEY_NULLABLE | DSARL_KEY_IGNORED},
 };
 
