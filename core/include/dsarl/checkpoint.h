@@ -111,7 +111,7 @@ DSARL_API uint32_t dsarl_crc32(uint32_t crc, const void *data, size_t n);
 
 /* Writes checkpoint_dir/step_<state->step>/ as described above (recipe may be NULL: no config.yaml), replacing a
  * leftover tmp_step_N and an existing step_N, then applies keep_top_k. saved_dir (may be NULL) receives the
- * step directory's path (size bytes). */
+ * step directory's path (size bytes). One process writes: with several ranks, only rank 0 calls it. */
 DSARL_API int dsarl_checkpoint_save(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops,
                                     dsarl_model *model, const dsarl_trainer_state *state, const dsarl_node *recipe,
                                     char *saved_dir, size_t size, dsarl_error *err);
