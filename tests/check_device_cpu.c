@@ -507,7 +507,7 @@ START_TEST(test_adamw_scale_sum_squares)
         pd[i] = p[i];
     for (int step = 1; step <= 2; step++) {
         const float *g = step == 1 ? g1 : g2;
-        ck_assert_int_eq(cpu_adamw_step(dev, p, g, m, v, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, &err), 0);
+        ck_assert_int_eq(cpu_adamw_update(dev, p, p, g, m, v, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step, &err), 0);
         for (int i = 0; i < 5; i++) {
             pd[i] -= lr * wd * pd[i];
             md[i] = b1 * md[i] + (1 - b1) * g[i];
@@ -517,7 +517,7 @@ START_TEST(test_adamw_scale_sum_squares)
     }
     for (int i = 0; i < 5; i++)
         ck_assert_double_eq_tol(p[i], pd[i], 1e-6);
-    ck_assert_int_eq(cpu_adamw_step(dev, p, g1, m, v, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(cpu_adamw_update(dev, p, p, g1, m, v, 5, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, &err), DSARL_E_INVALID);
     float *x = rand_array(100, 2), ss = 0;
     double want = 0;
     for (int i = 0; i < 100; i++)

@@ -432,28 +432,12 @@ START_TEST(test_logprobs)
 }
 END_TEST
 
-START_TEST(test_adamw_scale_sum_squares)
+START_TEST(test_scale_sum_squares)
 {
     int64_t n = 10007;
-    float *p = rand_bf16(n, 1), *m = rand_bf16(n, 0.1f), *v = rand_bf16(n, 0.1f);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = fabsf(v[i]);
+    // AdamW itself is covered by test_adamw_update; here the reductions over a bf16-rounded parameter vector
+    float *p = rand_bf16(n, 1);
     void *gp = to_gpu(p, n);
-    float *gm = to_gpu_f32(m, n), *gv = to_gpu_f32(v, n);
-    for (int step = 1; step <= 3; step++) {
-        float *g = rand_bf16(n, 1);
-        void *gg = to_gpu(g, n);
-        ck_assert_int_eq(cpu_adamw_step(cpu, p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, &err), 0);
-        ck_assert_int_eq(cuda_adamw_step(gpu, gp, gg, gm, gv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, &err), 0);
-        // the CPU keeps float32 parameters; the GPU rounds to bf16 each step: compare, then continue from the
-        // GPU's parameters so the rounding does not compound
-        expect_close(gp, storage, p, n, storage_tol, "adamw_step param");
-        expect_close(gm, DSARL_DTYPE_F32, m, n, F32_TOL, "adamw_step m");
-        expect_close(gv, DSARL_DTYPE_F32, v, n, F32_TOL, "adamw_step v");
-        free(p);
-        p = from_gpu(gp, n, storage);
-        cuda_free(gpu, gg), free(g);
-    }
     float ss = 0.0f, *gss = to_gpu_f32(&ss, 1);
     ck_assert_int_eq(cpu_sum_squares(cpu, &ss, p, n, &err), 0);
     ck_assert_int_eq(cuda_sum_squares(gpu, gss, gp, n, &err), 0);
@@ -461,8 +445,8 @@ START_TEST(test_adamw_scale_sum_squares)
     ck_assert_int_eq(cpu_scale(cpu, p, 0.3f, n, &err), 0);
     ck_assert_int_eq(cuda_scale(gpu, gp, 0.3f, n, &err), 0);
     expect_close(gp, storage, p, n, storage_tol, "scale");
-    cuda_free(gpu, gp), cuda_free(gpu, gm), cuda_free(gpu, gv), cuda_free(gpu, gss);
-    free(p), free(m), free(v);
+    cuda_free(gpu, gp), cuda_free(gpu, gss);
+    free(p);
 }
 END_TEST
 
@@ -551,7 +535,7 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_rows);
     tcase_add_test(tc, test_moe_route);
     tcase_add_test(tc, test_logprobs);
-    tcase_add_test(tc, test_adamw_scale_sum_squares);
+    tcase_add_test(tc, test_scale_sum_squares);
     tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_sample_tokens);
 }

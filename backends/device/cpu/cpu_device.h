@@ -87,9 +87,6 @@ int cpu_logprobs_forward(dsarl_device *dev, float *logprobs, const float *logits
 int cpu_logprobs_backward(dsarl_device *dev, float *dlogits, const float *dlogprobs, const float *logits,
                           const int32_t *targets, int64_t T, int64_t V, dsarl_error *err);
 
-/* Optimizer, reductions, sampling (cpu_optim.c). */
-int cpu_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err);
 int cpu_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err);
 int cpu_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err);
 int cpu_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v, int64_t n,

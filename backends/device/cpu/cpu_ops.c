@@ -42,7 +42,6 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .row_dot = cpu_row_dot,
     .logprobs_forward = cpu_logprobs_forward,
     .logprobs_backward = cpu_logprobs_backward,
-    .adamw_step = cpu_adamw_step,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
     .sample_tokens = cpu_sample_tokens,

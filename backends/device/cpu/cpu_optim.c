@@ -1,26 +1,7 @@
-/* cpu_optim.c: AdamW, sum of squares, in-place scaling and token sampling on float32 host memory. */
+/* cpu_optim.c: sum of squares, in-place scaling and token sampling on float32 host memory. */
 #include <math.h>
 #include "cpu_device.h"
 #include "dsarl/rng.h"
-
-int cpu_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err)
-{
-    if (step < 1)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "device cpu: adamw step counts from 1, got %lld", (long long)step);
-    float *p = param;
-    const float *g = grad;
-    // bias corrections as torch computes them: 1 - beta^step
-    double c1 = 1.0 - pow((double)beta1, (double)step), c2 = 1.0 - pow((double)beta2, (double)step);
-    for (int64_t i = 0; i < n; i++) {
-        p[i] -= lr * weight_decay * p[i];
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-        double denom = sqrt((double)v[i] / c2) + eps;
-        p[i] -= (float)(lr * ((double)m[i] / c1) / denom);
-    }
-    return DSARL_OK;
-}
 
 int cpu_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err)
 {

@@ -123,8 +123,6 @@ int cuda_logprobs_backward(dsarl_device *dev, float *dlogits, const float *dlogp
                            const int32_t *targets, int64_t T, int64_t V, dsarl_error *err);
 
 /* Optimizer and reductions (cuda_optim.cu); sampling (cuda_sample.cu). */
-int cuda_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err);
 int cuda_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err);
 int cuda_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err);
 int cuda_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v,

@@ -55,7 +55,6 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .row_dot = cuda_row_dot,
     .logprobs_forward = cuda_logprobs_forward,
     .logprobs_backward = cuda_logprobs_backward,
-    .adamw_step = cuda_adamw_step,
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
     .sample_tokens = cuda_sample_tokens,

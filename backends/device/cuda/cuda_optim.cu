@@ -1,42 +1,10 @@
-/* cuda_optim.cu: AdamW (torch.optim.AdamW semantics) on bf16 parameters with fp32 moments, the sum of squares
+/* cuda_optim.cu: AdamW (torch.optim.AdamW semantics) with fp32 master weights and moments, the sum of squares
  * for gradient norms (deterministic: fixed per-block partials in double, then one block), and in-place scaling. */
 #include <math.h>
 #include "cuda_common.cuh"
 
 #define SUMSQ_BLOCKS 1024
 #define SUMSQ_THREADS 256
-
-template <typename Storage>
-static __global__ void adamw_kernel(Storage *param, const Storage *grad, float *m, float *v, int64_t n, float lr,
-                                    float beta1, float beta2, float eps, float weight_decay, double c1, double c2)
-{
-    GRID_STRIDE(i, n) {
-        float p = ldf(param + i), g = ldf(grad + i);
-        p -= lr * weight_decay * p;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        double denom = sqrt((double)vi / c2) + eps;
-        p -= (float)(lr * ((double)mi / c1) / denom);
-        stf(param + i, p);
-    }
-}
-
-int cuda_adamw_step(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err)
-{
-    if (step < 1)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: adamw step counts from 1, got %lld", (long long)step);
-    if (n <= 0)
-        return DSARL_OK;
-    // bias corrections as torch computes them: 1 - beta^step
-    double c1 = 1.0 - pow((double)beta1, (double)step), c2 = 1.0 - pow((double)beta2, (double)step);
-    STORAGE_LAUNCH(dev, adamw_kernel, grid_for(n, 256), 256, 0, (S *)param, (const S *)grad, m, v, n, lr,
-                                                                 beta1, beta2, eps, weight_decay, c1, c2);
-    cudaCheckLaunch("adamw_step", err);
-    return DSARL_OK;
-}
 
 template <typename Storage>
 static __global__ void sum_squares_partial_kernel(double *partial, const Storage *x, int64_t n)

@@ -160,12 +160,7 @@ typedef struct dsarl_device_ops {
     int (*logprobs_backward)(dsarl_device *dev, float *dlogits, const float *dlogprobs, const float *logits,
                              const int32_t *targets, int64_t T, int64_t V, dsarl_error *err);
 
-    /* --- optimizer, reductions, sampling ------------------------------------------------------------------- */
-    /* One AdamW step (torch.optim.AdamW semantics, step counted from 1) on n values: param -= lr*weight_decay*
-     * param; m = beta1 m + (1-beta1) g; v = beta2 v + (1-beta2) g^2; param -= lr * m_hat / (sqrt(v_hat) + eps)
-     * with bias-corrected m_hat, v_hat. m and v are float32 state. */
-    int (*adamw_step)(dsarl_device *dev, void *param, const void *grad, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, int64_t step, dsarl_error *err);
+    /* --- reductions, sampling ------------------------------------------------------------------- */
     /* out[0] (float32, device) = sum of squares of n values, accumulated in double (gradient norms). */
     int (*sum_squares)(dsarl_device *dev, float *out, const void *x, int64_t n, dsarl_error *err);
     /* x *= alpha over n values in place (gradient clipping, loss scaling). */
