@@ -70,6 +70,7 @@ static const char *const micro[] = {
     "policy.train_micro_batch_size=2", "policy.generation.max_new_tokens=8", "grpo.max_val_samples=4",
     "grpo.val_batch_size=4", "grpo.val_period=2", "grpo.val_at_start=false", "grpo.val_at_end=true",
     "runtime.threads=1", "checkpointing.save_period=2", "checkpointing.keep_top_k=null",
+    "grpo.val_num_generations_per_prompt=2",
 };
 
 static int open_harness(harness *h, const char *work, const char *const *extra, size_t n_extra, dsarl_error *err)
@@ -221,8 +222,10 @@ START_TEST(test_micro_run_metrics)
         ck_assert(metric(row, "train/grad_norm") > 0.0);
         ck_assert(metric(row, "train/advantages/max") > 0.0);
     }
-    // the last step also validated (val_at_end) and the samples were dumped
+    // the last step also validated (val_at_end), with pass@k over the 2 generations per prompt
     ck_assert(isfinite(metric(json_array_get(rows, 2), "val/accuracy")));
+    double pass = metric(json_array_get(rows, 2), "val/pass_at_k");
+    ck_assert(pass >= 0.0 && pass <= 1.0);
     char path[1300];
     snprintf(path, sizeof path, "%s/train_data_step2.jsonl", sum.exp_dir);
     ck_assert(dsarl_path_exists(path));

@@ -459,6 +459,9 @@ static int run_rollouts(trainer *tr, const dsarl_example *const *examples, size_
                 memcpy(gen.truncated, res.truncated, (size_t)total);
             }
         }
+    } else if (sp.n_stop_strings > 0) {
+        rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.generation.stop_strings need a generation plugin "
+                        "(policy.generation.backend); the built-in sampler stops on token ids only");
     } else {
         rc = grpo_sample_with_model(tr->ctx->model_ops, tr->model, &prompts, &sp, &gen, err);
     }
