@@ -96,7 +96,7 @@ static int wrong_type(const char *where, const char *key, const char *wanted, co
 
 int dsarl_json_get_int(const json_t *obj, const char *key, const char *where, int64_t *out, dsarl_error *err)
 {
-    json_t *v;
+    json_t *v = NULL;
     DSARL_TRY(lookup(obj, key, where, &v, err));
     if (!json_is_integer(v))
         return wrong_type(where, key, "an integer", v, err);
@@ -106,7 +106,7 @@ int dsarl_json_get_int(const json_t *obj, const char *key, const char *where, in
 
 int dsarl_json_get_double(const json_t *obj, const char *key, const char *where, double *out, dsarl_error *err)
 {
-    json_t *v;
+    json_t *v = NULL;
     DSARL_TRY(lookup(obj, key, where, &v, err));
     if (!json_is_number(v))
         return wrong_type(where, key, "a number", v, err);
@@ -116,7 +116,7 @@ int dsarl_json_get_double(const json_t *obj, const char *key, const char *where,
 
 int dsarl_json_get_bool(const json_t *obj, const char *key, const char *where, int *out, dsarl_error *err)
 {
-    json_t *v;
+    json_t *v = NULL;
     DSARL_TRY(lookup(obj, key, where, &v, err));
     if (!json_is_boolean(v))
         return wrong_type(where, key, "true or false", v, err);
@@ -126,7 +126,7 @@ int dsarl_json_get_bool(const json_t *obj, const char *key, const char *where, i
 
 int dsarl_json_get_string(const json_t *obj, const char *key, const char *where, const char **out, dsarl_error *err)
 {
-    json_t *v;
+    json_t *v = NULL;
     DSARL_TRY(lookup(obj, key, where, &v, err));
     if (!json_is_string(v))
         return wrong_type(where, key, "a string", v, err);
@@ -136,7 +136,7 @@ int dsarl_json_get_string(const json_t *obj, const char *key, const char *where,
 
 int dsarl_json_get_object(const json_t *obj, const char *key, const char *where, json_t **out, dsarl_error *err)
 {
-    json_t *v;
+    json_t *v = NULL;
     DSARL_TRY(lookup(obj, key, where, &v, err));
     if (!json_is_object(v))
         return wrong_type(where, key, "an object", v, err);
@@ -146,7 +146,7 @@ int dsarl_json_get_object(const json_t *obj, const char *key, const char *where,
 
 int dsarl_json_get_array(const json_t *obj, const char *key, const char *where, json_t **out, dsarl_error *err)
 {
-    json_t *v;
+    json_t *v = NULL;
     DSARL_TRY(lookup(obj, key, where, &v, err));
     if (!json_is_array(v))
         return wrong_type(where, key, "an array", v, err);
