@@ -20,6 +20,7 @@ typedef struct grad_bufs {
     void *s1, *s2, *s3;                                 // per-head staging
     void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
     void *diq, *dik, *dik_raw, *diw;                    // indexer
+    void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
 } grad_bufs;
 
 static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
@@ -46,10 +47,21 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
         {&g->s1, T * stage * e}, {&g->s2, T * stage * e}, {&g->s3, T * stage * e},
         {&g->dact, inner_rows * e}, {&g->dgu, 2 * inner_rows * e}, {&g->dexp, N * C * e}, {&g->dxin, N * C * e},
         {&g->diq, T * nI * dI * e}, {&g->dik, T * dI * e}, {&g->dik_raw, T * dI * e}, {&g->diw, T * nI * e},
+        {&g->dlogits_s, T * V * e}, {&g->drouter_s, T * E * e},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
     return DSARL_OK;
+}
+
+// A float32 gradient (n) as a storage-dtype GEMM operand: itself on float32 storage, else converted into tmp.
+static const void *storage_operand(dsarl_model *m, const float *g32, void *tmp, int64_t n, dsarl_error *err,
+                                   int *rc)
+{
+    if (m->storage == DSARL_DTYPE_F32)
+        return g32;
+    *rc = m->dev_ops->convert(m->dev, tmp, m->storage, g32, DSARL_DTYPE_F32, n, 1.0f, err);
+    return tmp;
 }
 
 // dW (out,in) += dy^T x for y = x W^T over n rows.
@@ -120,17 +132,20 @@ static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, co
     float *host = malloc((size_t)N * 2 * sizeof(float));
     if (!host)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the MoE backward");
-    int rc = d->copy(m->dev, host, g->dscale, (size_t)N * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
+    int crc = d->copy(m->dev, host, g->dscale, (size_t)N * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
     for (int64_t r = 0; r < N; r++)
         host[N + a->slot[r]] = host[r];
-    if (rc == 0)
-        rc = d->copy(m->dev, g->droute_w, host + N, (size_t)N * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
+    if (crc == 0)
+        crc = d->copy(m->dev, g->droute_w, host + N, (size_t)N * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
     free(host);
-    DSARL_TRY(rc);
+    DSARL_TRY(crc);
     DSARL_TRY(d->moe_route_backward(m->dev, g->drouter, g->droute_w, a->route_idx, a->router_probs, T, E,
                                     (int32_t)K, c->norm_topk_prob, (float)c->routed_scaling_factor, err));
-    DSARL_TRY(linear_dweight(m, L->router, g->drouter, a->h2, T, C, E, err));
-    return linear_dinput(m, dh2, g->drouter, L->router, T, C, E, 1.0f, err);
+    int rc = 0;
+    const void *drouter = storage_operand(m, g->drouter, g->drouter_s, T * E, err, &rc);
+    DSARL_TRY(rc);
+    DSARL_TRY(linear_dweight(m, L->router, drouter, a->h2, T, C, E, err));
+    return linear_dinput(m, dh2, drouter, L->router, T, C, E, 1.0f, err);
 }
 
 // d of attention output dy (T,C) -> dh1 (T,C) overwritten, weight gradients accumulated.
@@ -224,8 +239,8 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
                                                 g->idloss, g->diq, g->dik, g->iw_grad, err));
     // weights: iw_scaled = s * (h weights_proj^T); h is detached
-    DSARL_TRY(d->zero(m->dev, g->diw, (size_t)(T * nI) * m->elem, err));
-    DSARL_TRY(d->axpy(m->dev, T * nI, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), g->iw_grad, g->diw, err));
+    DSARL_TRY(d->convert(m->dev, g->diw, m->storage, g->iw_grad, DSARL_DTYPE_F32, T * nI,
+                         (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), err));
     DSARL_TRY(linear_dweight(m, L->idx_weights_proj, g->diw, a->h1, T, C, nI, err));
     // queries: iq = rope(q_resid wq_b^T); q_resid is detached
     DSARL_TRY(d->rope_backward(m->dev, g->diq, g->diq, p->positions, m->inv_freq, rs, T, nI, nI * dI, dI, rope, err));
@@ -276,8 +291,11 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
     DSARL_TRY(upload_targets(p, g, targets, err));
     DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
     DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
-    DSARL_TRY(linear_dweight(m, m->lm_head, g->dlogits, p->h_final, T, C, V, err));
-    DSARL_TRY(linear_dinput(m, g->dh, g->dlogits, m->lm_head, T, C, V, 0.0f, err));
+    int rc = 0;
+    const void *dlogits = storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
+    DSARL_TRY(rc);
+    DSARL_TRY(linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
+    DSARL_TRY(linear_dinput(m, g->dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, T, C, err));
     double iloss = 0.0;

@@ -105,8 +105,8 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
     DSARL_TRY(d->gather_rows(m->dev, p->tmp, p->x, last_rows, B, C, err));
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->tmp, m->final_norm, B, C,
                                  (float)c->rms_norm_eps, err));
-    DSARL_TRY(glm5_linear(m, p->logits, p->h_final, m->lm_head, B, C, V, err));
-    DSARL_TRY(d->download_f32(m->dev, logits, p->logits, m->storage, (size_t)(B * V), err));
+    DSARL_TRY(d->gemm_f32out(m->dev, false, true, B, V, C, 1.0f, p->h_final, m->lm_head, 0.0f, p->logits, err));
+    DSARL_TRY(d->download_f32(m->dev, logits, p->logits, DSARL_DTYPE_F32, (size_t)(B * V), err));
     return d->synchronize(m->dev, err);
 }
 
@@ -127,7 +127,7 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
-        {&p.logits, B * V * e}, {&p.head_in, T * stage * e}, {&p.head_out, T * stage * e},
+        {(void **)&p.logits, B * V * sizeof(float)}, {&p.head_in, T * stage * e}, {&p.head_out, T * stage * e},
         {&p.tmp, T * C * e}, {(void **)&p.tokens, T * i4}, {(void **)&p.positions, T * i4},
         {(void **)&p.key_start, T * i4}, {(void **)&p.key_end, T * i4}, {(void **)&p.cache_rows, T * i4}};
     int rc = DSARL_OK;

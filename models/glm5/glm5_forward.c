@@ -74,7 +74,7 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->out_latent, T * H * c->kv_lora_rank * e}, {(void **)&a->lse, T * H * f},
         {&a->attn, T * H * c->v_head_dim * e}, {&a->iq, T * nI * dI * e}, {&a->ik_raw, T * dI * e},
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
-        {&a->iw, T * nI * e}, {(void **)&a->iw_scaled, T * nI * f},
+        {(void **)&a->iw_scaled, T * nI * f},
         {(void **)&a->topk, T * (int64_t)p->topk_width * i4},
         {&a->gate_up, max2(T * dense, N * c->moe_intermediate_size) * 2 * e},
         {&a->act, max2(T * dense, N * c->moe_intermediate_size) * e},
@@ -114,10 +114,11 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, C = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     int64_t I = c->moe_intermediate_size, N = T * K;
-    // router in float32: on float32 devices the storage GEMM is already fp32 (transformers routes in fp32)
-    DSARL_TRY(glm5_linear(m, a->router_logits, a->h2, L->router, T, C, E, err));
+    // router logits, bias and weights in float32 whatever the storage (transformers routes in fp32): a bf16 logit
+    // or bias would move top-k near-ties
+    DSARL_TRY(d->gemm_f32out(m->dev, false, true, T, E, C, 1.0f, a->h2, L->router, 0.0f, a->router_logits, err));
     DSARL_TRY(d->moe_route_forward(m->dev, a->route_idx, a->route_w, a->router_probs, a->router_logits,
-                                   L->router_bias, T, E, (int32_t)K, c->n_group, c->topk_group, c->norm_topk_prob,
+                                   L->router_bias32, T, E, (int32_t)K, c->n_group, c->topk_group, c->norm_topk_prob,
                                    (float)c->routed_scaling_factor, err));
     // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes
     int32_t *idx, *rows;
@@ -222,11 +223,9 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
         DSARL_TRY(d->rope_forward(m->dev, a->iq, a->iq, p->positions, m->inv_freq, rs, T, nI, nI * dI, dI, rope,
                                   err));
         DSARL_TRY(d->rope_forward(m->dev, a->ik, a->ik, p->positions, m->inv_freq, rs, T, 1, dI, 0, rope, err));
-        DSARL_TRY(glm5_linear(m, a->iw, a->h1, L->idx_weights_proj, T, C, nI, err));
-        // both scales folded into the head weights: n_heads^-1/2 * head_dim^-1/2
-        DSARL_TRY(d->zero(m->dev, a->iw_scaled, (size_t)(T * nI) * sizeof(float), err));
-        DSARL_TRY(d->axpy(m->dev, T * nI, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), a->iw, a->iw_scaled,
-                          err));
+        // head weights in float32, both scales folded in: n_heads^-1/2 * head_dim^-1/2
+        DSARL_TRY(d->gemm_f32out(m->dev, false, true, T, nI, C, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)),
+                                 a->h1, L->idx_weights_proj, 0.0f, a->iw_scaled, err));
         const void *index_keys = a->ik;
         if (p->cache) {
             index_keys = p->cache->ik[layer];
@@ -334,7 +333,7 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {&p->logits, T * V * e}, {&p->head_in, T * stage * e}, {&p->head_out, T * stage * e},
+        {(void **)&p->logits, T * V * sizeof(float)}, {&p->head_in, T * stage * e}, {&p->head_out, T * stage * e},
         {&p->tmp, T * C * e}, {(void **)&p->tokens, T * i4}, {(void **)&p->positions, T * i4},
         {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
@@ -365,7 +364,8 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     }
     float eps = (float)c->rms_norm_eps;
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->x, m->final_norm, T, C, eps, err));
-    return glm5_linear(m, p->logits, p->h_final, m->lm_head, T, C, V, err);
+    // LM-head logits in float32 (log-softmax over a large vocabulary needs it)
+    return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, 1.0f, p->h_final, m->lm_head, 0.0f, p->logits, err);
 }
 
 int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *logits, dsarl_error *err)
@@ -373,7 +373,7 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     glm5_pass p;
     int rc = glm5_pass_forward(m, batch, false, &p, err);
     if (rc == 0)
-        rc = m->dev_ops->download_f32(m->dev, logits, p.logits, m->storage,
+        rc = m->dev_ops->download_f32(m->dev, logits, p.logits, DSARL_DTYPE_F32,
                                       (size_t)(batch->n_tokens * m->cfg.vocab_size), err);
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);

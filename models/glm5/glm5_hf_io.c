@@ -129,8 +129,7 @@ static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key
         s->staging = b, s->staging_cap = n;
     }
     DSARL_TRY(dsarl_convert_to_f32(s->staging, ten.data, ten.dtype, n, err));
-    DSARL_TRY(m->dev_ops->upload_f32(m->dev, glm5_at(m, m->weights, p->offset + t.offset), m->storage, s->staging, n,
-                                     err));
+    DSARL_TRY(glm5_upload_param(m, p, t.offset, s->staging, n, err));
     if (t.slot >= 0) {
         if (!s->slices[t.spec] && !(s->slices[t.spec] = calloc((size_t)m->cfg.n_routed_experts * 3, 1)))
             return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
@@ -259,6 +258,12 @@ int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
     if (!host)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
     int rc = m->dev_ops->download_f32(m->dev, host, m->weights, m->storage, (size_t)m->n_weights, err);
+    for (int64_t i = 0; i < m->n_params && rc == 0; i++) { // router biases from their float32 copies
+        const float *copy = glm5_param_f32_copy(m, &m->params[i]);
+        if (copy)
+            rc = m->dev_ops->download_f32(m->dev, host + m->params[i].offset, copy, DSARL_DTYPE_F32,
+                                          (size_t)m->params[i].numel, err);
+    }
     // experts are written per expert (the layout of released GLM-5 checkpoints)
     int64_t n_entries = 0, E = m->cfg.n_routed_experts;
     for (int64_t i = 0; i < m->n_params; i++)

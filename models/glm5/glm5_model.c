@@ -63,6 +63,27 @@ static void bind_pointers(dsarl_model *m)
     }
     if (m->cfg.tie_word_embeddings)
         m->lm_head = m->embed;
+    for (int32_t i = 0; i < m->cfg.num_hidden_layers; i++) {
+        glm5_layer *L = &m->layers[i];
+        if (L->router_bias)
+            L->router_bias32 = m->router_bias32 ? m->router_bias32 + (int64_t)i * m->cfg.n_routed_experts
+                                                : (float *)L->router_bias;
+    }
+}
+
+float *glm5_param_f32_copy(const dsarl_model *m, const glm5_param *p)
+{
+    if (!m->router_bias32 || p->layer < 0 || !strstr(p->name, ".mlp.gate.e_score_correction_bias"))
+        return NULL;
+    return m->layers[p->layer].router_bias32;
+}
+
+int glm5_upload_param(dsarl_model *m, const glm5_param *p, int64_t at, const float *host, size_t n,
+                      dsarl_error *err)
+{
+    DSARL_TRY(m->dev_ops->upload_f32(m->dev, glm5_at(m, m->weights, p->offset + at), m->storage, host, n, err));
+    float *copy = glm5_param_f32_copy(m, p);
+    return copy ? m->dev_ops->upload_f32(m->dev, copy + at, DSARL_DTYPE_F32, host, n, err) : DSARL_OK;
 }
 
 int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, dsarl_device *dev,
@@ -91,6 +112,11 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
         rc = dev_ops->alloc(dev, (size_t)m->n_weights * m->elem, &m->weights, err);
     if (rc == 0)
         rc = dev_ops->zero(dev, m->weights, (size_t)m->n_weights * m->elem, err);
+    size_t bias_bytes = (size_t)cfg->num_hidden_layers * (size_t)cfg->n_routed_experts * sizeof(float);
+    if (rc == 0 && m->storage != DSARL_DTYPE_F32 && bias_bytes > 0)
+        rc = dev_ops->alloc(dev, bias_bytes, (void **)&m->router_bias32, err);
+    if (m->router_bias32 && rc == 0)
+        rc = dev_ops->zero(dev, m->router_bias32, bias_bytes, err);
     int64_t half = cfg->qk_rope_head_dim / 2;
     if (rc == 0)
         rc = dev_ops->alloc(dev, (size_t)half * sizeof(float), (void **)&m->inv_freq, err);
@@ -121,6 +147,8 @@ void glm5_model_free(dsarl_model *m)
         m->dev_ops->free(m->dev, m->weights);
     if (m->inv_freq)
         m->dev_ops->free(m->dev, m->inv_freq);
+    if (m->router_bias32)
+        m->dev_ops->free(m->dev, m->router_bias32);
     if (m->grads)
         m->dev_ops->free(m->dev, m->grads);
     glm5_optim_free(m);
@@ -164,8 +192,7 @@ int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_ran
         bool is_bias = strstr(p->name, "bias") != NULL, is_norm = p->ndim == 1 && !is_bias;
         for (int64_t j = 0; j < p->numel; j++)
             host[j] = is_bias ? 0.0f : is_norm ? 1.0f : (float)(normal01(&s) * initializer_range);
-        int rc = m->dev_ops->upload_f32(m->dev, glm5_at(m, m->weights, p->offset), m->storage, host,
-                                        (size_t)p->numel, err);
+        int rc = glm5_upload_param(m, p, 0, host, (size_t)p->numel, err);
         free(host);
         DSARL_TRY(rc);
     }

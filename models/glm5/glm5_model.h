@@ -40,6 +40,7 @@ typedef struct glm5_layer {
     void *mlp_gate_up, *mlp_down;          /* dense MLP, or the shared experts of a MoE layer: gate rows then up */
     int64_t mlp_inner;                     /* intermediate size of mlp_gate_up / mlp_down */
     void *router, *router_bias;            /* (E, C), (E) */
+    float *router_bias32;                  /* (E) float32 copy the router reads (== router_bias on f32 storage) */
     void *experts_gate_up, *experts_down;  /* (E, 2*moe_inter, C), (E, C, moe_inter) */
 } glm5_layer;
 
@@ -62,6 +63,8 @@ struct dsarl_model {
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
     float *inv_freq;             /* device (rope_dim/2) */
+    float *router_bias32;        /* device (layers, E) float32 router biases when storage is not float32, else NULL:
+                                  * a bias decides top-k near-ties, so bf16 rounding would change routing */
     dsarl_dtype storage;         /* the device's storage dtype for weights and activations */
     size_t elem;                 /* its size in bytes */
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
@@ -72,6 +75,14 @@ static inline void *glm5_at(const dsarl_model *m, const void *base, int64_t n)
 {
     return (char *)base + (size_t)n * m->elem;
 }
+
+/* Uploads n host float32 values into parameter p from element `at` of it; a router bias also updates the float32
+ * copy the router reads. Every write of weights goes through here. */
+int glm5_upload_param(dsarl_model *model, const glm5_param *p, int64_t at, const float *host, size_t n,
+                      dsarl_error *err);
+
+/* The float32 device copy of router-bias parameter p when the model keeps one (bf16 storage), else NULL. */
+float *glm5_param_f32_copy(const dsarl_model *model, const glm5_param *p);
 
 /* Lists every parameter of cfg in buffer order; *out is malloc'ed (caller frees). */
 int glm5_param_specs(const glm5_config *cfg, glm5_param **out, int64_t *n_params, int64_t *n_weights,

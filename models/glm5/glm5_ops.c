@@ -140,9 +140,10 @@ static int read_parameter(dsarl_model *m, int64_t i, float *value, float *grad, 
 {
     DSARL_TRY(parameter_info(m, i, NULL, NULL, NULL, NULL, err));
     const glm5_param *p = &m->params[i];
+    const float *copy = glm5_param_f32_copy(m, p);
     if (value)
-        DSARL_TRY(m->dev_ops->download_f32(m->dev, value, glm5_at(m, m->weights, p->offset), m->storage,
-                                           (size_t)p->numel, err));
+        DSARL_TRY(m->dev_ops->download_f32(m->dev, value, copy ? (const void *)copy : glm5_at(m, m->weights, p->offset),
+                                           copy ? DSARL_DTYPE_F32 : m->storage, (size_t)p->numel, err));
     if (grad) {
         if (!m->grads)
             DSARL_TRY(glm5_zero_grad(m, err));
@@ -156,8 +157,7 @@ static int write_parameter(dsarl_model *m, int64_t i, const float *value, dsarl_
 {
     DSARL_TRY(parameter_info(m, i, NULL, NULL, NULL, NULL, err));
     const glm5_param *p = &m->params[i];
-    return m->dev_ops->upload_f32(m->dev, glm5_at(m, m->weights, p->offset), m->storage, value, (size_t)p->numel,
-                                  err);
+    return glm5_upload_param(m, p, 0, value, (size_t)p->numel, err);
 }
 
 static const dsarl_key_spec glm5_keys[] = {

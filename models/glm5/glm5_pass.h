@@ -23,7 +23,6 @@ typedef struct glm5_layer_acts {
     void *attn;                                // (T, H*v)
     void *iq, *ik_raw, *ik;                    // (T, nI*dI), (T, dI), (T, dI)
     float *ik_mean, *ik_rstd;                  // (T)
-    void *iw;                                  // (T, nI)
     float *iw_scaled;                          // (T, nI)
     int32_t *topk;                             // (T, index_topk)
     void *gate_up, *act;                       // dense MLP (T, 2I), (T, I); routed experts (N, 2I), (N, I)
@@ -50,7 +49,7 @@ typedef struct glm5_pass {
     void *x;                                   // (T,C) residual stream
     void *h_final;                             // (T,C) final norm output
     float *rstd_final;                         // (T)
-    void *logits;                              // (T,V) device
+    float *logits;                             // (T,V) device, float32 whatever the storage
     void *head_in, *head_out;                  // per-head staging (T, max(nope, kv_lora, v, d_qk))
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device

@@ -33,6 +33,11 @@ int cpu_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n
 int cpu_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                              float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
                              float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err);
+/* float32 output GEMM and dtype conversion (dsarl/ops/device.h): on the CPU storage is float32 already. */
+int cpu_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const void *a, const void *b, float beta, float *c, dsarl_error *err);
+int cpu_convert(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
+                int64_t n, float alpha, dsarl_error *err);
 
 /* Copies, adds, embedding, SwiGLU (cpu_elementwise.c). */
 int cpu_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *src, int64_t src_stride, int64_t rows,

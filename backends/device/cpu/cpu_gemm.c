@@ -32,3 +32,23 @@ int cpu_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int6
                            (const float *)b + i * stride_b, beta, (float *)c + i * stride_c, err));
     return DSARL_OK;
 }
+
+int cpu_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const void *a, const void *b, float beta, float *c, dsarl_error *err)
+{
+    return cpu_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, err); // storage is float32 already
+}
+
+int cpu_convert(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
+                int64_t n, float alpha, dsarl_error *err)
+{
+    (void)dev;
+    if (dst_dtype != DSARL_DTYPE_F32 || src_dtype != DSARL_DTYPE_F32)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cpu: convert handles float32 only (the storage dtype), got "
+                          "dtypes %d -> %d", (int)src_dtype, (int)dst_dtype);
+    const float *s = src;
+    float *d = dst;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = alpha * s[i];
+    return DSARL_OK;
+}

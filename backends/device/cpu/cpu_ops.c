@@ -46,4 +46,6 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .scale = cpu_scale,
     .sample_tokens = cpu_sample_tokens,
     .adamw_update = cpu_adamw_update,
+    .gemm_f32out = cpu_gemm_f32out,
+    .convert = cpu_convert,
 };

@@ -60,18 +60,22 @@ int cuda_upload_f32(dsarl_device *dev, void *dst, dsarl_dtype dtype, const float
 int cuda_download_f32(dsarl_device *dev, float *dst, const void *src, dsarl_dtype dtype, size_t n,
                       dsarl_error *err);
 
-/* GEMMs through cuBLASLt, bf16 in and out, fp32 accumulation (cuda_gemm.cu). */
+/* GEMMs through cuBLASLt, bf16 in and out (gemm_f32out: float32 out), fp32 accumulation (cuda_gemm.cu). */
 int cuda_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const void *a, const void *b, float beta, void *c, dsarl_error *err);
 int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                               float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
                               float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err);
+int cuda_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const void *a, const void *b, float beta, float *c, dsarl_error *err);
 
-/* Copies, adds, embedding, SwiGLU (cuda_elementwise.cu). */
+/* Copies, adds, conversions, SwiGLU (cuda_elementwise.cu). */
 int cuda_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *src, int64_t src_stride,
                  int64_t rows, int64_t cols, dsarl_error *err);
 int cuda_add(dsarl_device *dev, void *out, const void *a, const void *b, int64_t n, dsarl_error *err);
 int cuda_axpy(dsarl_device *dev, int64_t n, float alpha, const void *x, void *y, dsarl_error *err);
+int cuda_convert(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
+                 int64_t n, float alpha, dsarl_error *err);
 int cuda_swiglu_forward(dsarl_device *dev, void *out, const void *inp, int64_t T, int64_t inner, dsarl_error *err);
 int cuda_swiglu_backward(dsarl_device *dev, void *dinp, const void *dout, const void *inp, int64_t T, int64_t inner,
                          dsarl_error *err);

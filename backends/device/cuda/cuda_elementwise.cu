@@ -1,4 +1,5 @@
-/* cuda_elementwise.cu: strided copies, residual adds, axpy and SwiGLU on the storage type (fp32 arithmetic). */
+/* cuda_elementwise.cu: strided copies, residual adds, axpy, float32 <-> storage conversion and SwiGLU on the storage
+ * type (fp32 arithmetic). */
 #include <math.h>
 #include "cuda_common.cuh"
 
@@ -43,6 +44,38 @@ int cuda_axpy(dsarl_device *dev, int64_t n, float alpha, const void *x, void *y,
         return DSARL_OK;
     STORAGE_LAUNCH(dev, axpy_kernel, grid_for(n, 256), 256, 0, n, alpha, (const S *)x, (S *)y);
     cudaCheckLaunch("axpy", err);
+    return DSARL_OK;
+}
+
+template <typename Dst, typename Src>
+static __global__ void convert_kernel(Dst *dst, const Src *src, int64_t n, float alpha)
+{
+    GRID_STRIDE(i, n) { stf(dst + i, alpha * ldf(src + i)); }
+}
+
+int cuda_convert(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
+                 int64_t n, float alpha, dsarl_error *err)
+{
+    dsarl_dtype storage = cuda_storage_dtype(dev);
+    bool dst_ok = dst_dtype == DSARL_DTYPE_F32 || dst_dtype == storage;
+    bool src_ok = src_dtype == DSARL_DTYPE_F32 || src_dtype == storage;
+    if (!dst_ok || !src_ok)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: convert handles float32 and the storage dtype (%d) "
+                          "only, got dtypes %d -> %d", (int)storage, (int)src_dtype, (int)dst_dtype);
+    if (n <= 0)
+        return DSARL_OK;
+    unsigned int grid = grid_for(n, 256);
+    cudaStream_t st = CUDA_STREAM(dev);
+    bool df = dst_dtype == DSARL_DTYPE_F32, sf = src_dtype == DSARL_DTYPE_F32;
+    if (df && sf)
+        convert_kernel<float, float><<<grid, 256, 0, st>>>((float *)dst, (const float *)src, n, alpha);
+    else if (df)
+        convert_kernel<float, bf16><<<grid, 256, 0, st>>>((float *)dst, (const bf16 *)src, n, alpha);
+    else if (sf)
+        convert_kernel<bf16, float><<<grid, 256, 0, st>>>((bf16 *)dst, (const float *)src, n, alpha);
+    else
+        convert_kernel<bf16, bf16><<<grid, 256, 0, st>>>((bf16 *)dst, (const bf16 *)src, n, alpha);
+    cudaCheckLaunch("convert", err);
     return DSARL_OK;
 }
 

@@ -1,5 +1,6 @@
 /* cuda_gemm.cu: row-major GEMMs (plain and strided-batched) through cuBLASLt: storage-type operands and result
- * (bf16, or float32 with runtime.cuda_storage_dtype=f32), fp32 accumulation and scalars. cuBLAS is column-major,
+ * (bf16, or float32 with runtime.cuda_storage_dtype=f32), fp32 accumulation and scalars; gemm_f32out keeps the
+ * storage operands but writes a float32 result (logits). cuBLAS is column-major,
  * so the row-major product C = op(A) op(B) is computed as the
  * column-major C^T = op(B)^T op(A)^T, which reads the same bytes without any transpose copy. */
 #include <cublasLt.h>
@@ -26,7 +27,7 @@ typedef struct lt_problem {
 
 static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const void *x, int64_t stride_x,
                      const void *y, int64_t stride_y, float beta, void *d, int64_t stride_d, int64_t batch,
-                     dsarl_error *err)
+                     bool f32_out, dsarl_error *err)
 {
     cublasLtHandle_t lt = (cublasLtHandle_t)dev->lt;
     cublasLtMatmulDesc_t desc = NULL;
@@ -36,6 +37,7 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     int found = 0, rc = DSARL_OK;
     // bf16 storage: bf16 operands, fp32 accumulation. float32 storage: plain fp32 (no TF32), as the CPU computes.
     const cudaDataType_t type = dev->f32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t out_type = f32_out ? CUDA_R_32F : type; // gemm_f32out: bf16 in, float32 C and D
     cublasStatus_t st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     int32_t batch32 = (int32_t)batch;
     uint32_t ax = alignment_of(x), ay = alignment_of(y), ad = alignment_of(d);
@@ -52,7 +54,7 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
         st = cublasLtMatrixLayoutCreate(&ly, type, pr->op_y == CUBLAS_OP_N ? pr->inner : pr->cols,
                                         pr->op_y == CUBLAS_OP_N ? pr->cols : pr->inner, pr->ldy);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&ld, type, pr->rows, pr->cols, pr->ldd);
+        st = cublasLtMatrixLayoutCreate(&ld, out_type, pr->rows, pr->cols, pr->ldd);
     if (batch > 1) {
         cublasLtMatrixLayout_t layouts[3] = {lx, ly, ld};
         int64_t strides[3] = {stride_x, stride_y, stride_d};
@@ -86,7 +88,7 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
         // every legal shape.
         st = cublasGemmStridedBatchedEx((cublasHandle_t)dev->blas, pr->op_x, pr->op_y, (int)pr->rows, (int)pr->cols,
                                         (int)pr->inner, &alpha, x, type, (int)pr->ldx, stride_x, y,
-                                        type, (int)pr->ldy, stride_y, &beta, d, type, (int)pr->ldd,
+                                        type, (int)pr->ldy, stride_y, &beta, d, out_type, (int)pr->ldd,
                                         stride_d, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS)
             rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: %s gemm (%llu x %llu x %llu, batch %lld) failed "
@@ -113,9 +115,10 @@ static __global__ void scale_kernel(Storage *c, float beta, int64_t n)
     GRID_STRIDE(i, n) { stf(c + i, beta == 0.0f ? 0.0f : beta * ldf(c + i)); }
 }
 
-int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                              float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
-                              float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err)
+// The row-major product shared by gemm_strided_batched and gemm_f32out (C in storage or float32).
+static int row_major_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b, float beta,
+                          void *c, int64_t stride_c, int64_t batch, bool f32_out, dsarl_error *err)
 {
     if (m < 0 || n < 0 || k < 0 || batch < 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
         return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: gemm needs 0 <= m, n, k < 2^31 and batch >= 0, got "
@@ -125,7 +128,11 @@ int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int
         return DSARL_OK;
     if (k == 0) { /* C = beta * C, made explicit: some BLAS paths leave C alone for k = 0 */
         for (int64_t i = 0; i < batch; i++) {
-            STORAGE_LAUNCH(dev, scale_kernel, grid_for(m * n, 256), 256, 0, (S *)c + i * stride_c, beta, m * n);
+            if (f32_out)
+                scale_kernel<float><<<grid_for(m * n, 256), 256, 0, CUDA_STREAM(dev)>>>((float *)c + i * stride_c,
+                                                                                        beta, m * n);
+            else
+                STORAGE_LAUNCH(dev, scale_kernel, grid_for(m * n, 256), 256, 0, (S *)c + i * stride_c, beta, m * n);
             cudaCheckLaunch("gemm beta scale", err);
         }
         return DSARL_OK;
@@ -141,11 +148,25 @@ int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int
     pr.ldx = (uint64_t)(trans_b ? k : n);
     pr.ldy = (uint64_t)(trans_a ? m : k);
     pr.ldd = (uint64_t)n;
-    return lt_matmul(dev, &pr, alpha, b, stride_b, a, stride_a, beta, c, stride_c, batch, err);
+    return lt_matmul(dev, &pr, alpha, b, stride_b, a, stride_a, beta, c, stride_c, batch, f32_out, err);
+}
+
+int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const void *a, int64_t stride_a, const void *b, int64_t stride_b,
+                              float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err)
+{
+    return row_major_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, stride_a, b, stride_b, beta, c, stride_c, batch,
+                          false, err);
 }
 
 int cuda_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const void *a, const void *b, float beta, void *c, dsarl_error *err)
 {
-    return cuda_gemm_strided_batched(dev, trans_a, trans_b, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, err);
+    return row_major_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, false, err);
+}
+
+int cuda_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const void *a, const void *b, float beta, float *c, dsarl_error *err)
+{
+    return row_major_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, true, err);
 }

@@ -59,4 +59,6 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .scale = cuda_scale,
     .sample_tokens = cuda_sample_tokens,
     .adamw_update = cuda_adamw_update,
+    .gemm_f32out = cuda_gemm_f32out,
+    .convert = cuda_convert,
 };

@@ -180,7 +180,17 @@ typedef struct dsarl_device_ops {
                         int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int64_t step, dsarl_error *err);
 
-    void *reserved[8];
+    /* --- float32 where precision needs it (appended; take two of the reserved slots) ------------------------- */
+    /* As gemm, but C (M,N) is float32 whatever the storage dtype (A, B in storage, fp32 accumulation): router and
+     * LM-head logits and the indexer head weights stay float32 under bf16 storage. */
+    int (*gemm_f32out)(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const void *a, const void *b, float beta, float *c, dsarl_error *err);
+    /* dst = alpha * src over n device values, converting between float32 and the storage dtype (either way, or
+     * the same type); other dtypes are refused. Float32 gradients enter storage-dtype GEMMs through it. */
+    int (*convert)(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
+                   int64_t n, float alpha, dsarl_error *err);
+
+    void *reserved[6];
 } dsarl_device_ops;
 
 DSARL_END_DECLS
