@@ -3,14 +3,19 @@
  * parameter gradient, on a small GLM-5.2-shaped config (dense + MoE layers with grouped routing, a full and an
  * IndexShare-shared indexer layer, index_topk below the sequence lengths), same weights on both.
  *
- * The cuda device runs with runtime.cuda_storage_dtype=f32 here: the model keeps router logits, LM logits and
- * router biases in buffers it reads as float32, which only float32 storage provides today (bf16 storage needs the
- * model to keep those in float32 explicitly). So this checks the whole model path through every cuda and tilelang
- * kernel; the differences left are fp32 summation order (cuBLAS, block reductions) against the CPU's float32 /
- * double. Tolerances: logits and log-probs max |diff| / max |cpu| <= 1e-4; each gradient tensor
- * ||cuda - cpu|| / ||cpu|| <= 1e-3; the indexer loss relative 1e-3. Label gpu; exit 77 (skipped) without a GPU. */
+ * Two cases. float32 storage (runtime.cuda_storage_dtype=f32): every cuda and tilelang kernel on the same math as
+ * the CPU, so the differences left are fp32 summation order: logits and log-probs max |diff| / max |cpu| <= 1e-4,
+ * each gradient tensor ||cuda - cpu|| / ||cpu|| <= 1e-3, the indexer loss relative 1e-3.
+ * bf16 storage (the default): weights are rounded to bf16 values on both devices first (so the CPU runs fp32 math
+ * on the very weights the GPU holds), then activations, gradients and the gradient buffer are bf16 on the GPU
+ * while router/LM logits, router bias, indexer head weights, norm statistics and losses stay float32 (gemm_f32out,
+ * convert). Each bf16 rounding is <= 2^-9 relative, a few dozen of them in series: logits and log-probs <= 3e-2,
+ * the indexer loss 5e-2, all gradients together ||cuda - cpu|| / ||cpu|| <= 5e-2 and each tensor <= 0.25 (a
+ * small tensor behind a near-tie top-k choice may flip). A dtype mix-up gives errors of order 1.
+ * Label gpu; exit 77 (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +27,7 @@
 #include "recipe_internal.h"
 #include "tilelang.h"
 
-static const char *recipe_text =
-    "runtime:\n  cuda_storage_dtype: f32\n"
+static const char *recipe_model =
     "policy:\n"
     "  model_config:\n"
     "    vocab_size: 96\n    hidden_size: 64\n    intermediate_size: 96\n    moe_intermediate_size: 32\n"
@@ -43,11 +47,29 @@ static dsarl_model *cpu_model, *gpu_model;
 static dsarl_error err;
 static int32_t tokens[T], targets[T], cu[3] = {0, 17, T};
 static float dlogprobs[T];
+static int bf16_mode; /* the fixture in use: 1 = bf16 storage, 0 = float32 storage */
+static double tol_logits, tol_iloss, tol_grad_tensor, tol_grad_all;
+
+// Rounds to the nearest bf16 value (ties to even), as the GPU stores it.
+static float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
 static dsarl_token_batch batch = {.struct_size = sizeof(dsarl_token_batch), .n_tokens = T, .n_sequences = 2,
                                   .tokens = tokens, .cu_seqlens = cu};
 
-static void setup(void)
+static void setup_with(int bf16)
 {
+    bf16_mode = bf16;
+    tol_logits = bf16 ? 3e-2 : 1e-4, tol_iloss = bf16 ? 5e-2 : 1e-3;
+    tol_grad_tensor = bf16 ? 0.25 : 1e-3, tol_grad_all = bf16 ? 5e-2 : 1e-3;
+    char recipe_text[2048];
+    snprintf(recipe_text, sizeof recipe_text, "runtime:\n  cuda_storage_dtype: %s\n%s", bf16 ? "bf16" : "f32",
+             recipe_model);
     ck_assert_int_eq(dsarl_recipe_load_string(recipe_text, "glm5_cuda.yaml", &recipe, &err), 0);
     ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
     dsarl_parallel single = DSARL_PARALLEL_SINGLE;
@@ -55,7 +77,7 @@ static void setup(void)
                               .threads = 1};
     ck_assert_int_eq(cpu_create(&dc, &cpu, &err), 0);
     ck_assert_msg(cuda_create(&dc, &gpu, &err) == 0, "%s", err.message);
-    ck_assert_int_eq(cuda_storage_dtype(gpu), DSARL_DTYPE_F32);
+    ck_assert_int_eq(cuda_storage_dtype(gpu), bf16 ? DSARL_DTYPE_BF16 : DSARL_DTYPE_F32);
     ck_assert_int_eq(dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, cpu, NULL, &ref, &err), 0);
     ck_assert_msg(dsarl_dsa_tilelang_ops.create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s",
                   err.message);
@@ -78,6 +100,9 @@ static void setup(void)
         if (ndim == 1)
             for (int64_t j = 0; j < numel; j++)
                 v[j] += 0.1f * sinf((float)(7 * i + 3 * j));
+        if (bf16)
+            for (int64_t j = 0; j < numel; j++)
+                v[j] = round_bf16(v[j]);
         ck_assert_int_eq(ops->write_parameter(cpu_model, i, v, &err), 0);
         ck_assert_msg(ops->write_parameter(gpu_model, i, v, &err) == 0, "%s", err.message);
         free(v);
@@ -88,6 +113,9 @@ static void setup(void)
         dlogprobs[t] = 0.5f + 0.4f * cosf((float)(3 * t + 1));
     }
 }
+
+static void setup_f32(void) { setup_with(0); }
+static void setup_bf16(void) { setup_with(1); }
 
 static void teardown(void)
 {
@@ -117,14 +145,16 @@ START_TEST(test_logits_and_logprobs)
     ck_assert_msg(ops->forward_logits(cpu_model, &batch, lc, &err) == 0, "%s", err.message);
     ck_assert_msg(ops->forward_logits(gpu_model, &batch, lg, &err) == 0, "%s", err.message);
     double e = max_rel(lg, lc, T * V);
-    printf("check_glm5_cuda: logits (T=%d, V=%lld) rel err %.2e (tol 1e-4)\n", T, (long long)V, e);
-    ck_assert_msg(e <= 1e-4, "logits differ: %.3g", e);
+    const char *mode = bf16_mode ? "bf16" : "f32";
+    printf("check_glm5_cuda [%s storage]: logits (T=%d, V=%lld) rel err %.2e (tol %.0e)\n", mode, T, (long long)V,
+           e, tol_logits);
+    ck_assert_msg(e <= tol_logits, "logits differ: %.3g", e);
     float pc[T], pg[T];
     ck_assert_msg(ops->forward_logprobs(cpu_model, &batch, targets, pc, &err) == 0, "%s", err.message);
     ck_assert_msg(ops->forward_logprobs(gpu_model, &batch, targets, pg, &err) == 0, "%s", err.message);
     e = max_rel(pg, pc, T);
-    printf("check_glm5_cuda: log-probs rel err %.2e (tol 1e-4)\n", e);
-    ck_assert_msg(e <= 1e-4, "log-probs differ: %.3g", e);
+    printf("check_glm5_cuda [%s storage]: log-probs rel err %.2e (tol %.0e)\n", mode, e, tol_logits);
+    ck_assert_msg(e <= tol_logits, "log-probs differ: %.3g", e);
     free(lc), free(lg);
 }
 END_TEST
@@ -137,10 +167,12 @@ START_TEST(test_gradients)
     ck_assert_msg(ops->backward(cpu_model, &batch, targets, dlogprobs, &il_cpu, &err) == 0, "%s", err.message);
     ck_assert_msg(ops->backward(gpu_model, &batch, targets, dlogprobs, &il_gpu, &err) == 0, "%s", err.message);
     double il_err = fabs((double)il_gpu - il_cpu) / fmax(fabs(il_cpu), 1e-30);
-    printf("check_glm5_cuda: indexer loss cpu %.6g cuda %.6g rel err %.2e (tol 1e-3)\n", il_cpu, il_gpu, il_err);
-    ck_assert_msg(il_cpu > 0.0f && il_err <= 1e-3, "indexer loss differs");
+    const char *mode = bf16_mode ? "bf16" : "f32";
+    printf("check_glm5_cuda [%s storage]: indexer loss cpu %.6g cuda %.6g rel err %.2e (tol %.0e)\n", mode, il_cpu,
+           il_gpu, il_err, tol_iloss);
+    ck_assert_msg(il_cpu > 0.0f && il_err <= tol_iloss, "indexer loss differs");
     int64_t n = ops->parameter_tensors(cpu_model);
-    double worst = 0.0;
+    double worst = 0.0, diff_all = 0.0, norm_all = 0.0;
     char worst_name[128] = "";
     int checked = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -161,16 +193,66 @@ START_TEST(test_gradients)
             norm += (double)gc[j] * gc[j];
         }
         double e = norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
+        diff_all += diff, norm_all += norm;
         if (e > worst) {
             worst = e;
             snprintf(worst_name, sizeof worst_name, "%s", name);
         }
-        ck_assert_msg(e <= 1e-3, "gradient of %s differs: ||cuda - cpu|| / ||cpu|| = %.3g", name, e);
+        ck_assert_msg(e <= tol_grad_tensor, "gradient of %s differs: ||cuda - cpu|| / ||cpu|| = %.3g", name, e);
         checked++;
         free(gc), free(gg);
     }
-    printf("check_glm5_cuda: %d gradient tensors, worst ||cuda - cpu|| / ||cpu|| %.2e (%s; tol 1e-3)\n", checked,
-           worst, worst_name);
+    double all = sqrt(diff_all / norm_all);
+    printf("check_glm5_cuda [%s storage]: %d gradient tensors, all together ||cuda - cpu|| / ||cpu|| %.2e (tol "
+           "%.0e), worst tensor %.2e (%s; tol %.0e)\n", mode, checked, all, tol_grad_all, worst, worst_name,
+           tol_grad_tensor);
+    ck_assert_msg(norm_all > 0.0 && all <= tol_grad_all, "gradients differ: %.3g", all);
+}
+END_TEST
+
+// The two device ops the model's float32 islands rest on, under bf16 storage: gemm_f32out against the CPU gemm on
+// bf16-valued random inputs (a float32 result: only summation order differs), and convert float32 -> bf16 -> float32
+// with scales against round_bf16 on the host.
+START_TEST(test_f32_output_ops)
+{
+    enum { M = 37, N = 53, K = 70 };
+    float a[M * K], b[N * K], want[M * N], got[M * N];
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)bf16_mode;
+    for (int i = 0; i < M * K; i++)
+        s = s * 6364136223846793005ull + 1442695040888963407ull, a[i] = round_bf16((float)(s >> 40) / 8388608.0f - 1);
+    for (int i = 0; i < N * K; i++)
+        s = s * 6364136223846793005ull + 1442695040888963407ull, b[i] = round_bf16((float)(s >> 40) / 8388608.0f - 1);
+    ck_assert_int_eq(cpu_gemm(cpu, false, true, M, N, K, 0.5f, a, b, 0.0f, want, &err), 0);
+    const dsarl_device_ops *d = &dsarl_cuda_device_ops;
+    dsarl_dtype st = d->storage_dtype(gpu);
+    size_t e = st == DSARL_DTYPE_F32 ? 4 : 2;
+    void *da, *db, *dh;
+    float *dc, *dback;
+    ck_assert_int_eq(d->alloc(gpu, M * K * e, &da, &err), 0);
+    ck_assert_int_eq(d->alloc(gpu, N * K * e, &db, &err), 0);
+    ck_assert_int_eq(d->alloc(gpu, M * N * e, &dh, &err), 0);
+    ck_assert_int_eq(d->alloc(gpu, M * N * 4, (void **)&dc, &err), 0);
+    ck_assert_int_eq(d->alloc(gpu, M * N * 4, (void **)&dback, &err), 0);
+    ck_assert_int_eq(d->upload_f32(gpu, da, st, a, M * K, &err), 0);
+    ck_assert_int_eq(d->upload_f32(gpu, db, st, b, N * K, &err), 0);
+    ck_assert_msg(d->gemm_f32out(gpu, false, true, M, N, K, 0.5f, da, db, 0.0f, dc, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(d->download_f32(gpu, got, dc, DSARL_DTYPE_F32, M * N, &err), 0);
+    double g = max_rel(got, want, M * N);
+    printf("check_glm5_cuda [%s storage]: gemm_f32out vs cpu gemm rel err %.2e (tol 1e-5)\n",
+           bf16_mode ? "bf16" : "f32", g);
+    ck_assert_msg(g <= 1e-5, "gemm_f32out differs: %.3g", g);
+    // float32 -> storage (x -3) -> float32 (x -0.25): the host expects round(-3 x) * -0.25
+    ck_assert_int_eq(d->convert(gpu, dh, st, dc, DSARL_DTYPE_F32, M * N, -3.0f, &err), 0);
+    ck_assert_int_eq(d->convert(gpu, dback, DSARL_DTYPE_F32, dh, st, M * N, -0.25f, &err), 0);
+    static float back[M * N]; // from the GPU's own float32 product, so the bf16 rounding points are the same
+    ck_assert_int_eq(d->download_f32(gpu, back, dback, DSARL_DTYPE_F32, M * N, &err), 0);
+    for (int i = 0; i < M * N; i++) {
+        float x = -3.0f * got[i];
+        float expect = (bf16_mode ? round_bf16(x) : x) * -0.25f;
+        ck_assert_msg(back[i] == expect, "convert[%d]: %g, want %g", i, back[i], expect);
+    }
+    ck_assert_int_ne(d->convert(gpu, dh, DSARL_DTYPE_I32, dc, DSARL_DTYPE_F32, 4, 1.0f, &err), 0);
+    d->free(gpu, da), d->free(gpu, db), d->free(gpu, dh), d->free(gpu, dc), d->free(gpu, dback);
 }
 END_TEST
 
@@ -181,12 +263,20 @@ int main(void)
         return 77;
     }
     Suite *s = suite_create("glm5_cuda");
-    TCase *tc = tcase_create("cuda_vs_cpu");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_logits_and_logprobs);
-    tcase_add_test(tc, test_gradients);
-    suite_add_tcase(s, tc);
+    TCase *f32 = tcase_create("cuda_f32_storage_vs_cpu");
+    tcase_add_checked_fixture(f32, setup_f32, teardown);
+    tcase_set_timeout(f32, 300);
+    tcase_add_test(f32, test_f32_output_ops);
+    tcase_add_test(f32, test_logits_and_logprobs);
+    tcase_add_test(f32, test_gradients);
+    suite_add_tcase(s, f32);
+    TCase *bf16 = tcase_create("cuda_bf16_storage_vs_cpu");
+    tcase_add_checked_fixture(bf16, setup_bf16, teardown);
+    tcase_set_timeout(bf16, 300);
+    tcase_add_test(bf16, test_f32_output_ops);
+    tcase_add_test(bf16, test_logits_and_logprobs);
+    tcase_add_test(bf16, test_gradients);
+    suite_add_tcase(s, bf16);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);
