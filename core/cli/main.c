@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_bench.h"
 #include "dsarl/build_config.h"
 #include "dsarl/plugin.h"
 #if __has_include("cmd_model.h")
@@ -28,6 +29,7 @@ static void print_usage(FILE *out)
             "  plugins                             list plugins found, their ops tables, and refused files\n"
             "  config show RECIPE [key=value ...]  print the resolved recipe, each value with where it came from\n"
             "  config keys [KIND/NAME]             print the recipe keys plugins declare (type, default, doc)\n"
+            "  bench dsa [options]                 time a DSA backend's kernels against the device's ceilings\n"
 #ifdef DSARL_CLI_HAVE_MODEL_COMMANDS
             "  logits --model-dir DIR ...          next-token logits of a Hugging Face glm_moe_dsa model (.npy)\n"
             "  generate --model-dir DIR ...        greedy/sampled continuation of prompt token ids\n"
@@ -71,6 +73,8 @@ int main(int argc, char **argv)
         return cmd_plugins(argc, argv, &opts);
     if (strcmp(command, "config") == 0)
         return cmd_config(argc, argv, &opts);
+    if (strcmp(command, "bench") == 0)
+        return cmd_bench(argc, argv, &opts);
 #ifdef DSARL_CLI_HAVE_MODEL_COMMANDS
     if (strcmp(command, "logits") == 0)
         return dsarl_cmd_logits(argc, argv);
