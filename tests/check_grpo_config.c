@@ -52,12 +52,13 @@ START_TEST(test_shipped_recipes_validate)
         grpo_config cfg;
         ck_assert_msg(grpo_config_from_recipe(dsarl_recipe_root(r), &cfg, &err) == 0, "%s: %s", files[i], err.message);
         if (strstr(files[i], "glm5.2-tiny")) {
-            ck_assert_int_eq(cfg.num_prompts_per_step, 8);
+            ck_assert_int_eq(cfg.num_prompts_per_step, 16);
             ck_assert_int_eq(cfg.num_generations_per_prompt, 8);
             ck_assert(!cfg.advantage.use_leave_one_out_baseline && cfg.advantage.normalize_rewards);
             ck_assert(cfg.loss.reference_policy_kl_penalty == 0.0 && cfg.skip_reference_policy_logprobs);
             ck_assert(cfg.loss.ratio_clip_max == 0.28 && cfg.loss.ratio_clip_min == 0.2);
-            ck_assert(cfg.lr_schedule.lr == 1e-3 && cfg.lr_schedule.warmup_iters == 2);
+            ck_assert(cfg.lr_schedule.lr == 3e-4 && cfg.lr_schedule.warmup_iters == 10);
+            ck_assert(cfg.lr_schedule.decay_style == GRPO_LR_COSINE && cfg.lr_schedule.decay_iters == 200);
         }
         if (strstr(files[i], "6K-colocated")) {
             ck_assert(cfg.loss.use_importance_sampling_correction);

@@ -977,6 +977,12 @@ static int validate(trainer *tr, double *accuracy, dsarl_error *err)
             rc = log_samples(tr, "val", tr->step, &rs, false, err);
         dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f over %" PRId64 " responses",
                   tr->step, *accuracy, rs.n);
+        int64_t to_print = 0;
+        if (rc == DSARL_OK)
+            rc = dsarl_recipe_int_or(tr->root, "logger.num_val_samples_to_print", 0, &to_print, err);
+        for (int64_t i = 0; rc == DSARL_OK && i < to_print && i < rs.n; i++)
+            dsarl_log(DSARL_LOG_INFO, "validation sample %" PRId64 ": prompt '%s' response '%s' reward %g", i,
+                      rs.items[i].prompt_text, rs.items[i].response_text, rs.items[i].raw_reward);
     }
     rollout_set_free(&rs);
     return rc;
