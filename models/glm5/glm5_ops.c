@@ -176,35 +176,40 @@ static const dsarl_key_spec glm5_keys[] = {
      .doc = "keep only each layer's input in training and recompute the layer in the backward pass"},
 };
 
+/* The slots both families share (everything but create and the config-only count), so the two tables cannot
+ * drift apart when a slot is added. */
+#define GLM5_SHARED_MODEL_OPS                           \
+    .destroy = glm5_model_free,                     \
+    .parameter_count = parameter_count,             \
+    .vocab_size = vocab_size,                       \
+    .forward_logits = glm5_forward_logits,          \
+    .save = glm5_save_hf,                           \
+    .forward_logprobs = glm5_forward_logprobs,      \
+    .backward = glm5_backward,                      \
+    .zero_grad = glm5_zero_grad,                    \
+    .parameter_tensors = parameter_tensors,         \
+    .parameter_info = parameter_info,               \
+    .read_parameter = read_parameter,               \
+    .write_parameter = write_parameter,             \
+    .grad_norm = glm5_grad_norm,                    \
+    .optimizer_step = glm5_optimizer_step,          \
+    .optimizer_steps = glm5_optimizer_steps,        \
+    .optimizer_save = glm5_optimizer_save,          \
+    .optimizer_load = glm5_optimizer_load,          \
+    .load_weights = glm5_load_weights,              \
+    .cache_create = glm5_cache_create,              \
+    .cache_free = glm5_cache_free,                  \
+    .cache_reset = glm5_cache_reset,                \
+    .forward_cached = glm5_forward_cached,          \
+    .cache_length = glm5_cache_length,              \
+    .device = glm5_device
+
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",
                                "GLM-5 / GLM-5.1 (glm_moe_dsa: MLA + DSA indexer on every layer + MoE)", glm5_keys),
     .create = create_51,
     .parameter_count_config = count_51,
-    .destroy = glm5_model_free,
-    .parameter_count = parameter_count,
-    .vocab_size = vocab_size,
-    .forward_logits = glm5_forward_logits,
-    .save = glm5_save_hf,
-    .forward_logprobs = glm5_forward_logprobs,
-    .backward = glm5_backward,
-    .zero_grad = glm5_zero_grad,
-    .parameter_tensors = parameter_tensors,
-    .parameter_info = parameter_info,
-    .read_parameter = read_parameter,
-    .write_parameter = write_parameter,
-    .grad_norm = glm5_grad_norm,
-    .optimizer_step = glm5_optimizer_step,
-    .optimizer_steps = glm5_optimizer_steps,
-    .optimizer_save = glm5_optimizer_save,
-    .optimizer_load = glm5_optimizer_load,
-    .load_weights = glm5_load_weights,
-    .cache_create = glm5_cache_create,
-    .cache_free = glm5_cache_free,
-    .cache_reset = glm5_cache_reset,
-    .forward_cached = glm5_forward_cached,
-    .cache_length = glm5_cache_length,
-    .device = glm5_device,
+    GLM5_SHARED_MODEL_OPS,
 };
 
 const dsarl_model_ops glm5_2_model_ops = {
@@ -213,28 +218,5 @@ const dsarl_model_ops glm5_2_model_ops = {
                                glm5_keys),
     .create = create_52,
     .parameter_count_config = count_52,
-    .destroy = glm5_model_free,
-    .parameter_count = parameter_count,
-    .vocab_size = vocab_size,
-    .forward_logits = glm5_forward_logits,
-    .save = glm5_save_hf,
-    .forward_logprobs = glm5_forward_logprobs,
-    .backward = glm5_backward,
-    .zero_grad = glm5_zero_grad,
-    .parameter_tensors = parameter_tensors,
-    .parameter_info = parameter_info,
-    .read_parameter = read_parameter,
-    .write_parameter = write_parameter,
-    .grad_norm = glm5_grad_norm,
-    .optimizer_step = glm5_optimizer_step,
-    .optimizer_steps = glm5_optimizer_steps,
-    .optimizer_save = glm5_optimizer_save,
-    .optimizer_load = glm5_optimizer_load,
-    .load_weights = glm5_load_weights,
-    .cache_create = glm5_cache_create,
-    .cache_free = glm5_cache_free,
-    .cache_reset = glm5_cache_reset,
-    .forward_cached = glm5_forward_cached,
-    .cache_length = glm5_cache_length,
-    .device = glm5_device,
+    GLM5_SHARED_MODEL_OPS,
 };
