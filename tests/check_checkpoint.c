@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cpu_device.h"
+#include "cpu_model_fixture.h"
 #include "dsa_reference.h"
 #include "dsarl/checkpoint.h"
 #include "dsarl/fileutil.h"
@@ -31,36 +32,16 @@ static const char *recipe_text =
     "    index_head_dim: 8\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
     "    n_shared_experts: 1\n    initializer_range: 0.2\n";
 
-typedef struct fixture {
-    dsarl_recipe *recipe;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
-    dsarl_model *model;
-} fixture;
+typedef cpu_model_fixture fixture;
 
 static const dsarl_model_ops *ops = &glm5_2_model_ops;
 
 static void fixture_open(fixture *f, uint64_t seed)
 {
-    memset(f, 0, sizeof *f);
-    ck_assert_int_eq(dsarl_recipe_load_string(recipe_text, "ckpt.yaml", &f->recipe, &err), 0);
-    ck_assert_int_eq(dsarl_recipe_resolve(f->recipe, &err), 0);
-    dsarl_device_config dc = {.struct_size = sizeof(dc), .threads = 1};
-    ck_assert_int_eq(cpu_create(&dc, &f->dev, &err), 0);
-    ck_assert_int_eq(dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, f->dev, NULL, &f->dsa, &err), 0);
-    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(f->recipe),
-                             .device_ops = &dsarl_cpu_device_ops, .device = f->dev,
-                             .dsa_ops = &dsarl_dsa_reference_ops, .dsa = f->dsa, .seed = seed};
-    ck_assert_msg(ops->create(&mc, &f->model, &err) == 0, "%s", err.message);
+    cpu_model_fixture_open(f, ops, recipe_text, "ckpt.yaml", seed);
 }
 
-static void fixture_close(fixture *f)
-{
-    ops->destroy(f->model);
-    dsarl_dsa_reference_ops.destroy(f->dsa);
-    cpu_destroy(f->dev);
-    dsarl_recipe_free(f->recipe);
-}
+static void fixture_close(fixture *f) { cpu_model_fixture_close(f); }
 
 // One optimizer step on a random linear function of the log-probs of random tokens from rng.
 static void train_step(fixture *f, dsarl_rng *rng)

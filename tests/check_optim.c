@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cpu_device.h"
+#include "cpu_model_fixture.h"
 #include "dsa_reference.h"
 #include "dsarl/optimizer.h"
 #include "dsarl/rng.h"
@@ -83,36 +84,16 @@ static const char *recipe_text =
     "    n_shared_experts: 1\n    initializer_range: 0.2\n"
     "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.01\n";
 
-typedef struct fixture {
-    dsarl_recipe *recipe;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
-    dsarl_model *model;
-} fixture;
+typedef cpu_model_fixture fixture;
 
 static const dsarl_model_ops *ops = &glm5_2_model_ops;
 
 static void fixture_open(fixture *f, uint64_t seed)
 {
-    memset(f, 0, sizeof *f);
-    ck_assert_int_eq(dsarl_recipe_load_string(recipe_text, "optim.yaml", &f->recipe, &err), 0);
-    ck_assert_int_eq(dsarl_recipe_resolve(f->recipe, &err), 0);
-    dsarl_device_config dc = {.struct_size = sizeof(dc), .threads = 1};
-    ck_assert_int_eq(cpu_create(&dc, &f->dev, &err), 0);
-    ck_assert_int_eq(dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, f->dev, NULL, &f->dsa, &err), 0);
-    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(f->recipe),
-                             .device_ops = &dsarl_cpu_device_ops, .device = f->dev,
-                             .dsa_ops = &dsarl_dsa_reference_ops, .dsa = f->dsa, .seed = seed};
-    ck_assert_msg(ops->create(&mc, &f->model, &err) == 0, "%s", err.message);
+    cpu_model_fixture_open(f, ops, recipe_text, "optim.yaml", seed);
 }
 
-static void fixture_close(fixture *f)
-{
-    ops->destroy(f->model);
-    dsarl_dsa_reference_ops.destroy(f->dsa);
-    cpu_destroy(f->dev);
-    dsarl_recipe_free(f->recipe);
-}
+static void fixture_close(fixture *f) { cpu_model_fixture_close(f); }
 
 enum { T = 9 };
 static const int32_t cu[3] = {0, 5, 9};
