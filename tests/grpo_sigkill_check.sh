@@ -10,15 +10,19 @@ d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 recipe=$src/configs/recipes/llm/grpo-glm5.2-tiny.yaml
 steps=6
-run() { # run DIR [extra overrides]: GRPO from random init, a checkpoint every step, no validation
-  dir=$1; shift
-  "$build/bin/dsarl" run "$recipe" policy.model_name=null grpo.max_num_steps=$steps grpo.val_period=0 \
+# launch wait|exec DIR [overrides]: GRPO from random init, a checkpoint every step, no validation. "exec" replaces
+# the (background) subshell with dsarl, so $! is dsarl's own pid and SIGKILL reaches dsarl, not a wrapper shell.
+launch() {
+  mode=$1 dir=$2; shift 2
+  set -- run "$recipe" policy.model_name=null grpo.max_num_steps=$steps grpo.val_period=0 \
     grpo.val_at_start=false grpo.val_at_end=false checkpointing.save_period=1 checkpointing.keep_top_k=100 \
     runtime.threads=1 logger.log_dir="$dir/logs" checkpointing.checkpoint_dir="$dir/ckpt" "$@"
+  if [ "$mode" = exec ]; then exec "$build/bin/dsarl" "$@"; fi
+  "$build/bin/dsarl" "$@"
 }
-run "$d/a" 2> "$d/a.log"
+launch wait "$d/a" 2> "$d/a.log" || { echo "uninterrupted run failed:"; cat "$d/a.log"; exit 1; }
 
-run "$d/b" 2> "$d/b1.log" &
+launch exec "$d/b" 2> "$d/b1.log" &
 pid=$!
 i=0
 until [ -f "$d/b/ckpt/step_2/manifest.json" ]; do
@@ -29,9 +33,11 @@ done
 sleep "0.$(od -An -N1 -tu1 /dev/urandom | tr -d ' ' | cut -c1)"
 kill -KILL $pid 2>/dev/null || true
 wait $pid 2>/dev/null || true
+kill -0 $pid 2>/dev/null && { echo "dsarl ($pid) survived SIGKILL"; exit 1; }
 ls "$d/b/ckpt" > "$d/killed_state"
 [ -f "$d/b/ckpt/step_$steps/manifest.json" ] && { echo "the run finished before the kill; cannot test"; exit 1; }
-run "$d/b" 2> "$d/b2.log"
+launch wait "$d/b" 2> "$d/b2.log" ||
+  { echo "resumed run failed (killed state: $(tr '\n' ' ' < "$d/killed_state")):"; cat "$d/b2.log"; exit 1; }
 grep -q "resumed from" "$d/b2.log" || { echo "no resume:"; cat "$d/b2.log"; exit 1; }
 
 for f in policy/weights/model.safetensors policy/optimizer/optimizer.safetensors; do
