@@ -95,7 +95,7 @@ static size_t minimum_ops_size(dsarl_kind kind)
     switch (kind) {
     case DSARL_KIND_MODEL: return offsetof(dsarl_model_ops, reserved);
     case DSARL_KIND_DEVICE: return offsetof(dsarl_device_ops, reserved);
-    case DSARL_KIND_DSA: return offsetof(dsarl_dsa_ops, reserved);
+    case DSARL_KIND_DSA: return offsetof(dsarl_dsa_ops, preferred_form); /* 1.1's optional ops may be absent */
     case DSARL_KIND_GENERATION: return offsetof(dsarl_generation_ops, reserved);
     case DSARL_KIND_ALGORITHM: return offsetof(dsarl_algorithm_ops, reserved);
     case DSARL_KIND_ENVIRONMENT: return offsetof(dsarl_environment_ops, reserved);

@@ -29,7 +29,7 @@ DSARL_BEGIN_DECLS
  * ABI minor: bumped when structs grow at their end; the host accepts plugins built against an older or equal
  * minor and reads newer ops slots only when struct_size covers them. */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 0
+#define DSARL_ABI_MINOR 1
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"

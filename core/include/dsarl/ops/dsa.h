@@ -13,6 +13,7 @@
 #ifndef DSARL_OPS_DSA_H
 #define DSARL_OPS_DSA_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "dsarl/ops/device.h"
 
@@ -28,6 +29,11 @@ typedef struct dsarl_dsa_batch {
     const int32_t *key_start;   /* (Tq) first eligible key of each query */
     const int32_t *key_end;     /* (Tq) one past the last eligible key of each query */
     int32_t max_keys_per_query; /* upper bound of key_end - key_start over the batch (sizes workspaces) */
+    /* ABI 1.1. Host copy of the packed segments for causal prefill/training batches, where queries and keys are
+     * the same Tq = Tk tokens and query t of segment i sees keys [cu_seqlens[i], t]; NULL (and 0) otherwise, e.g.
+     * in decode. Backends that plan per segment shape (cudnn) need it on the host. */
+    const int32_t *host_cu_seqlens; /* (n_segments + 1) */
+    int32_t n_segments;
 } dsarl_dsa_batch;
 
 /* The lightning indexer's inputs after projection, norm and RoPE. The head weights already carry both scales
@@ -48,6 +54,24 @@ typedef struct dsarl_dsa_attention_inputs {
     int32_t n_heads, d_qk, d_v;
     float softmax_scale;
 } dsarl_dsa_attention_inputs;
+
+/* Attention in the per-head (non-absorbed) form, ABI 1.1: every head has its own keys and values, k_h = [c_kv W_UK_h |
+ * k_rope] and v_h = c_kv W_UV_h (GLM-5: d_qk = qk_nope + qk_rope = 256, d_v = 256). Algebraically equal to the
+ * absorbed form; cuDNN's fused attention graphs exist for it (d <= 256) and not for the absorbed 576/512 backward. */
+typedef struct dsarl_dsa_headwise_inputs {
+    uint32_t struct_size;
+    const void *q; /* (Tq, n_heads, d_qk) */
+    const void *k; /* (Tk, n_heads, d_qk) */
+    const void *v; /* (Tk, n_heads, d_v) */
+    int32_t n_heads, d_qk, d_v;
+    float softmax_scale;
+} dsarl_dsa_headwise_inputs;
+
+/* Which attention form a backend wants the model to use for a batch (preferred_form). */
+typedef enum dsarl_dsa_form {
+    DSARL_DSA_FORM_ABSORBED = 0, /* sparse_mla_forward/backward on the shared latent */
+    DSARL_DSA_FORM_HEADWISE = 1  /* headwise_attention_forward/backward on per-head keys and values */
+} dsarl_dsa_form;
 
 typedef struct dsarl_dsa_ops {
     dsarl_ops_common common;
@@ -93,8 +117,37 @@ typedef struct dsarl_dsa_ops {
                                  const float *dloss, void *dq_index, void *dk_index, float *dweights,
                                  dsarl_error *err);
 
-    void *reserved[8];
+    /* ---- ABI 1.1, optional: NULL (or a struct_size that does not cover them, see DSARL_DSA_HAS) means the
+     * backend serves the absorbed form only. ---- */
+
+    /* The form the model should use for this causal training/prefill batch (host_cu_seqlens set) with top-k width
+     * topk. Generation's cached decode always uses the absorbed form. */
+    dsarl_dsa_form (*preferred_form)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, int32_t topk);
+
+    /* Per-head attention over the causal prefill batch: query t attends to the keys of indices (Tq, topk) as in
+     * sparse_mla_forward, or to every eligible key when indices is NULL (segments no longer than topk, dense
+     * warm-up). out (Tq, H, d_v), lse (Tq, H) natural-log float32. */
+    int (*headwise_attention_forward)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                      const dsarl_dsa_headwise_inputs *in, const int32_t *indices, int32_t topk,
+                                      void *out, float *lse, dsarl_error *err);
+
+    /* Backward of headwise_attention_forward: dq (Tq, H, d_qk), dk (Tk, H, d_qk) and dv (Tk, H, d_v) overwritten. */
+    int (*headwise_attention_backward)(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                       const dsarl_dsa_headwise_inputs *in, const int32_t *indices, int32_t topk,
+                                       const void *out, const float *lse, const void *dout, void *dq, void *dk,
+                                       void *dv, dsarl_error *err);
+
+    /* Which engine serves each op at which sizes, one route per line ("op | sizes | engine"), e.g. a cuDNN graph or
+     * a hand-over to another backend's kernel; printed by `dsarl plugins` and logged once per run. NULL: every op
+     * runs this backend's own kernels. */
+    const char *routes;
+
+    void *reserved[4];
 } dsarl_dsa_ops;
+
+/* True when a DSA ops table registered under any 1.x ABI has the optional member `field` set. */
+#define DSARL_DSA_HAS(ops, field)                                                                                   \
+    ((ops)->common.struct_size >= offsetof(dsarl_dsa_ops, field) + sizeof((ops)->field) && (ops)->field != NULL)
 
 DSARL_END_DECLS
 
