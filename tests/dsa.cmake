@@ -13,3 +13,9 @@ if(TARGET dsarl-dsa-reference-objects)
     set_tests_properties(dsa_reference_torch PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
   endif()
 endif()
+
+# The reference backend's per-head (non-absorbed) attention ops against its absorbed ops on the same MLA problem.
+if(TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_dsa_headwise SOURCES check_dsa_headwise.c LABELS unit
+                       LIBS dsarl-dsa-reference-objects TIMEOUT 300)
+endif()

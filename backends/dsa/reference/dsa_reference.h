@@ -42,6 +42,16 @@ int dsa_reference_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_
                                         const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices,
                                         int32_t topk, const float *dloss, void *dq_index, void *dk_index,
                                         float *dweights, dsarl_error *err);
+/* ABI 1.1 optional ops: the per-head (non-absorbed) form. The reference backend serves both forms and prefers the
+ * absorbed one (the model's default). */
+dsarl_dsa_form dsa_reference_preferred_form(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, int32_t topk);
+int dsa_reference_headwise_attention_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                             const dsarl_dsa_headwise_inputs *in, const int32_t *indices,
+                                             int32_t topk, void *out, float *lse, dsarl_error *err);
+int dsa_reference_headwise_attention_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                              const dsarl_dsa_headwise_inputs *in, const int32_t *indices,
+                                              int32_t topk, const void *out, const float *lse, const void *dout,
+                                              void *dq, void *dk, void *dv, dsarl_error *err);
 
 /* --- argument checks (validate.c): each fails with one sentence naming the argument and what would be valid --- */
 /* Checks the ranges: 0 <= key_start[t] <= key_end[t] <= n_keys and key_end - key_start <= max_keys_per_query. */
@@ -49,6 +59,9 @@ int dsa_ref_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_erro
 /* Checks sizes and pointers of the attention operands (d_v <= d_qk, positive sizes, finite scale). */
 int dsa_ref_check_attention(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_attention_inputs *in,
                             dsarl_error *err);
+/* Checks sizes and pointers of the per-head attention operands (positive sizes, finite scale). */
+int dsa_ref_check_headwise(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_headwise_inputs *in,
+                           dsarl_error *err);
 /* Checks sizes and pointers of the indexer operands. */
 int dsa_ref_check_indexer(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
                           dsarl_error *err);
@@ -75,6 +88,32 @@ static inline int32_t dsa_ref_count_valid(const int32_t *row, int32_t topk) {
     int32_t n = 0;
     for (int32_t i = 0; i < topk; i++)
         n += row[i] >= 0;
+    return n;
+}
+
+/* Entries needed to list the key set of any query of a call (dsa_ref_row_keys): topk with indices, else the
+ * longest range; at least 1 so a buffer of that size can always be allocated. */
+static inline int32_t dsa_ref_row_keys_capacity(const dsarl_dsa_batch *batch, const int32_t *indices,
+                                                int32_t topk) {
+    int32_t n = indices != NULL ? topk : batch->max_keys_per_query;
+    return n > 0 ? n : 1;
+}
+
+/* The key set S(t) of query t as absolute key indices: the valid slots of its indices row in slot order (a key in
+ * two slots is listed twice), or every key of [key_start[t], key_end[t]) when indices is NULL. keys holds
+ * dsa_ref_row_keys_capacity entries; returns |S(t)|. */
+static inline int32_t dsa_ref_row_keys(const dsarl_dsa_batch *batch, const int32_t *indices, int32_t topk,
+                                       int64_t t, int32_t *keys) {
+    int32_t n = 0;
+    if (indices != NULL) {
+        const int32_t *row = indices + t * topk;
+        for (int32_t i = 0; i < topk; i++)
+            if (row[i] >= 0)
+                keys[n++] = row[i];
+    } else {
+        for (int32_t s = batch->key_start[t]; s < batch->key_end[t]; s++)
+            keys[n++] = s;
+    }
     return n;
 }
 

@@ -51,6 +51,23 @@ int dsa_ref_check_attention(const char *op, const dsarl_dsa_batch *batch, const 
     return DSARL_OK;
 }
 
+int dsa_ref_check_headwise(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_headwise_inputs *in,
+                           dsarl_error *err) {
+    if (in == NULL)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: the headwise attention inputs are NULL", op);
+    if (in->n_heads <= 0 || in->d_qk <= 0 || in->d_v <= 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "dsa reference %s: headwise n_heads = %d, d_qk = %d, d_v = %d; all must be positive", op,
+                          in->n_heads, in->d_qk, in->d_v);
+    if (!isfinite(in->softmax_scale) || in->softmax_scale <= 0.0f)
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "dsa reference %s: headwise softmax_scale = %g must be a finite positive number", op,
+                          (double)in->softmax_scale);
+    if ((batch->n_queries > 0 && in->q == NULL) || (batch->n_keys > 0 && (in->k == NULL || in->v == NULL)))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: headwise q, k and v must be set", op);
+    return DSARL_OK;
+}
+
 int dsa_ref_check_indexer(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
                           dsarl_error *err) {
     if (in == NULL)
