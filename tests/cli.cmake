@@ -7,3 +7,8 @@ set_tests_properties(cli PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME install_example COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_install_example.sh"
          "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}")
 set_tests_properties(install_example PROPERTIES LABELS unit TIMEOUT 300)
+
+# `dsarl bench train|generate` on the cpu device with the tiny fixture config: FLOP count, figures, bad options.
+add_test(NAME bench_model COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_bench_model.sh" "${CMAKE_BINARY_DIR}"
+         "${PROJECT_SOURCE_DIR}")
+set_tests_properties(bench_model PROPERTIES LABELS unit TIMEOUT 120)

@@ -28,27 +28,7 @@ typedef struct bench_opts {
     int32_t heads, topk, d_qk, d_v, index_heads, index_dim, iters;
 } bench_opts;
 
-// CUDA driver events, resolved at run time; all NULL when libcuda is absent.
-typedef struct event_api {
-    int (*create)(void **ev, unsigned int flags);
-    int (*record)(void *ev, void *stream);
-    int (*sync)(void *ev);
-    int (*elapsed)(float *ms, void *start, void *end);
-    int (*destroy)(void *ev);
-} event_api;
-
-typedef struct bench {
-    const dsarl_device_ops *d;
-    dsarl_device *dev;
-    const dsarl_dsa_ops *dsa_ops;
-    dsarl_dsa_context *dsa;
-    event_api ev;
-    void *flush;                  // L2 flush buffer
-    size_t flush_bytes;
-    dsarl_error err;
-} bench;
-
-static void load_events(event_api *ev)
+void load_events(event_api *ev)
 {
     memset(ev, 0, sizeof(*ev));
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -63,17 +43,15 @@ static void load_events(event_api *ev)
         memset(ev, 0, sizeof(*ev));
 }
 
-static double now_ms(void)
+double now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-typedef int (*bench_fn)(bench *b, void *arg);
-
 // Mean milliseconds of fn over iters runs after one warm-up, each run preceded by an L2 flush outside the timing.
-static int time_op(bench *b, bench_fn fn, void *arg, int iters, double *mean_ms)
+int time_op(bench *b, bench_fn fn, void *arg, int iters, double *mean_ms)
 {
     DSARL_TRY(fn(b, arg)); // warm-up (first-call setup, autotuning, plan caches)
     void *e0 = NULL, *e1 = NULL;
@@ -104,7 +82,7 @@ static int time_op(bench *b, bench_fn fn, void *arg, int iters, double *mean_ms)
 }
 
 // n uniform values in [-scale, scale) from a fixed LCG stream, uploaded in the dtype given.
-static int upload_random(bench *b, void **dst, dsarl_dtype dtype, int64_t n, float scale, uint64_t seed)
+int upload_random(bench *b, void **dst, dsarl_dtype dtype, int64_t n, float scale, uint64_t seed)
 {
     float *host = malloc((size_t)n * sizeof(float));
     if (!host)
@@ -128,15 +106,13 @@ static int upload_i32(bench *b, int32_t **dst, const int32_t *host, int64_t n)
     return b->d->copy(b->dev, *dst, host, (size_t)n * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, &b->err);
 }
 
-typedef struct gemm_args { int64_t n; void *a, *bm, *c; } gemm_args;
-static int run_gemm(bench *b, void *p)
+int run_gemm(bench *b, void *p)
 {
     gemm_args *g = p;
     return b->d->gemm(b->dev, false, true, g->n, g->n, g->n, 1.0f, g->a, g->bm, 0.0f, g->c, &b->err);
 }
 
-typedef struct copy_args { void *dst, *src; size_t bytes; } copy_args;
-static int run_copy(bench *b, void *p)
+int run_copy(bench *b, void *p)
 {
     copy_args *c = p;
     return b->d->copy(b->dev, c->dst, c->src, c->bytes, DSARL_COPY_DEVICE_TO_DEVICE, &b->err);
@@ -315,7 +291,9 @@ static void print_help(void)
            "\n"
            "Times the selected DSA backend's indexer top-k, sparse MLA forward and backward on the device (plugins\n"
            "from the registry), after measuring the device's GEMM and copy ceilings in the same run; prints a table\n"
-           "(ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n");
+           "(ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n"
+           "\n"
+           "dsarl bench train|generate --help: a whole training step / greedy generation of a model config.\n");
 }
 
 static int parse_int(const char *flag, const char *value, int64_t lo, int64_t hi, int64_t *out)
@@ -337,8 +315,12 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
         print_help();
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
     }
+    if (strcmp(argv[1], "train") == 0)
+        return cmd_bench_train(argc, argv, opts);
+    if (strcmp(argv[1], "generate") == 0)
+        return cmd_bench_generate(argc, argv, opts);
     if (strcmp(argv[1], "dsa") != 0) {
-        fprintf(stderr, "dsarl bench: error: unknown benchmark '%s' (known: dsa)\n", argv[1]);
+        fprintf(stderr, "dsarl bench: error: unknown benchmark '%s' (known: dsa, train, generate)\n", argv[1]);
         return CLI_EXIT_USAGE;
     }
     bench_opts o = {.device = "cuda", .backend = "tilelang", .tokens = 8192, .heads = 64, .topk = 2048, .d_qk = 576,

@@ -1,0 +1,758 @@
+/* cmd_bench_model.c: `dsarl bench train` and `dsarl bench generate`: a whole training step and greedy generation
+ * of a glm_moe_dsa model config on one device, each printed beside the machine's ceilings measured in the same run
+ * (bf16 GEMM 8192^3 through the device's gemm, a device-to-device copy; cmd_bench.h), with a `json:` line that
+ * tools/bench/run-model-bench merges with the transformers peer (tools/bench/{train,generate}_torch.py).
+ *
+ * The model is built the way a recipe builds it: the registry's model, device and DSA plugins, random init from
+ * the config (policy.model_config, so glm5_model_init_random through the model ops' create), or the weights of a
+ * Hugging Face directory (--model-dir). One training step is what the SFT and GRPO trainers run: zero_grad,
+ * backward (forward + backward of the mean token NLL), grad_norm, clip to 1.0, optimizer_step (AdamW on fp32
+ * master weights, hyper-parameters through dsarl_optimizer_params_from_recipe). A separate forward_logprobs per
+ * step measures the forward alone and gives the loss; it is not part of the step time.
+ *
+ * Model FLOPs of a step (printed with the formula):
+ *   6 * N_lm * T           N_lm = matmul weights a token passes through: attention projections, dense MLPs,
+ *                          router, shared experts, top_k of n_routed experts (their fraction of the fused expert
+ *                          tensors), LM head; the embedding lookup and norms do no matmul
+ *   + 2 * N_idx * T        the indexer's projections run forward only (outside the LM graph; x3 when the indexer
+ *                          loss trains them)
+ *   + 3 * L * 2 * H * (d_qk + d_v) * sum_t sel(t)
+ *                          attention in the expanded (per-head) form over the selected keys only: sel(t) =
+ *                          min(position + 1, index_topk) per query, forward and twice that backward
+ *   + L_full * 2 * nI * dI * sum_t (position + 1)
+ *                          indexer scores over every causal key, forward only, on the layers that run it */
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "cmd_bench.h"
+#include "dsarl/json.h"
+#include "dsarl/ops/generation.h"
+#include "dsarl/ops/model.h"
+#include "dsarl/optimizer.h"
+
+typedef struct model_bench_opts {
+    const char *config, *model_dir, *device, *backend;
+    int64_t seq, batch, steps, warmup, seed, ceiling_iters, threads;
+    int64_t prompt_len, new_tokens;  // generate
+    double lr, indexer_loss_coeff;
+} model_bench_opts;
+
+// What a config says about the work of one token (model_flops).
+typedef struct flop_shape {
+    int64_t heads, qk_head_dim, v_head_dim, index_topk, index_heads, index_dim, layers, full_layers;
+    int64_t experts, top_k, vocab, hidden;
+    int64_t trainable, lm_params, index_params, embed_params, weight_bytes;
+} flop_shape;
+
+// Everything one benchmark holds; closed in reverse order.
+typedef struct model_bench {
+    bench b;                     // device, events, flush buffer, error
+    dsarl_registry *registry;
+    dsarl_recipe *recipe;
+    json_t *config;              // the HF config (model_config of the recipe)
+    const dsarl_model_ops *mo;
+    dsarl_model *model;
+    const char *family;
+    double gemm_tflops, copy_gbs;
+    int ceiling_n;
+} model_bench;
+
+static void model_bench_close(model_bench *m)
+{
+    if (m->model)
+        m->mo->destroy(m->model);
+    if (m->b.flush)
+        m->b.d->free(m->b.dev, m->b.flush);
+    if (m->b.dsa)
+        m->b.dsa_ops->destroy(m->b.dsa);
+    if (m->b.dev)
+        m->b.d->destroy(m->b.dev);
+    dsarl_registry_free(m->registry);
+    dsarl_recipe_free(m->recipe);
+    json_decref(m->config);
+}
+
+/* --- options ------------------------------------------------------------------------------------------------- */
+
+static const char *train_help =
+    "usage: dsarl bench train [--config FILE|NAME | --model-dir DIR] [--device cuda] [--backend tilelang]\n"
+    "                         [--tokens 4096] [--batch 2] [--steps 3] [--warmup 1] [--seed 0] [--lr 1e-5]\n"
+    "                         [--indexer-loss-coeff 0] [--ceiling-iters 5] [--threads N]\n"
+    "\n"
+    "Times whole training steps (zero_grad, forward + backward of the mean token NLL, gradient norm and clip,\n"
+    "AdamW on fp32 master weights: what the SFT and GRPO trainers run) of a glm_moe_dsa model on random token ids,\n"
+    "after measuring the device's GEMM and copy ceilings in the same run. Prints tokens/s, the model FLOPs of a\n"
+    "step with their formula, achieved TFLOP/s, MFU = achieved / GEMM ceiling, the loss, and a `json:` line.\n"
+    "  --config FILE|NAME   an HF config.json, or a built-in bench config (glm5.2-3b: configs/bench/glm5.2-3b.json);\n"
+    "                       random init (initializer_range of the config, else 0.02). Default glm5.2-3b\n"
+    "  --model-dir DIR      instead: load config.json + safetensors from DIR\n"
+    "  --device NAME        device plugin (default cuda)\n"
+    "  --backend NAME       DSA backend plugin (default tilelang on cuda, reference on cpu)\n"
+    "  --tokens S           tokens per sequence (default 4096)\n"
+    "  --batch B            sequences per step, packed (default 2)\n"
+    "  --steps N            timed steps (default 3); --warmup W untimed steps first (default 1)\n"
+    "  --seed S             random init and token ids (default 0)\n"
+    "  --lr LR              AdamW learning rate (default 1e-5)\n"
+    "  --indexer-loss-coeff C  DSA indexer KL loss weight (default 0: the LM loss alone, as the transformers peer)\n"
+    "  --ceiling-iters N    timed runs of each ceiling (default 5)\n"
+    "  --threads N          host threads of the cpu device (default 0: its default)\n";
+
+static const char *generate_help =
+    "usage: dsarl bench generate [--config FILE|NAME | --model-dir DIR] [--device cuda] [--backend tilelang]\n"
+    "                            [--batch 32] [--prompt-len 128] [--new-tokens 128] [--steps 1] [--warmup 1]\n"
+    "                            [--seed 0] [--ceiling-iters 5] [--threads N]\n"
+    "\n"
+    "Times greedy generation of B random prompts through the native generation engine (KV cache: prefill, then one\n"
+    "decode step per new token; no stop token, so every sequence makes --new-tokens tokens), after measuring the\n"
+    "device's GEMM and copy ceilings in the same run. Prints generated tokens/s (prefill included), the decode\n"
+    "floor from the weight bytes a step reads at the measured copy rate, and a `json:` line.\n"
+    "  --config, --model-dir, --device, --backend, --seed, --ceiling-iters, --threads: as `dsarl bench train`\n"
+    "  --batch B            prompts (default 32)\n"
+    "  --prompt-len P       tokens per prompt (default 128)\n"
+    "  --new-tokens N       generated tokens per prompt (default 128)\n"
+    "  --steps N            timed generate calls (default 1); --warmup W untimed calls first (default 1)\n";
+
+static int bad_option(const char *cmd, const char *what)
+{
+    fprintf(stderr, "dsarl bench %s: error: %s; see `dsarl bench %s --help`\n", cmd, what, cmd);
+    return CLI_EXIT_USAGE;
+}
+
+static int parse_i64(const char *cmd, const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s needs an integer in [%lld, %lld], got '%s'", flag, (long long)lo,
+                 (long long)hi, v ? v : "(nothing)");
+        bad_option(cmd, msg);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_f64(const char *cmd, const char *flag, const char *v, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0.0;
+    if (!v || !*v || *end || !(x >= lo && x <= hi)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s needs a number in [%g, %g], got '%s'", flag, lo, hi, v ? v : "(nothing)");
+        bad_option(cmd, msg);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+// Parses argv[2..]; returns -1 for --help (printed), CLI_EXIT_USAGE after an error message, 0 otherwise.
+static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
+{
+    const char *cmd = generate ? "generate" : "train";
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(f)) {
+            fputs(generate ? generate_help : train_help, stdout);
+            return -1;
+        }
+        struct { const char *flag; const char **dst; } strs[] = {
+            {"--config", &o->config}, {"--model-dir", &o->model_dir}, {"--device", &o->device},
+            {"--backend", &o->backend}};
+        struct { const char *flag; int64_t *dst; int64_t lo, hi; bool gen, train; } ints[] = {
+            {"--tokens", &o->seq, 2, 1 << 20, false, true},
+            {"--batch", &o->batch, 1, 1 << 16, true, true},
+            {"--steps", &o->steps, 1, 10000, true, true},
+            {"--warmup", &o->warmup, 0, 10000, true, true},
+            {"--seed", &o->seed, 0, INT64_MAX, true, true},
+            {"--ceiling-iters", &o->ceiling_iters, 1, 1000, true, true},
+            {"--threads", &o->threads, 0, 1024, true, true},
+            {"--prompt-len", &o->prompt_len, 1, 1 << 20, true, false},
+            {"--new-tokens", &o->new_tokens, 1, 1 << 20, true, false}};
+        struct { const char *flag; double *dst; double lo, hi; } reals[] = {
+            {"--lr", &o->lr, 0.0, 1.0}, {"--indexer-loss-coeff", &o->indexer_loss_coeff, 0.0, 1e6}};
+        bool done = false;
+        for (size_t j = 0; !done && j < sizeof strs / sizeof strs[0]; j++)
+            if (!strcmp(f, strs[j].flag)) {
+                if (!v || !*v) {
+                    char msg[120];
+                    snprintf(msg, sizeof msg, "%s needs a value", f);
+                    return bad_option(cmd, msg);
+                }
+                *strs[j].dst = v, done = true;
+            }
+        for (size_t j = 0; !done && j < sizeof ints / sizeof ints[0]; j++)
+            if (!strcmp(f, ints[j].flag) && (generate ? ints[j].gen : ints[j].train)) {
+                if (parse_i64(cmd, f, v, ints[j].lo, ints[j].hi, ints[j].dst))
+                    return CLI_EXIT_USAGE;
+                done = true;
+            }
+        for (size_t j = 0; !done && !generate && j < sizeof reals / sizeof reals[0]; j++)
+            if (!strcmp(f, reals[j].flag)) {
+                if (parse_f64(cmd, f, v, reals[j].lo, reals[j].hi, reals[j].dst))
+                    return CLI_EXIT_USAGE;
+                done = true;
+            }
+        if (!done) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "unknown option '%s'", f);
+            return bad_option(cmd, msg);
+        }
+        i++;
+    }
+    if (o->config && o->model_dir)
+        return bad_option(cmd, "give --config or --model-dir, not both");
+    if (!o->config && !o->model_dir)
+        o->config = "glm5.2-3b";
+    if (!o->backend)
+        o->backend = strcmp(o->device, "cpu") == 0 ? "reference" : "tilelang";
+    if (o->batch * (generate ? o->prompt_len + o->new_tokens : o->seq) > INT32_MAX)
+        return bad_option(cmd, "the batch holds more than 2^31 tokens; lower --batch or the lengths");
+    return 0;
+}
+
+/* --- model ------------------------------------------------------------------------------------------------------ */
+
+// A config given by name resolves to <exe>/../share/dsarl/configs/bench/NAME.json, else ./configs/bench/NAME.json.
+static int find_config(const char *config, char *path, size_t size, dsarl_error *err)
+{
+    if (strchr(config, '/') || strstr(config, ".json")) {
+        snprintf(path, size, "%s", config);
+        return DSARL_OK;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(path, size, "%s/../share/dsarl/configs/bench/%s.json", exe, config);
+            if (access(path, R_OK) == 0)
+                return DSARL_OK;
+        }
+    }
+    snprintf(path, size, "configs/bench/%s.json", config);
+    if (access(path, R_OK) == 0)
+        return DSARL_OK;
+    return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "--config '%s' is neither a file nor a built-in bench config (looked "
+                      "for share/dsarl/configs/bench/%s.json beside the binary and ./configs/bench/%s.json); valid: "
+                      "a path to an HF config.json, or glm5.2-3b", config, config, config);
+}
+
+// The recipe a model is built from: the HF config as policy.model_config, the indexer loss, the optimizer.
+static int make_recipe(model_bench *m, const model_bench_opts *o, dsarl_error *err)
+{
+    char path[4200];
+    if (o->model_dir)
+        snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    else
+        DSARL_TRY(find_config(o->config, path, sizeof path, err));
+    DSARL_TRY(dsarl_json_load_file(path, &m->config, err));
+    if (!json_is_object(m->config))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: the config must be a JSON object", path);
+    // JSON with ", " and ": " separators is YAML flow syntax, so the config drops into the recipe as it is
+    char *flow = json_dumps(m->config, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    size_t need = (flow ? strlen(flow) : 0) + 1024;
+    char *yaml = malloc(need);
+    if (!flow || !yaml) {
+        free(flow), free(yaml);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl bench: out of memory for the recipe");
+    }
+    snprintf(yaml, need,
+             "policy:\n"
+             "  model_config: %s\n"
+             "  megatron_cfg:\n"
+             "    model_overrides:\n"
+             "      dsa_indexer_loss_coeff: %.17g\n"
+             "    optimizer:\n"
+             "      lr: %.17g\n"
+             "runtime:\n"
+             "  cuda_storage_dtype: bf16\n",
+             flow, o->indexer_loss_coeff, o->lr);
+    int rc = dsarl_recipe_load_string(yaml, path, &m->recipe, err);
+    free(flow), free(yaml);
+    return rc;
+}
+
+static int open_model(model_bench *m, const model_bench_opts *o, const cli_options *opts, const char *cmd,
+                      dsarl_error *err)
+{
+    DSARL_TRY(make_recipe(m, o, err));
+    const dsarl_node *root = dsarl_recipe_root(m->recipe);
+    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *m51 = NULL, *m52 = NULL;
+    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    char where[64];
+    snprintf(where, sizeof where, "dsarl bench %s --device", cmd);
+    DSARL_TRY(cli_open_registry(NULL, opts, &m->registry, err));
+    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_DEVICE, o->device, where, &dev_c, err));
+    snprintf(where, sizeof where, "dsarl bench %s --backend", cmd);
+    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_DSA, o->backend, where, &dsa_c, err));
+    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_MODEL, "glm5.1", "dsarl bench", &m51, err));
+    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_MODEL, "glm5.2", "dsarl bench", &m52, err));
+    m->b.d = (const dsarl_device_ops *)dev_c;
+    m->b.dsa_ops = (const dsarl_dsa_ops *)dsa_c;
+    dsarl_device_config dc = {.struct_size = sizeof(dc), .recipe = root, .parallel = &single,
+                              .threads = (int32_t)o->threads, .seed = (uint64_t)o->seed};
+    DSARL_TRY(m->b.d->create(&dc, &m->b.dev, err));
+    DSARL_TRY(m->b.dsa_ops->create(m->b.d, m->b.dev, root, &m->b.dsa, err));
+    load_events(&m->b.ev);
+    return DSARL_OK;
+}
+
+// Builds the model after the ceilings (so their buffers are gone): glm5.1 unless the config has IndexShare layers.
+static int create_model(model_bench *m, const model_bench_opts *o, dsarl_error *err)
+{
+    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .host = dsarl_registry_host(m->registry),
+                             .recipe = dsarl_recipe_root(m->recipe), .model_dir = o->model_dir,
+                             .device_ops = m->b.d, .device = m->b.dev, .dsa_ops = m->b.dsa_ops, .dsa = m->b.dsa,
+                             .parallel = &single, .seed = (uint64_t)o->seed};
+    const char *names[2] = {"glm5.1", "glm5.2"};
+    int rc = DSARL_E_UNSUPPORTED;
+    for (int i = 0; i < 2 && rc == DSARL_E_UNSUPPORTED; i++) {
+        m->mo = (const dsarl_model_ops *)dsarl_registry_find(m->registry, DSARL_KIND_MODEL, names[i]);
+        m->family = names[i];
+        rc = m->mo->create(&mc, &m->model, err);
+    }
+    return rc;
+}
+
+/* --- ceilings ---------------------------------------------------------------------------------------------------- */
+
+// bf16 (storage) GEMM n^3 and a device copy of n^2 elements, timed like `dsarl bench dsa` (L2 flushed, mean).
+static int measure_ceilings(model_bench *m, int iters, dsarl_error *err)
+{
+    bench *b = &m->b;
+    dsarl_dtype st = b->d->storage_dtype(b->dev);
+    size_t e = dsarl_dtype_size(st);
+    // the CPU device stores float32 and computes on the host: a smaller square keeps the run short
+    m->ceiling_n = st == DSARL_DTYPE_F32 && strcmp(b->d->common.name, "cpu") == 0 ? 512 : 8192;
+    b->flush_bytes = (size_t)256 << 20;
+    if (strcmp(b->d->common.name, "cpu") == 0)
+        b->flush_bytes = (size_t)1 << 20;
+    int rc = b->d->alloc(b->dev, b->flush_bytes, &b->flush, &b->err);
+    gemm_args g = {.n = m->ceiling_n};
+    if (rc == 0)
+        rc = upload_random(b, &g.a, st, g.n * g.n, 1.0f, 1);
+    if (rc == 0)
+        rc = upload_random(b, &g.bm, st, g.n * g.n, 1.0f, 2);
+    if (rc == 0)
+        rc = b->d->alloc(b->dev, (size_t)(g.n * g.n) * e, &g.c, &b->err);
+    double gemm_ms = 0.0, copy_ms = 0.0;
+    if (rc == 0)
+        rc = time_op(b, run_gemm, &g, iters, &gemm_ms);
+    copy_args c = {.dst = g.c, .src = g.a, .bytes = (size_t)(g.n * g.n) * e};
+    if (rc == 0)
+        rc = time_op(b, run_copy, &c, iters, &copy_ms);
+    b->d->free(b->dev, g.a), b->d->free(b->dev, g.bm), b->d->free(b->dev, g.c);
+    if (rc) {
+        *err = b->err;
+        return rc;
+    }
+    m->gemm_tflops = 2.0 * (double)g.n * g.n * g.n / gemm_ms / 1e9;
+    m->copy_gbs = 2.0 * (double)c.bytes / copy_ms / 1e6;
+    printf("ceilings (this run): %s GEMM %d^3 %.1f TFLOP/s; device copy %.0f GB/s (read + write); %s\n",
+           dsarl_dtype_name(st), m->ceiling_n, m->gemm_tflops, m->copy_gbs,
+           b->ev.create ? "CUDA events" : "wall clock");
+    printf("json: {\"impl\": \"dsarl\", \"op\": \"ceilings\", \"gemm_tflops\": %.1f, \"copy_gbs\": %.0f}\n",
+           m->gemm_tflops, m->copy_gbs);
+    return DSARL_OK;
+}
+
+/* --- FLOPs ------------------------------------------------------------------------------------------------------- */
+
+static int64_t cfg_int(const json_t *c, const char *key, int64_t def)
+{
+    const json_t *v = json_object_get(c, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : def;
+}
+
+// Classifies the model's tensors (names and shapes from the model ops) into the FLOP counts' parameter groups;
+// the per-head and indexer sizes come from the config (transformers' defaults when a key is absent).
+static int flop_shape_of(model_bench *m, flop_shape *f, dsarl_error *err)
+{
+    const json_t *c = m->config;
+    memset(f, 0, sizeof(*f));
+    int64_t nope = cfg_int(c, "qk_nope_head_dim", 192), rope = cfg_int(c, "qk_rope_head_dim", 64);
+    f->heads = cfg_int(c, "num_attention_heads", 64);
+    f->qk_head_dim = nope + rope;
+    f->v_head_dim = cfg_int(c, "v_head_dim", 256);
+    f->index_topk = cfg_int(c, "index_topk", 2048);
+    f->index_heads = cfg_int(c, "index_n_heads", 32);
+    f->index_dim = cfg_int(c, "index_head_dim", 128);
+    f->layers = cfg_int(c, "num_hidden_layers", 78);
+    f->experts = cfg_int(c, "n_routed_experts", cfg_int(c, "num_experts", 256));
+    f->top_k = cfg_int(c, "num_experts_per_tok", 8);
+    f->vocab = m->mo->vocab_size(m->model);
+    int64_t buffers = 0;
+    DSARL_TRY(m->mo->parameter_count(m->model, &f->trainable, &buffers, err));
+    size_t elem = dsarl_dtype_size(m->b.d->storage_dtype(m->b.dev));
+    int64_t n = m->mo->parameter_tensors(m->model), last_indexer_layer = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = NULL;
+        int32_t ndim = 0;
+        int64_t shape[3] = {1, 1, 1};
+        int trainable = 0;
+        DSARL_TRY(m->mo->parameter_info(m->model, i, &name, &ndim, shape, &trainable, err));
+        int64_t numel = shape[0] * (ndim > 1 ? shape[1] : 1) * (ndim > 2 ? shape[2] : 1);
+        f->weight_bytes += numel * (int64_t)elem;
+        if (!trainable || ndim < 2)
+            continue; // norms, biases and buffers: no matmul
+        if (!strcmp(name, "model.embed_tokens.weight")) {
+            f->embed_params = numel, f->hidden = shape[1];
+        } else if (strstr(name, ".indexer.")) {
+            f->index_params += numel;
+            int64_t layer = -1;
+            if (sscanf(name, "model.layers.%" SCNd64, &layer) == 1 && layer != last_indexer_layer)
+                f->full_layers++, last_indexer_layer = layer;
+        } else if (strstr(name, ".mlp.experts.") && ndim == 3) {
+            f->lm_params += numel / shape[0] * f->top_k; // one expert's share, times the experts a token visits
+        } else {
+            f->lm_params += numel; // attention, dense MLP, router, shared experts, LM head
+        }
+    }
+    if (f->experts <= 0 || f->top_k <= 0 || f->hidden <= 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl bench: the config has no experts, experts per token or "
+                          "embedding; a glm_moe_dsa config needs all three");
+    return DSARL_OK;
+}
+
+// sum over the queries of one sequence of len tokens of min(position + 1, cap) (cap <= 0: no cap).
+static double causal_pairs(int64_t len, int64_t cap)
+{
+    if (cap <= 0 || cap >= len)
+        return (double)len * (double)(len + 1) / 2.0;
+    return (double)cap * (double)(cap + 1) / 2.0 + (double)(len - cap) * (double)cap;
+}
+
+// Model FLOPs of one training step (train) or forward (!train) over batch sequences of len tokens.
+static double model_flops(const flop_shape *f, int64_t batch, int64_t len, bool train)
+{
+    double T = (double)batch * (double)len, pass = train ? 3.0 : 1.0;
+    double sel = (double)batch * causal_pairs(len, f->index_topk), causal = (double)batch * causal_pairs(len, 0);
+    return pass * 2.0 * (double)f->lm_params * T + 2.0 * (double)f->index_params * T +
+           pass * (double)f->layers * 2.0 * (double)f->heads * (double)(f->qk_head_dim + f->v_head_dim) * sel +
+           (double)f->full_layers * 2.0 * (double)f->index_heads * (double)f->index_dim * causal;
+}
+
+static void print_model(const model_bench *m, const flop_shape *f)
+{
+    printf("model: %s, %" PRId64 " trainable parameters (%.3f B), %" PRId64 " per token in matmuls (N_lm, %.3f B: "
+           "top %" PRId64 " of %" PRId64 " experts, embedding excluded), %" PRId64 " in %" PRId64
+           " indexers (N_idx); %" PRId64 " layers, %" PRId64 " heads x (%" PRId64 " + %" PRId64 "), index_topk %"
+           PRId64 "\n", m->family, f->trainable, f->trainable / 1e9, f->lm_params, f->lm_params / 1e9, f->top_k,
+           f->experts, f->index_params, f->full_layers, f->layers, f->heads, f->qk_head_dim, f->v_head_dim,
+           f->index_topk);
+}
+
+/* --- token batches ---------------------------------------------------------------------------------------------- */
+
+typedef struct token_data {
+    int32_t *tokens, *targets, *cu;
+    float *values;
+    int64_t n;
+    int32_t batch;
+} token_data;
+
+static void token_data_free(token_data *t)
+{
+    free(t->tokens), free(t->targets), free(t->cu), free(t->values);
+    memset(t, 0, sizeof(*t));
+}
+
+// batch sequences of len uniform token ids in [0, vocab) from a splitmix stream; targets are the next token of
+// the same sequence (-1 at its last position).
+static int token_data_make(token_data *t, int64_t batch, int64_t len, int64_t vocab, uint64_t seed, dsarl_error *err)
+{
+    memset(t, 0, sizeof(*t));
+    t->n = batch * len, t->batch = (int32_t)batch;
+    t->tokens = malloc((size_t)t->n * sizeof(int32_t));
+    t->targets = malloc((size_t)t->n * sizeof(int32_t));
+    t->values = malloc((size_t)t->n * sizeof(float));
+    t->cu = malloc((size_t)(batch + 1) * sizeof(int32_t));
+    if (!t->tokens || !t->targets || !t->values || !t->cu) {
+        token_data_free(t);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl bench: out of host memory for %" PRId64 " tokens", batch * len);
+    }
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    for (int64_t i = 0; i < t->n; i++) {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        t->tokens[i] = (int32_t)((z ^ (z >> 31)) % (uint64_t)vocab);
+    }
+    for (int64_t b = 0; b <= batch; b++)
+        t->cu[b] = (int32_t)(b * len);
+    for (int64_t i = 0; i < t->n; i++)
+        t->targets[i] = (i + 1) % len ? t->tokens[i + 1] : -1;
+    return DSARL_OK;
+}
+
+static dsarl_token_batch as_batch(const token_data *t)
+{
+    return (dsarl_token_batch){.struct_size = sizeof(dsarl_token_batch), .n_tokens = t->n, .n_sequences = t->batch,
+                               .tokens = t->tokens, .cu_seqlens = t->cu};
+}
+
+/* --- timing ------------------------------------------------------------------------------------------------------ */
+
+// Marks on the legacy default stream (CUDA events), or the wall clock after a synchronize; differences in ms.
+typedef struct stopwatch {
+    model_bench *m;
+    void *ev[4];
+    double wall[4];
+    bool events;
+} stopwatch;
+
+static void stopwatch_open(stopwatch *w, model_bench *m)
+{
+    memset(w, 0, sizeof(*w));
+    w->m = m;
+    w->events = m->b.ev.create != NULL;
+    for (int i = 0; i < 4 && w->events; i++)
+        w->events = m->b.ev.create(&w->ev[i], 0) == 0;
+}
+
+static void stopwatch_close(stopwatch *w)
+{
+    for (int i = 0; i < 4; i++)
+        if (w->ev[i])
+            w->m->b.ev.destroy(w->ev[i]);
+}
+
+static int stopwatch_mark(stopwatch *w, int i, dsarl_error *err)
+{
+    if (w->events)
+        w->m->b.ev.record(w->ev[i], NULL);
+    else
+        DSARL_TRY(w->m->b.d->synchronize(w->m->b.dev, err));
+    w->wall[i] = now_ms();
+    return DSARL_OK;
+}
+
+static double stopwatch_ms(stopwatch *w, int from, int to)
+{
+    float ms = 0.0f;
+    if (w->events && w->m->b.ev.sync(w->ev[to]) == 0 && w->m->b.ev.elapsed(&ms, w->ev[from], w->ev[to]) == 0)
+        return ms;
+    return w->wall[to] - w->wall[from];
+}
+
+/* --- train ------------------------------------------------------------------------------------------------------- */
+
+typedef struct step_times { double fwd_ms, step_ms, fwdbwd_ms, opt_ms, loss, grad_norm; } step_times;
+
+static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err)
+{
+    flop_shape f;
+    DSARL_TRY(flop_shape_of(m, &f, err));
+    print_model(m, &f);
+    dsarl_optimizer_params adam;
+    DSARL_TRY(dsarl_optimizer_params_from_recipe(dsarl_recipe_root(m->recipe), &adam, err));
+    token_data t;
+    DSARL_TRY(token_data_make(&t, o->batch, o->seq, f.vocab, (uint64_t)o->seed, err));
+    double flops = model_flops(&f, o->batch, o->seq, true);
+    stopwatch w;
+    stopwatch_open(&w, m);
+    step_times sum = {0}, first = {0};
+    int rc = DSARL_OK;
+    printf("%-6s %10s %10s %12s %10s %12s %10s\n", "step", "fwd ms", "fwd+bwd ms", "optimizer ms", "step ms",
+           "tokens/s", "loss");
+    for (int64_t s = 0; rc == 0 && s < o->warmup + o->steps; s++) {
+        // marks: 0 start, 1 after the forward alone, 2 before the step (host work between), 3 after backward
+        const dsarl_model_ops *mo = m->mo;
+        dsarl_token_batch batch = as_batch(&t);
+        step_times st = {0};
+        rc = stopwatch_mark(&w, 0, err);
+        if (rc == 0)
+            rc = mo->forward_logprobs(m->model, &batch, t.targets, t.values, err);
+        if (rc == 0)
+            rc = stopwatch_mark(&w, 1, err);
+        double nll = 0.0;
+        int64_t n_targets = 0;
+        for (int64_t i = 0; rc == 0 && i < t.n; i++)
+            if (t.targets[i] >= 0)
+                nll -= t.values[i], n_targets++;
+        for (int64_t i = 0; rc == 0 && i < t.n; i++) // d mean-NLL / d logp
+            t.values[i] = t.targets[i] >= 0 ? (float)(-1.0 / (double)n_targets) : 0.0f;
+        if (rc == 0)
+            rc = stopwatch_mark(&w, 2, err);
+        if (rc == 0)
+            rc = mo->zero_grad(m->model, err);
+        if (rc == 0)
+            rc = mo->backward(m->model, &batch, t.targets, t.values, NULL, err);
+        if (rc == 0)
+            rc = stopwatch_mark(&w, 3, err);
+        double norm = 0.0;
+        if (rc == 0)
+            rc = mo->grad_norm(m->model, &norm, err);
+        if (rc == 0 && !isfinite(norm))
+            rc = DSARL_FAIL(err, DSARL_E_INTERNAL, "dsarl bench train: the gradient norm is %g at step %" PRId64,
+                            norm, s);
+        dsarl_optimizer_params p = adam;
+        p.grad_scale = norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0; // clip to 1.0 (policy.max_grad_norm's default)
+        if (rc == 0)
+            rc = mo->optimizer_step(m->model, &p, err);
+        if (rc == 0)
+            rc = m->b.d->synchronize(m->b.dev, err);
+        if (rc)
+            break;
+        // the optimizer interval: wall clock from the end of backward (which synchronizes) to the synchronize
+        double t_end = now_ms();
+        st.fwd_ms = stopwatch_ms(&w, 0, 1);
+        st.fwdbwd_ms = stopwatch_ms(&w, 2, 3);
+        st.opt_ms = t_end - w.wall[3];
+        st.step_ms = st.fwdbwd_ms + st.opt_ms;
+        st.loss = n_targets ? nll / (double)n_targets : 0.0;
+        st.grad_norm = norm;
+        if (!isfinite(st.loss)) {
+            rc = DSARL_FAIL(err, DSARL_E_INTERNAL, "dsarl bench train: the loss is %g at step %" PRId64, st.loss, s);
+            break;
+        }
+        printf("%-6s %10.1f %10.1f %12.1f %10.1f %12.0f %10.4f\n", s < o->warmup ? "warmup" : "timed", st.fwd_ms,
+               st.fwdbwd_ms, st.opt_ms, st.step_ms, (double)t.n / st.step_ms * 1e3, st.loss);
+        if (s == 0)
+            first = st;
+        if (s >= o->warmup) {
+            sum.fwd_ms += st.fwd_ms / (double)o->steps, sum.fwdbwd_ms += st.fwdbwd_ms / (double)o->steps;
+            sum.opt_ms += st.opt_ms / (double)o->steps, sum.step_ms += st.step_ms / (double)o->steps;
+            sum.loss = st.loss, sum.grad_norm = st.grad_norm;
+        }
+    }
+    stopwatch_close(&w);
+    token_data_free(&t);
+    DSARL_TRY(rc);
+    double tok_s = (double)(o->batch * o->seq) / sum.step_ms * 1e3, tflops = flops / sum.step_ms / 1e9;
+    double mfu = tflops / m->gemm_tflops;
+    printf("FLOPs/step = 6*N_lm*T + 2*N_idx*T + 3*L*2*H*(d_qk+d_v)*sum_t min(pos+1, index_topk)"
+           " + L_full*2*nI*dI*sum_t (pos+1)\n"
+           "           = 6*%" PRId64 "*%" PRId64 " + 2*%" PRId64 "*%" PRId64 " + 3*%" PRId64 "*2*%" PRId64 "*(%" PRId64
+           "+%" PRId64 ")*%.0f + %" PRId64 "*2*%" PRId64 "*%" PRId64 "*%.0f = %.0f\n",
+           f.lm_params, o->batch * o->seq, f.index_params, o->batch * o->seq, f.layers, f.heads, f.qk_head_dim,
+           f.v_head_dim, (double)o->batch * causal_pairs(o->seq, f.index_topk), f.full_layers, f.index_heads,
+           f.index_dim, (double)o->batch * causal_pairs(o->seq, 0), flops);
+    printf("train step (%" PRId64 " x %" PRId64 " tokens, mean of %" PRId64 " after %" PRId64 " warm-up): %.1f ms "
+           "(forward alone %.1f ms, forward+backward %.1f ms, grad norm + AdamW %.1f ms); %.0f tokens/s; %.1f "
+           "TFLOP/s achieved of %.1f ceiling: MFU %.1f%%; loss %.4f (first step %.4f), grad norm %.3g\n",
+           o->batch, o->seq, o->steps, o->warmup, sum.step_ms, sum.fwd_ms, sum.fwdbwd_ms, sum.opt_ms, tok_s, tflops,
+           m->gemm_tflops, 100.0 * mfu, sum.loss, first.loss, sum.grad_norm);
+    printf("json: {\"impl\": \"dsarl\", \"op\": \"train_step\", \"device\": \"%s\", \"backend\": \"%s\", "
+           "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"indexer_params\": %" PRId64 ", "
+           "\"batch\": %" PRId64 ", \"seq\": %" PRId64 ", \"tokens\": %" PRId64 ", \"ms\": %.3f, \"fwd_ms\": %.3f, "
+           "\"fwdbwd_ms\": %.3f, \"opt_ms\": %.3f, \"tokens_per_s\": %.1f, \"flops_per_step\": %.0f, "
+           "\"tflops\": %.2f, \"gemm_ceiling_tflops\": %.1f, \"copy_gbs\": %.0f, \"mfu\": %.4f, \"loss\": %.6f, "
+           "\"first_loss\": %.6f}\n",
+           o->device, o->backend, f.trainable, f.lm_params, f.index_params, o->batch, o->seq, o->batch * o->seq,
+           sum.step_ms, sum.fwd_ms, sum.fwdbwd_ms, sum.opt_ms, tok_s, flops, tflops, m->gemm_tflops, m->copy_gbs,
+           mfu, sum.loss, first.loss);
+    return DSARL_OK;
+}
+
+/* --- generate ---------------------------------------------------------------------------------------------------- */
+
+static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *err)
+{
+    flop_shape f;
+    DSARL_TRY(flop_shape_of(m, &f, err));
+    print_model(m, &f);
+    const dsarl_ops_common *gen_c = NULL;
+    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_GENERATION, "native", "dsarl bench generate", &gen_c,
+                                     err));
+    const dsarl_generation_ops *go = (const dsarl_generation_ops *)gen_c;
+    dsarl_generator *gen = NULL;
+    DSARL_TRY(go->create(dsarl_recipe_root(m->recipe), m->mo, m->model, &gen, err));
+    token_data t;
+    int rc = token_data_make(&t, o->batch, o->prompt_len, f.vocab, (uint64_t)o->seed, err);
+    dsarl_sampling_params sp = {.struct_size = sizeof(sp), .temperature = 0.0f, .top_p = 1.0f, .top_k = 0,
+                                .max_new_tokens = (int32_t)o->new_tokens, .seed = (uint64_t)o->seed};
+    double total_ms = 0.0;
+    int64_t generated = 0;
+    printf("%-6s %10s %14s %12s\n", "call", "ms", "new tokens", "tokens/s");
+    for (int64_t s = 0; rc == 0 && s < o->warmup + o->steps; s++) {
+        dsarl_token_batch batch = as_batch(&t);
+        dsarl_generation_result res = {.struct_size = sizeof(res)};
+        rc = m->b.d->synchronize(m->b.dev, err);
+        double t0 = now_ms();
+        if (rc == 0)
+            rc = go->generate(gen, &batch, &sp, &res, err);
+        if (rc == 0)
+            rc = m->b.d->synchronize(m->b.dev, err);
+        if (rc)
+            break;
+        double ms = now_ms() - t0; // the engine synchronizes every decode step (host logits): wall clock is exact
+        int64_t n = res.cu_lengths[res.n_sequences];
+        if (n != o->batch * o->new_tokens) {
+            rc = DSARL_FAIL(err, DSARL_E_INTERNAL, "dsarl bench generate: %" PRId64 " tokens came back, expected %"
+                            PRId64 " (no stop token was given)", n, o->batch * o->new_tokens);
+            break;
+        }
+        printf("%-6s %10.1f %14" PRId64 " %12.1f\n", s < o->warmup ? "warmup" : "timed", ms, n, (double)n / ms * 1e3);
+        if (s >= o->warmup)
+            total_ms += ms, generated += n;
+    }
+    if (gen)
+        go->destroy(gen);
+    token_data_free(&t);
+    DSARL_TRY(rc);
+    double ms = total_ms / (double)o->steps, tok_s = (double)generated / total_ms * 1e3;
+    // decode reads every weight but the embedding once per step when the batch's tokens touch every expert
+    double step_bytes = (double)(f.weight_bytes - f.embed_params * (int64_t)dsarl_dtype_size(
+                                     m->b.d->storage_dtype(m->b.dev)));
+    double floor_ms = step_bytes / (m->copy_gbs * 1e6), floor_tok_s = (double)o->batch / floor_ms * 1e3;
+    double flops = (double)o->batch * (2.0 * (double)(f.lm_params + f.index_params) *
+                                       (double)(o->prompt_len + o->new_tokens));
+    printf("generate (batch %" PRId64 ", prompt %" PRId64 ", %" PRId64 " new tokens, greedy, mean of %" PRId64 "): "
+           "%.1f ms, %.1f tokens/s; decode floor %.3f ms/step (%.2f GB of weights at %.0f GB/s) = %.0f tokens/s at "
+           "batch %" PRId64 "; matmul FLOPs %.3g (%.2f TFLOP/s, ceiling %.1f)\n",
+           o->batch, o->prompt_len, o->new_tokens, o->steps, ms, tok_s, floor_ms, step_bytes / 1e9, m->copy_gbs,
+           floor_tok_s, o->batch, flops, flops / ms / 1e9, m->gemm_tflops);
+    printf("json: {\"impl\": \"dsarl\", \"op\": \"generate\", \"device\": \"%s\", \"backend\": \"%s\", "
+           "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"batch\": %" PRId64 ", \"prompt_len\": %" PRId64
+           ", \"new_tokens\": %" PRId64 ", \"ms\": %.3f, \"tokens_per_s\": %.1f, \"floor_tokens_per_s\": %.0f, "
+           "\"tflops\": %.3f, \"gemm_ceiling_tflops\": %.1f, \"copy_gbs\": %.0f}\n",
+           o->device, o->backend, f.trainable, f.lm_params, o->batch, o->prompt_len, o->new_tokens, ms, tok_s,
+           floor_tok_s, flops / ms / 1e9, m->gemm_tflops, m->copy_gbs);
+    return DSARL_OK;
+}
+
+/* --- entry points ----------------------------------------------------------------------------------------------- */
+
+static int bench_model(int argc, char **argv, const cli_options *opts, bool generate)
+{
+    model_bench_opts o = {.device = "cuda", .seq = 4096, .batch = generate ? 32 : 2, .steps = generate ? 1 : 3,
+                          .warmup = 1, .ceiling_iters = 5, .prompt_len = 128, .new_tokens = 128, .lr = 1e-5};
+    int prc = parse_opts(argc, argv, generate, &o);
+    if (prc)
+        return prc < 0 ? CLI_EXIT_OK : prc;
+    const char *cmd = generate ? "generate" : "train";
+    model_bench m = {0};
+    dsarl_error err = {0};
+    int rc = open_model(&m, &o, opts, cmd, &err);
+    if (rc == 0)
+        printf("dsarl bench %s: device %s (storage %s), backend %s, %s %s\n", cmd, o.device,
+               dsarl_dtype_name(m.b.d->storage_dtype(m.b.dev)), o.backend, o.model_dir ? "weights of" : "config",
+               o.model_dir ? o.model_dir : o.config);
+    if (rc == 0)
+        rc = measure_ceilings(&m, (int)o.ceiling_iters, &err);
+    double t0 = now_ms();
+    if (rc == 0)
+        rc = create_model(&m, &o, &err);
+    if (rc == 0)
+        printf("model built in %.1f s (%s)\n", (now_ms() - t0) / 1e3, o.model_dir ? "loaded" : "random init");
+    if (rc == 0)
+        rc = generate ? run_generate(&m, &o, &err) : run_train(&m, &o, &err);
+    model_bench_close(&m);
+    fflush(stdout);
+    return rc ? cli_fail(&err) : CLI_EXIT_OK;
+}
+
+int cmd_bench_train(int argc, char **argv, const cli_options *opts) { return bench_model(argc, argv, opts, false); }
+
+int cmd_bench_generate(int argc, char **argv, const cli_options *opts) { return bench_model(argc, argv, opts, true); }
