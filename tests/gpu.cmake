@@ -15,3 +15,9 @@ if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-tilelang-objects)
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects dsarl-device-cuda-objects
          dsarl-dsa-tilelang-objects PkgConfig::JANSSON)
 endif()
+
+# The Hopper wgmma sparse MLA forward (tilelang backend) against the reference backend at GLM-5 dims.
+if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_dsa_mla_sm90 SOURCES check_dsa_mla_sm90.c LABELS gpu NOFORK TIMEOUT 600
+    LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
+endif()

@@ -11,6 +11,12 @@
 #include <math.h>
 #include "tilelang_common.cuh"
 
+/* The Hopper wgmma kernel for bf16 at GLM-5 dims (sparse_mla_forward_sm90.cu); *used = 0 without launching when the
+ * operands or the device do not fit it. */
+extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                const dsarl_dsa_attention_inputs *in, const int32_t *indices,
+                                                int32_t topk, void *out, float *lse, int *used, dsarl_error *err);
+
 #define MLA_THREADS 256
 #define MLA_HEAD_GROUP 16
 
@@ -118,6 +124,9 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
     if (batch->n_queries == 0)
         return DSARL_OK;
     int used = 0;
+    DSARL_TRY(tilelang_sparse_mla_forward_sm90(ctx, batch, in, indices, topk, out, lse, &used, err));
+    if (used)
+        return DSARL_OK;
     DSARL_TRY(tilelang_sparse_mla_forward_wmma(ctx, batch, in, indices, topk, out, lse, &used, err));
     if (used)
         return DSARL_OK;
