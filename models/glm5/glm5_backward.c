@@ -15,7 +15,10 @@ typedef struct grad_bufs {
     float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *ilosses, *idloss;
     int32_t *targets;
     void *dx, *dh, *dh2, *dtmp;                         // (T,C)
-    void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention
+    void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention (dout_latent, dq_abs: absorbed form only)
+    void *dk_heads, *dv_heads, *dkv_heads, *dk_sum;     // headwise form: (T,H,qk), (T,H,v), (T,H*(nope+v)), (T,qk)
+    void *ones;                                         // headwise form: (T,H) ones, the head-sum GEMM's left side
+    void *q_abs;                                        // headwise form with the indexer loss: (T,H,d_qk)
     void *dqr, *dqa, *dlat, *dlatn, *dckv;
     void *s1, *s2, *s3;                                 // per-head staging
     void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
@@ -31,6 +34,11 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     int64_t dqk = kvr + c->qk_rope_head_dim, qr = c->q_lora_rank, nI = c->index_n_heads, dI = c->index_head_dim;
     int64_t stage = dqk > c->v_head_dim ? dqk : c->v_head_dim;
     stage = stage > c->qk_nope_head_dim ? stage : c->qk_nope_head_dim;
+    // the form's own buffers (the other form's are left at one byte)
+    bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
+    int64_t qk = c->qk_head_dim, nv = c->qk_nope_head_dim + c->v_head_dim;
+    int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
+    int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
     int64_t inner_rows = T * c->intermediate_size;
     int64_t moe_rows = N * c->moe_intermediate_size, sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
     inner_rows = inner_rows > moe_rows ? inner_rows : moe_rows;
@@ -41,7 +49,10 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
         {(void **)&g->dscale, N * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
         {(void **)&g->ilosses, T * f}, {(void **)&g->idloss, T * f}, {(void **)&g->targets, T * sizeof(int32_t)},
         {&g->dx, T * C * e}, {&g->dh, T * C * e}, {&g->dh2, T * C * e}, {&g->dtmp, T * C * e},
-        {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, T * H * kvr * e}, {&g->dq_abs, T * H * dqk * e},
+        {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
+        {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
+        {&g->dkv_heads, hw_rows * nv * e}, {&g->dk_sum, (headwise ? T * qk : 0) * e}, {&g->ones, hw_rows * e},
+        {&g->q_abs, q_abs_rows * dqk * e},
         {&g->dkv, T * dqk * e}, {&g->dq, T * H * c->qk_head_dim * e}, {&g->dqr, T * qr * e}, {&g->dqa, T * qr * e},
         {&g->dlat, T * kvr * e}, {&g->dlatn, T * kvr * e}, {&g->dckv, T * dqk * e},
         {&g->s1, T * stage * e}, {&g->s2, T * stage * e}, {&g->s3, T * stage * e},
@@ -51,6 +62,16 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    if (hw_rows > 0) {
+        float *one = malloc((size_t)hw_rows * sizeof(float));
+        if (!one)
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for the backward");
+        for (int64_t i = 0; i < hw_rows; i++)
+            one[i] = 1.0f;
+        int rc = p->m->dev_ops->upload_f32(p->m->dev, g->ones, p->m->storage, one, (size_t)hw_rows, err);
+        free(one);
+        DSARL_TRY(rc);
+    }
     return DSARL_OK;
 }
 
@@ -148,19 +169,17 @@ static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, co
     return linear_dinput(m, dh2, drouter, L->router, T, C, E, 1.0f, err);
 }
 
-// d of attention output dy (T,C) -> dh1 (T,C) overwritten, weight gradients accumulated.
-static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
-                              const void *dy, void *dh1, dsarl_error *err)
+// Absorbed form, from dattn (T, H*v): dq (T, H*qk), dlatn (T, kv_lora) = d rmsnorm(c_kv), the rope key's gradient in
+// dkv[:, kv_lora:], and the kv_b_proj gradients (W_UV through the latent output, W_UK through q_abs).
+static int absorbed_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                             dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
     int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
-    int64_t dqk = kvr + rope, qr = c->q_lora_rank;
-    float rs = (float)c->attention_scaling;
-    DSARL_TRY(linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
-    DSARL_TRY(linear_dweight(m, L->o_proj, dy, a->attn, T, H * v, C, err));
+    int64_t dqk = kvr + rope;
     for (int64_t h = 0; h < H; h++) { // attn_h = out_latent_h W_UV_h^T
         const void *w_uv = glm5_at(m, L->kv_b_proj, (h * (nope + v) + nope) * kvr);
         DSARL_TRY(d->copy_2d(m->dev, g->s1, v, glm5_at(m, g->dattn, h * v), H * v, T, v, err));
@@ -185,6 +204,55 @@ static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
         DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dq, h * qk + nope), H * qk, glm5_at(m, g->dq_abs, h * dqk + kvr),
                              H * dqk, T, rope, err));
     }
+    return d->copy_2d(m->dev, g->dlatn, kvr, g->dkv, dqk, T, kvr, err);
+}
+
+// Headwise form, from dattn (T, H*v): the backend's dq (T, H*qk) directly; dk, dv back through
+// [k_nope_h | v_h] = latent_norm kv_b_proj_h^T (kv_b_proj's gradient, dlatn) and k_h[nope:] = k_rope (the sum over
+// heads goes to dkv[:, kv_lora:]).
+static int headwise_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                             dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
+    int64_t dqk = kvr + rope;
+    dsarl_dsa_headwise_inputs hw = {.struct_size = sizeof(hw), .q = a->q, .k = a->k_heads, .v = a->v_heads,
+                                    .n_heads = (int32_t)H, .d_qk = (int32_t)qk, .d_v = (int32_t)v,
+                                    .softmax_scale = (float)c->softmax_scale};
+    DSARL_TRY(m->dsa_ops->headwise_attention_backward(m->dsa, &p->batch, &hw, p->every_key_selected ? NULL : a->topk,
+                                                      p->topk_width, a->attn, a->lse, g->dattn, g->dq, g->dk_heads,
+                                                      g->dv_heads, err));
+    // back to kv_b_proj's output layout (T, H, nope + v): rows (t, h) of T*H
+    DSARL_TRY(d->copy_2d(m->dev, g->dkv_heads, nope + v, g->dk_heads, qk, T * H, nope, err));
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_heads, nope), nope + v, g->dv_heads, v, T * H, v, err));
+    DSARL_TRY(linear_dweight(m, L->kv_b_proj, g->dkv_heads, a->latent_norm, T, kvr, H * (nope + v), err));
+    DSARL_TRY(linear_dinput(m, g->dlatn, g->dkv_heads, L->kv_b_proj, T, kvr, H * (nope + v), 0.0f, err));
+    // the shared rope key: per token, ones (1,H) x dk (H,qk), a GEMM so the head sum accumulates in float32
+    DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, 1, qk, H, 1.0f, g->ones, H, g->dk_heads, H * qk, 0.0f,
+                                      g->dk_sum, qk, T, err));
+    return d->copy_2d(m->dev, glm5_at(m, g->dkv, kvr), dqk, glm5_at(m, g->dk_sum, nope), qk, T, rope, err);
+}
+
+// d of attention output dy (T,C) -> dh1 (T,C) overwritten, weight gradients accumulated.
+static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                              const void *dy, void *dh1, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
+    int64_t dqk = kvr + rope, qr = c->q_lora_rank;
+    float rs = (float)c->attention_scaling;
+    DSARL_TRY(linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
+    DSARL_TRY(linear_dweight(m, L->o_proj, dy, a->attn, T, H * v, C, err));
+    if (p->form == DSARL_DSA_FORM_HEADWISE)
+        DSARL_TRY(headwise_backward(p, g, a, L, err));
+    else
+        DSARL_TRY(absorbed_backward(p, g, a, L, err));
     DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dq, nope), glm5_at(m, g->dq, nope), p->positions, m->inv_freq,
                                rs, T, H, H * qk, qk, rope, err));
     DSARL_TRY(linear_dweight(m, L->q_b_proj, g->dq, a->q_resid, T, qr, H * qk, err));
@@ -193,8 +261,7 @@ static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
                                   a->rstd_qa, T, qr, err));
     DSARL_TRY(linear_dweight(m, L->q_a_proj, g->dqa, a->h1, T, C, qr, err));
     DSARL_TRY(linear_dinput(m, dh1, g->dqa, L->q_a_proj, T, C, qr, 0.0f, err));
-    // latent: kv = [rmsnorm(c_kv) | rope(k_rope)]
-    DSARL_TRY(d->copy_2d(m->dev, g->dlatn, kvr, g->dkv, dqk, T, kvr, err));
+    // latent: kv = [rmsnorm(c_kv) | rope(k_rope)]; both forms left d rmsnorm(c_kv) in dlatn, d k_rope in dkv
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dlat, glm5_grad_of(m, L->kv_a_norm), g->dlatn, a->latent, L->kv_a_norm,
                                   a->rstd_kv, T, kvr, err));
     DSARL_TRY(d->copy_2d(m->dev, g->dckv, dqk, g->dlat, kvr, T, kvr, err));
@@ -215,7 +282,14 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, rope = c->qk_rope_head_dim;
     int64_t nI = c->index_n_heads, dI = c->index_head_dim, qr = c->q_lora_rank;
     float rs = (float)c->attention_scaling;
-    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
+    // the loss distils the absorbed form's attention (q_abs over the latent); the headwise form keeps no q_abs, so
+    // it is rebuilt here (its lse equals the absorbed one: the same logits, regrouped)
+    const void *q_abs = a->q_abs;
+    if (p->form == DSARL_DSA_FORM_HEADWISE) {
+        DSARL_TRY(glm5_absorb_queries(m, L, T, a->q, g->q_abs, g->s1, g->s2, err));
+        q_abs = g->q_abs;
+    }
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = a->kv, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)(c->kv_lora_rank + rope), .d_v = (int32_t)c->kv_lora_rank,
                                      .softmax_scale = (float)c->softmax_scale};
     dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,

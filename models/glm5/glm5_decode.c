@@ -121,6 +121,7 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     glm5_pass p;
     memset(&p, 0, sizeof(p));
     p.m = m, p.T = T, p.cache = cache, p.topk_width = c->index_topk;
+    p.form = DSARL_DSA_FORM_ABSORBED; // the cache holds latents, not per-head keys (and the batch no host segments)
     int64_t stage = c->qk_nope_head_dim;
     stage = c->kv_lora_rank + c->qk_rope_head_dim > stage ? c->kv_lora_rank + c->qk_rope_head_dim : stage;
     stage = c->v_head_dim > stage ? c->v_head_dim : stage;

@@ -1,9 +1,12 @@
 /* glm5_forward.c: the glm_moe_dsa forward pass on a packed THD batch, composed from device and DSA ops.
  *
- * Attention runs in the absorbed MQA form: per head, q_nope is multiplied into the latent space by W_UK (the
- * first qk_nope rows of that head in kv_b_proj), so every head attends over one shared key/value latent
- * kv = [rmsnorm(c_kv) | rope(k_rope)] (d_qk = kv_lora + rope, d_v = kv_lora); the latent output is brought back
- * to v_head_dim by W_UV. This equals transformers' expanded form up to float rounding. */
+ * Attention runs in one of two algebraically equal forms (glm5_attention_form; chosen per pass):
+ * - absorbed MQA: per head, q_nope is multiplied into the latent space by W_UK (the first qk_nope rows of that
+ *   head in kv_b_proj), so every head attends over one shared key/value latent kv = [rmsnorm(c_kv) | rope(k_rope)]
+ *   (d_qk = kv_lora + rope, d_v = kv_lora); the latent output is brought back to v_head_dim by W_UV.
+ * - headwise (transformers' expanded form): [k_nope_h | v_h] = rmsnorm(c_kv) kv_b_proj_h^T, k_h = [k_nope_h |
+ *   rope(k_rope)] (the rope key shared by every head), q_h as projected; per-head attention writes attn directly.
+ * Cached decode always uses the absorbed form: the cache holds the latent, not per-head keys. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,13 +68,18 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     int64_t nI = c->index_n_heads, dI = c->index_head_dim;
     int64_t dense = max2(c->intermediate_size, c->moe_intermediate_size), sh = c->moe_intermediate_size *
                                                                               c->n_shared_experts;
+    // the form's own attention buffers: absorbed queries and latent output, or per-head keys and values
+    bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
+    int64_t q_abs = headwise ? 0 : T * H * dqk, out_latent = headwise ? 0 : T * H * c->kv_lora_rank;
+    int64_t k_heads = headwise ? T * H * c->qk_head_dim : 0, v_heads = headwise ? T * H * c->v_head_dim : 0;
     struct { void **p; size_t bytes; } plan[] = {
         {&a->x_in, T * C * e}, {&a->h1, T * C * e}, {&a->x_mid, T * C * e}, {&a->h2, T * C * e},
         {(void **)&a->rstd1, T * f}, {(void **)&a->rstd2, T * f}, {(void **)&a->rstd_qa, T * f},
         {(void **)&a->rstd_kv, T * f}, {&a->qa, T * c->q_lora_rank * e}, {&a->q_resid, T * c->q_lora_rank * e},
         {&a->q, T * H * c->qk_head_dim * e}, {&a->ckv, T * dqk * e}, {&a->latent, T * c->kv_lora_rank * e},
-        {&a->latent_norm, T * c->kv_lora_rank * e}, {&a->kv, T * dqk * e}, {&a->q_abs, T * H * dqk * e},
-        {&a->out_latent, T * H * c->kv_lora_rank * e}, {(void **)&a->lse, T * H * f},
+        {&a->latent_norm, T * c->kv_lora_rank * e}, {&a->kv, T * dqk * e}, {&a->q_abs, q_abs * e},
+        {&a->out_latent, out_latent * e}, {&a->k_heads, k_heads * e}, {&a->v_heads, v_heads * e},
+        {(void **)&a->lse, T * H * f},
         {&a->attn, T * H * c->v_head_dim * e}, {&a->iq, T * nI * dI * e}, {&a->ik_raw, T * dI * e},
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
         {(void **)&a->iw_scaled, T * nI * f},
@@ -171,48 +179,54 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
     return DSARL_OK;
 }
 
-static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, const int32_t *prev_topk,
-                             void *y, dsarl_error *err)
+int glm5_absorb_queries(dsarl_model *m, const glm5_layer *L, int64_t T, const void *q, void *q_abs, void *stage_in,
+                        void *stage_out, dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
+    for (int64_t h = 0; h < H; h++) {
+        const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr); // (nope, kv_lora)
+        DSARL_TRY(d->copy_2d(m->dev, stage_in, nope, glm5_at(m, q, h * qk), H * qk, T, nope, err));
+        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, nope, 1.0f, stage_in, w_uk, 0.0f, stage_out, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, q_abs, h * dqk), H * dqk, stage_out, kvr, T, kvr, err));
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, q_abs, h * dqk + kvr), H * dqk, glm5_at(m, q, h * qk + nope), H * qk,
+                             T, rope, err));
+    }
+    return DSARL_OK;
+}
+
+// Per-head keys and values of the headwise form from the normed latent a->latent_norm and the rotated shared rope
+// key (a->kv's last rope columns): [k_nope_h | v_h] = latent_norm kv_b_proj_h^T, k_h = [k_nope_h | k_rope].
+static int headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
-    int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
-    int64_t dqk = kvr + rope, qr = c->q_lora_rank;
-    float rs = (float)c->attention_scaling;
+    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
+    // one GEMM for every head: kv_heads (T, H, nope + v), as transformers' kv_b_proj output
+    DSARL_TRY(glm5_linear(m, p->kv_heads, a->latent_norm, L->kv_b_proj, T, kvr, H * (nope + v), err));
+    // rows (t, h) of T*H: split into the key's nope part and the value
+    DSARL_TRY(d->copy_2d(m->dev, a->k_heads, qk, p->kv_heads, nope + v, T * H, nope, err));
+    DSARL_TRY(d->copy_2d(m->dev, a->v_heads, v, glm5_at(m, p->kv_heads, nope), nope + v, T * H, v, err));
+    for (int64_t h = 0; h < H; h++) // the shared rope key, broadcast to every head
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->k_heads, h * qk + nope), H * qk, glm5_at(m, a->kv, kvr), dqk, T,
+                             rope, err));
+    return DSARL_OK;
+}
 
-    // queries: q_resid = rmsnorm(q_a_proj h) (also the indexer's input), q = q_b_proj q_resid, per head [nope|rope]
-    DSARL_TRY(glm5_linear(m, a->qa, a->h1, L->q_a_proj, T, C, qr, err));
-    DSARL_TRY(d->rmsnorm_forward(m->dev, a->q_resid, a->rstd_qa, a->qa, L->q_a_norm, T, qr, 1e-6f, err));
-    DSARL_TRY(glm5_linear(m, a->q, a->q_resid, L->q_b_proj, T, qr, H * qk, err));
-    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->q, nope), glm5_at(m, a->q, nope), p->positions, m->inv_freq, rs,
-                              T, H, H * qk, qk, rope, err));
-    // shared latent: kv = [rmsnorm(c_kv) | rope(k_rope)]
-    DSARL_TRY(glm5_linear(m, a->ckv, a->h1, L->kv_a_proj, T, C, dqk, err));
-    DSARL_TRY(d->copy_2d(m->dev, a->latent, kvr, a->ckv, dqk, T, kvr, err));
-    DSARL_TRY(d->rmsnorm_forward(m->dev, a->latent_norm, a->rstd_kv, a->latent, L->kv_a_norm, T, kvr, 1e-6f, err));
-    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->ckv, kvr), glm5_at(m, a->ckv, kvr), p->positions, m->inv_freq,
-                              rs, T, 1, dqk, 0, rope, err));
-    DSARL_TRY(d->copy_2d(m->dev, a->kv, dqk, a->latent_norm, kvr, T, kvr, err));
-    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->kv, kvr), dqk, glm5_at(m, a->ckv, kvr), dqk, T, rope, err));
-    // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
-    const void *keys = a->kv;
+// Lightning indexer on full layers (top-k into a->topk); shared layers reuse the previous full layer's top-k.
+static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, const int32_t *prev_topk,
+                           dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, rope = c->qk_rope_head_dim, qr = c->q_lora_rank;
+    float rs = (float)c->attention_scaling;
     int32_t layer = (int32_t)(L - m->layers);
-    if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
-        keys = p->cache->kv[layer];
-        DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
-    }
-    // absorbed queries: q_abs[:, h] = [q_nope_h W_UK_h | q_rope_h]
-    for (int64_t h = 0; h < H; h++) {
-        const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr); // (nope, kv_lora)
-        DSARL_TRY(d->copy_2d(m->dev, p->head_in, nope, glm5_at(m, a->q, h * qk), H * qk, T, nope, err));
-        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, nope, 1.0f, p->head_in, w_uk, 0.0f, p->head_out, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->q_abs, h * dqk), H * dqk, p->head_out, kvr, T, kvr, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->q_abs, h * dqk + kvr), H * dqk, glm5_at(m, a->q, h * qk + nope),
-                             H * qk, T, rope, err));
-    }
-    // lightning indexer on full layers; shared layers reuse the previous full layer's top-k
     size_t topk_bytes = (size_t)(T * p->topk_width) * sizeof(int32_t);
     if (L->idx_wq_b) {
         int64_t nI = c->index_n_heads, dI = c->index_head_dim;
@@ -234,12 +248,63 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
         dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = index_keys,
                                        .weights = a->iw_scaled,
                                        .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
-        DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, p->topk_width, a->topk, NULL, err));
-    } else if (!prev_topk) {
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a shared indexer layer has no earlier full layer's top-k");
-    } else if (prev_topk != a->topk) {
-        DSARL_TRY(d->copy(m->dev, a->topk, prev_topk, topk_bytes, DSARL_COPY_DEVICE_TO_DEVICE, err));
+        return m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, p->topk_width, a->topk, NULL, err);
     }
+    if (!prev_topk)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a shared indexer layer has no earlier full layer's top-k");
+    if (prev_topk != a->topk)
+        DSARL_TRY(d->copy(m->dev, a->topk, prev_topk, topk_bytes, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    return DSARL_OK;
+}
+
+static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, const int32_t *prev_topk,
+                             void *y, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
+    int64_t dqk = kvr + rope, qr = c->q_lora_rank;
+    float rs = (float)c->attention_scaling;
+    bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
+    if (headwise && p->cache)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: cached decode runs the absorbed attention form only");
+
+    // queries: q_resid = rmsnorm(q_a_proj h) (also the indexer's input), q = q_b_proj q_resid, per head [nope|rope]
+    DSARL_TRY(glm5_linear(m, a->qa, a->h1, L->q_a_proj, T, C, qr, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->q_resid, a->rstd_qa, a->qa, L->q_a_norm, T, qr, 1e-6f, err));
+    DSARL_TRY(glm5_linear(m, a->q, a->q_resid, L->q_b_proj, T, qr, H * qk, err));
+    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->q, nope), glm5_at(m, a->q, nope), p->positions, m->inv_freq, rs,
+                              T, H, H * qk, qk, rope, err));
+    // shared latent: kv = [rmsnorm(c_kv) | rope(k_rope)]
+    DSARL_TRY(glm5_linear(m, a->ckv, a->h1, L->kv_a_proj, T, C, dqk, err));
+    DSARL_TRY(d->copy_2d(m->dev, a->latent, kvr, a->ckv, dqk, T, kvr, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->latent_norm, a->rstd_kv, a->latent, L->kv_a_norm, T, kvr, 1e-6f, err));
+    DSARL_TRY(d->rope_forward(m->dev, glm5_at(m, a->ckv, kvr), glm5_at(m, a->ckv, kvr), p->positions, m->inv_freq,
+                              rs, T, 1, dqk, 0, rope, err));
+    DSARL_TRY(d->copy_2d(m->dev, a->kv, dqk, a->latent_norm, kvr, T, kvr, err));
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->kv, kvr), dqk, glm5_at(m, a->ckv, kvr), dqk, T, rope, err));
+    if (headwise) {
+        DSARL_TRY(headwise_keys(p, a, L, err));
+        DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));
+        // rows no longer than topk attend to every eligible key: NULL indices let the backend run dense causal
+        dsarl_dsa_headwise_inputs hw = {.struct_size = sizeof(hw), .q = a->q, .k = a->k_heads, .v = a->v_heads,
+                                        .n_heads = (int32_t)H, .d_qk = (int32_t)qk, .d_v = (int32_t)v,
+                                        .softmax_scale = (float)c->softmax_scale};
+        DSARL_TRY(m->dsa_ops->headwise_attention_forward(m->dsa, &p->batch, &hw, p->every_key_selected ? NULL : a->topk,
+                                                         p->topk_width, a->attn, a->lse, err));
+        return glm5_linear(m, y, a->attn, L->o_proj, T, H * v, C, err);
+    }
+    // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
+    const void *keys = a->kv;
+    int32_t layer = (int32_t)(L - m->layers);
+    if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
+        keys = p->cache->kv[layer];
+        DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
+    }
+    DSARL_TRY(glm5_absorb_queries(m, L, T, a->q, a->q_abs, p->head_in, p->head_out, err));
+    DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = keys, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
@@ -304,8 +369,35 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
     DSARL_TRY(d->copy(m->dev, p->positions, pos, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
     DSARL_TRY(d->copy(m->dev, p->key_start, ks, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
     DSARL_TRY(d->copy(m->dev, p->key_end, ke, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
+    // the segments on the host for backends that plan per segment shape (ABI 1.1): the pass's own copy, alive
+    // until glm5_pass_free, so the backward sees the same array
+    int32_t *cu;
+    DSARL_TRY(host_alloc(p, (size_t)(b->n_sequences + 1) * sizeof(int32_t), (void **)&cu, err));
+    memcpy(cu, b->cu_seqlens, (size_t)(b->n_sequences + 1) * sizeof(int32_t));
     p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = T,
-                                 .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_len};
+                                 .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_len,
+                                 .host_cu_seqlens = cu, .n_segments = b->n_sequences};
+    return DSARL_OK;
+}
+
+// The attention form of a training/prefill pass: the recipe's choice, or under auto the backend's preference.
+static int choose_form(glm5_pass *p, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_dsa_ops *dsa = m->dsa_ops;
+    const char *name = dsa->common.name ? dsa->common.name : "(unnamed)";
+    p->form = DSARL_DSA_FORM_ABSORBED;
+    if (m->attention_form == GLM5_FORM_HEADWISE)
+        p->form = DSARL_DSA_FORM_HEADWISE;
+    else if (m->attention_form == GLM5_FORM_AUTO && DSARL_DSA_HAS(dsa, preferred_form))
+        p->form = dsa->preferred_form(m->dsa, &p->batch, p->topk_width);
+    if (p->form != DSARL_DSA_FORM_ABSORBED && p->form != DSARL_DSA_FORM_HEADWISE)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: DSA backend %s answered preferred_form %d; a backend must "
+                          "answer DSARL_DSA_FORM_ABSORBED (0) or DSARL_DSA_FORM_HEADWISE (1)", name, (int)p->form);
+    if (p->form == DSARL_DSA_FORM_HEADWISE && !glm5_dsa_has_headwise(dsa))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: DSA backend %s prefers the headwise attention form but "
+                          "has no headwise_attention_forward/backward; it must serve the form it prefers", name);
+    p->every_key_selected = p->batch.max_keys_per_query <= p->topk_width;
     return DSARL_OK;
 }
 
@@ -325,10 +417,6 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
             p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
     p->recompute = save && m->activation_recompute;
     p->n_acts = save && !p->recompute ? c->num_hidden_layers : 1;
-    if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
-    for (int i = 0; i < p->n_acts; i++)
-        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[i], err));
     int64_t stage = max2(max2(c->qk_nope_head_dim, c->kv_lora_rank + c->qk_rope_head_dim), c->v_head_dim);
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
@@ -338,6 +426,16 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
         {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    // the batch decides the form, and the form the activation buffers
+    DSARL_TRY(upload_batch(p, batch, err));
+    DSARL_TRY(choose_form(p, err));
+    if (p->form == DSARL_DSA_FORM_HEADWISE)
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim)) * e,
+                                  &p->kv_heads, err));
+    if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
+    for (int i = 0; i < p->n_acts; i++)
+        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[i], err));
     if (p->recompute) {
         DSARL_TRY(host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
         DSARL_TRY(host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
@@ -347,7 +445,6 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
                                       err));
         }
     }
-    DSARL_TRY(upload_batch(p, batch, err));
     DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
     const int32_t *prev_topk = NULL;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {

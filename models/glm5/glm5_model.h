@@ -21,6 +21,21 @@ typedef enum glm5_shard {
 /* Name of a shard kind ("column", ...). */
 const char *glm5_shard_name(glm5_shard shard);
 
+/* The attention form of training/prefill passes (policy.megatron_cfg.model_overrides.dsa_attention_form). Both are
+ * the same function: absorbed = MQA over the shared latent (sparse_mla_*), headwise = per-head keys and values from
+ * kv_b_proj (headwise_attention_*, the form cuDNN's fused attention serves). Cached decode is always absorbed. */
+typedef enum glm5_attention_form {
+    GLM5_FORM_AUTO = 0,     /* ask the DSA backend's preferred_form per batch (absorbed when it has none) */
+    GLM5_FORM_ABSORBED = 1,
+    GLM5_FORM_HEADWISE = 2,
+} glm5_attention_form;
+
+/* True when a DSA backend serves the per-head form (both ABI 1.1 headwise ops set). */
+static inline bool glm5_dsa_has_headwise(const dsarl_dsa_ops *dsa)
+{
+    return DSARL_DSA_HAS(dsa, headwise_attention_forward) && DSARL_DSA_HAS(dsa, headwise_attention_backward);
+}
+
 typedef struct glm5_param {
     char name[96];     /* Hugging Face key, e.g. "model.layers.3.mlp.experts.gate_up_proj" (fused experts) */
     int32_t ndim;
@@ -59,6 +74,7 @@ struct dsarl_model {
     float indexer_loss_coeff;    /* policy.megatron_cfg.model_overrides.dsa_indexer_loss_coeff */
     bool indexer_sparse_loss;    /* ...dsa_indexer_use_sparse_loss: KL over the top-k set, else all keys */
     bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
+    glm5_attention_form attention_form; /* ...dsa_attention_form: absorbed, headwise, or auto (the backend's) */
     bool activation_recompute;   /* policy.megatron_cfg.activation_checkpointing: keep only layer inputs */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;

@@ -35,6 +35,31 @@ int glm5_count_family(glm5_family family, const dsarl_model_config *config, int6
     return glm5_count_parameters(&cfg, trainable, buffers, err);
 }
 
+#define ATTENTION_FORM_KEY "policy.megatron_cfg.model_overrides.dsa_attention_form"
+
+// dsa_attention_form: auto | absorbed | headwise; headwise needs a backend with the per-head ops.
+static int read_attention_form(const dsarl_node *recipe, const dsarl_dsa_ops *dsa, glm5_attention_form *out,
+                               dsarl_error *err)
+{
+    const char *form = "auto";
+    DSARL_TRY(dsarl_recipe_string_or(recipe, ATTENTION_FORM_KEY, "auto", &form, err));
+    if (!strcmp(form, "auto"))
+        *out = GLM5_FORM_AUTO;
+    else if (!strcmp(form, "absorbed"))
+        *out = GLM5_FORM_ABSORBED;
+    else if (!strcmp(form, "headwise"))
+        *out = GLM5_FORM_HEADWISE;
+    else
+        return dsarl_recipe_fail(recipe, ATTENTION_FORM_KEY, err, DSARL_E_INVALID,
+                                 "must be auto, absorbed or headwise, got \"%s\"", form);
+    if (*out == GLM5_FORM_HEADWISE && !glm5_dsa_has_headwise(dsa))
+        return dsarl_recipe_fail(recipe, ATTENTION_FORM_KEY, err, DSARL_E_UNSUPPORTED,
+                                 "is headwise, but DSA backend %s has no headwise_attention_forward/backward; use "
+                                 "auto or absorbed with it",
+                                 dsa->common.name ? dsa->common.name : "(unnamed)");
+    return DSARL_OK;
+}
+
 int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err)
 {
     glm5_config cfg;
@@ -70,6 +95,8 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
         rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.model_overrides.dsa_dense_attention", false,
                                   &dense_attention, err);
     m->dense_attention = dense_attention;
+    if (rc == 0 && config->recipe)
+        rc = read_attention_form(config->recipe, config->dsa_ops, &m->attention_form, err);
     bool recompute = false;
     if (rc == 0 && config->recipe)
         rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.activation_checkpointing", false, &recompute,
@@ -172,6 +199,9 @@ static const dsarl_key_spec glm5_keys[] = {
      "warm-up)"},
     {.path = "policy.megatron_cfg.model_overrides.dsa_dense_attention", .type = DSARL_KEY_BOOL,
      .default_value = "false", .doc = "attend to every causal key (top-k off), as in DSA's dense warm-up stage"},
+    {.path = ATTENTION_FORM_KEY, .type = DSARL_KEY_STRING, .default_value = "auto",
+     .doc = "attention form of training/prefill: auto (the DSA backend's preferred_form), absorbed (MQA over the "
+     "latent) or headwise (per-head keys/values); cached decode is always absorbed"},
     {.path = "policy.megatron_cfg.activation_checkpointing", .type = DSARL_KEY_BOOL, .default_value = "false",
      .doc = "keep only each layer's input in training and recompute the layer in the backward pass"},
 };

@@ -17,8 +17,9 @@ typedef struct glm5_layer_acts {
     void *ckv;                                 // (T, kv_lora + rope) rope slice rotated
     void *latent, *latent_norm;                // (T, kv_lora)
     void *kv;                                  // (T, d_qk)
-    void *q_abs;                               // (T, H, d_qk)
-    void *out_latent;                          // (T, H, kv_lora)
+    void *q_abs;                               // absorbed form: (T, H, d_qk)
+    void *out_latent;                          // absorbed form: (T, H, kv_lora)
+    void *k_heads, *v_heads;                   // headwise form: (T, H, qk) [k_nope_h | k_rope], (T, H, v)
     float *lse;                                // (T, H)
     void *attn;                                // (T, H*v)
     void *iq, *ik_raw, *ik;                    // (T, nI*dI), (T, dI), (T, dI)
@@ -41,6 +42,9 @@ typedef struct glm5_pass {
     dsarl_model *m;
     int64_t T;
     int32_t topk_width;                        // index_topk, or the longest sequence under dense attention
+    dsarl_dsa_form form;                       // attention form of this pass (cached decode: always absorbed)
+    bool every_key_selected;                   // no range is wider than topk_width: each top-k row lists every
+                                               // eligible key, so the headwise ops get NULL indices (dense)
     int n_acts;                                // 1 (inference, recompute) or num_hidden_layers (training)
     glm5_layer_acts *acts;
     bool recompute;                            // training with activation recompute: layers rerun in backward
@@ -51,9 +55,10 @@ typedef struct glm5_pass {
     float *rstd_final;                         // (T)
     float *logits;                             // (T,V) device, float32 whatever the storage
     void *head_in, *head_out;                  // per-head staging (T, max(nope, kv_lora, v, d_qk))
+    void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device
-    dsarl_dsa_batch batch;
+    dsarl_dsa_batch batch;                     // host_cu_seqlens: the pass's own copy (kept for the backward)
     dsarl_model_cache *cache;                  // cached inference (glm5_decode.c): keys live in the cache; else NULL
     int32_t *cache_rows;                       // (T) device: the cache row each token's keys are written to
     void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
@@ -70,6 +75,11 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
 
 /* Allocates one layer's activations for p->T tokens and p->topk_width top-k slots. */
 int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err);
+
+/* Absorbed queries q_abs (T, H, kv_lora + rope) = [q_nope_h W_UK_h | q_rope_h] of q (T, H*qk); stage_in and
+ * stage_out hold (T, max(nope, kv_lora)) each. */
+int glm5_absorb_queries(dsarl_model *m, const glm5_layer *L, int64_t T, const void *q, void *q_abs, void *stage_in,
+                        void *stage_out, dsarl_error *err);
 
 /* Allocates device memory owned by the pass. */
 int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
