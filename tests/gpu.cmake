@@ -21,3 +21,9 @@ if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_dsa_mla_sm90 SOURCES check_dsa_mla_sm90.c LABELS gpu NOFORK TIMEOUT 600
     LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
 endif()
+
+# The tilelang backend's two-kernel indexer_topk (tensor-core scores + radix select) against the reference backend.
+if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_dsa_indexer_fast SOURCES check_dsa_indexer_fast.c LABELS gpu NOFORK TIMEOUT 600
+    LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
+endif()

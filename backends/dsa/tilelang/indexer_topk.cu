@@ -1,21 +1,28 @@
-/* indexer_topk.cu: lightning-indexer scores fused with causal top-k selection.
+/* indexer_topk.cu: lightning-indexer scores + causal top-k, and the choice between its two implementations.
  *
  *   I(t,s) = sum_j weights[t,j] * relu(q[t,j,:] . k[s,:])   for s in [key_start[t], key_end[t])
  *
- * One block per query row (persistent grid). Keys come through shared memory in tiles of 64 rows: with bf16 storage
- * and 16-multiple dims the tile's q.k products run on the tensor cores (WMMA, fp32 accumulation), otherwise each
- * thread scores one (key, group of 4 heads) pair from fp32 copies (q transposed so 4 heads are one 16-byte load).
- * Scores go to the block's own workspace row (max_keys_per_query values: only gridDim rows exist, never a Tq x Tk
- * matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
+ * bf16 storage with 8/16/32/64 heads and 16-multiple head dims takes the two-kernel path of indexer_fast.cuh: query
+ * tiles scored on the tensor cores (mma.sync) into a workspace of order-preserving keys, then one select block per
+ * row; the query rows go in chunks so the workspace stays under INDEXER_WS_BUDGET. Everything else (float32 storage,
+ * other shapes, DSARL_TILELANG_NO_WMMA or DSARL_TILELANG_INDEXER_ROWWISE set) runs the fused row-wise kernel below.
+ *
+ * Row-wise kernel: one block per query row (persistent grid). Keys come through shared memory in tiles of 64 rows:
+ * with bf16 storage and 16-multiple dims the tile's q.k products run on the tensor cores (WMMA, fp32 accumulation),
+ * otherwise each thread scores one (key, group of 4 heads) pair from fp32 copies (q transposed so 4 heads are one
+ * 16-byte load). Scores go to the block's own workspace row (max_keys_per_query values: only gridDim rows exist,
+ * never a Tq x Tk matrix). Scores are mapped to order-preserving 32-bit keys; a 4-pass radix
  * select (8 bits per pass) finds the exact k-th best key value; every key above it is taken, and among those equal
  * to it the lowest key indices (an ordered block-wide count). The chosen keys are bitonic-sorted in shared memory
  * into descending score order, ties to the lower index, as the reference writes them; -1 / -inf fill the rest. */
 #include <math.h>
+#include <stdlib.h>
 #include <mma.h>
-#include "tilelang_common.cuh"
+#include "indexer_fast.cuh"
 
 #define TOPK_THREADS 512
 #define TOPK_MAX 8192 /* sort buffer of 2 x 8192 x 4 bytes in shared memory */
+#define INDEXER_WS_BUDGET ((int64_t)256 << 20) /* bytes of scores per chunk of query rows (8K x 8K causal: 1 chunk) */
 
 // Float -> unsigned key with the same order (larger float, larger key).
 static __device__ __forceinline__ uint32_t order_key(float f)
@@ -304,6 +311,32 @@ static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, cons
     }
 }
 
+// Scores kernel then select kernel per chunk of query rows; the workspace row of query t holds its eligible keys'
+// scores from column 0 (key_start[t]), rows padded to a multiple of 4 keys for the select's 16-byte loads.
+static int indexer_topk_two_pass(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                 const dsarl_dsa_indexer_inputs *in, int32_t topk, int32_t *indices, float *scores,
+                                 dsarl_error *err)
+{
+    const int64_t Tq = batch->n_queries;
+    const int64_t max_keys = batch->max_keys_per_query > 0 ? batch->max_keys_per_query : 1;
+    const int64_t ld_ws = (max_keys + 3) / 4 * 4;
+    int64_t rows = INDEXER_WS_BUDGET / (ld_ws * (int64_t)sizeof(uint32_t)) / 64 * 64;
+    const char *chunk_env = getenv("DSARL_TILELANG_INDEXER_CHUNK"); /* tests: force several chunks */
+    if (chunk_env && atoll(chunk_env) > 0)
+        rows = atoll(chunk_env);
+    rows = rows < 64 ? 64 : (rows > Tq ? Tq : rows);
+    void *ws;
+    DSARL_TRY(tilelang_workspace(ctx, (size_t)(rows * ld_ws) * sizeof(uint32_t), &ws, err));
+    for (int64_t begin = 0; begin < Tq; begin += rows) {
+        const int64_t end = begin + rows < Tq ? begin + rows : Tq;
+        DSARL_TRY(tilelang_indexer_scores_mma(batch, in, begin, end, (uint32_t *)ws, ld_ws, max_keys,
+                                              scores ? 0 : topk, err));
+        DSARL_TRY(tilelang_indexer_select(batch, begin, end, (const uint32_t *)ws, ld_ws, max_keys, topk, indices,
+                                          scores, err));
+    }
+    return DSARL_OK;
+}
+
 int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
                           int32_t topk, int32_t *indices, float *scores, dsarl_error *err)
 {
@@ -314,6 +347,9 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
                           "indices (Tq, topk) set", topk, TOPK_MAX);
     if (batch->n_queries == 0)
         return DSARL_OK;
+    if (!ctx->f32 && !getenv("DSARL_TILELANG_NO_WMMA") && !getenv("DSARL_TILELANG_INDEXER_ROWWISE") &&
+        tilelang_indexer_scores_mma_fits(in))
+        return indexer_topk_two_pass(ctx, batch, in, topk, indices, scores, err);
     int sort_size = 1;
     while (sort_size < topk)
         sort_size <<= 1;

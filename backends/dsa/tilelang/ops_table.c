@@ -4,8 +4,9 @@
 static void describe_tilelang(void (*emit)(void *ctx, const char *line), void *ctx)
 {
     emit(ctx, "all ops: tiled CUDA kernels on the cuda device, bf16 operands, fp32 math and accumulation");
-    emit(ctx, "indexer_topk: fused scores (tensor cores for bf16, 16-multiple dims) + exact radix select per query "
-              "row (no Tq x Tk matrix), descending order, ties to the lower index");
+    emit(ctx, "indexer_topk: bf16 with 8/16/32/64 heads and 16-multiple dims: query tiles scored on mma.sync "
+              "tensor cores into a chunked workspace, then an exact radix select per row (key order without scores, "
+              "descending with scores); else fused row-wise scores + select; ties to the lower index");
     emit(ctx, "sparse_mla: gathered KV tiles in shared memory, WMMA tensor cores for bf16 and 16-multiple dims "
               "(CUDA cores otherwise), online softmax; dkv via fp32 atomics");
 }

@@ -1,0 +1,33 @@
+/* indexer_fast.cuh: device helpers of the two-kernel indexer_topk path for bf16 storage (indexer_topk.cu picks
+ * it; the launchers are declared in indexer_fast.h).
+ *
+ *   1. indexer_scores_mma.cu: a block scores a tile of consecutive query rows (64 query x head columns per warp,
+ *      8 warps) against key tiles of 64 rows streamed once per query tile (cp.async double buffer, ldmatrix,
+ *      mma.sync m16n8k16 bf16 -> fp32); ReLU, head weights and the sum over heads happen in registers, and only
+ *      each row's eligible scores are stored, as order-preserving uint32 keys, in a (rows, ld) workspace.
+ *   2. indexer_select.cu: one block per query row: an exact radix select of the k-th best key (4 passes of 8 bits,
+ *      warp-aggregated shared-memory histograms, the row staged in shared memory), then an ordered compaction
+ *      (every key above the k-th, and the lowest-indexed of those equal to it). Without scores the chosen keys are
+ *      written in ascending key order; with scores they are bitonic-sorted into descending score order, ties to the
+ *      lower index (as the reference writes them).
+ * Queries are processed in chunks of rows so the workspace stays bounded. */
+#ifndef DSARL_TILELANG_INDEXER_FAST_CUH
+#define DSARL_TILELANG_INDEXER_FAST_CUH
+
+#include "indexer_fast.h"
+#include "tilelang_common.cuh"
+
+/* Order-preserving map of a float score to uint32 (larger score, larger key; -0 and +0 map to the same key, so
+ * the tie rule sees them as equal, as the reference's double comparison does). */
+static __device__ __forceinline__ uint32_t indexer_order_key(float f)
+{
+    uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static __device__ __forceinline__ float indexer_key_value(uint32_t k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+#endif /* DSARL_TILELANG_INDEXER_FAST_CUH */
