@@ -28,3 +28,7 @@ if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_headwise SOURCES check_glm5_headwise.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
 endif()
+# `dsarl run` with dsa_attention_form: SFT in both forms logs the same numbers, GRPO in the per-head form, bad value.
+add_test(NAME glm5_headwise_cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/glm5_headwise_cli_check.sh ${CMAKE_BINARY_DIR}
+         ${PROJECT_SOURCE_DIR})
+set_tests_properties(glm5_headwise_cli PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77)
