@@ -15,6 +15,10 @@
  * near-tie that bf16 flips changes that token discretely; float32 storage allows none), the indexer loss 5e-2,
  * all gradients together ||cuda - cpu|| / ||cpu|| <= 5e-2 and each tensor <= 0.25 (a small tensor behind a
  * near-tie top-k choice may flip). A dtype mix-up gives errors of order 1.
+ * A third case (built when the cudnn DSA backend is, DSARL_TEST_CUDNN) runs the bf16 case with
+ * dsa_kernel_backend=cudnn on the GPU, under the same bf16 tolerances: whichever attention form the model asks the
+ * backend for (cuDNN's per-head graphs, or its paged absorbed forward with tilelang's backward), the step must match
+ * the CPU reference run.
  * Label gpu; exit 77 (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
@@ -29,6 +33,9 @@
 #include "glm5_ops.h"
 #include "recipe_internal.h"
 #include "tilelang.h"
+#ifdef DSARL_TEST_CUDNN
+#include "cudnn_dsa.h"
+#endif
 
 static const char *recipe_model =
     "policy:\n"
@@ -51,6 +58,7 @@ static dsarl_error err;
 static int32_t tokens[T], targets[T], cu[3] = {0, 17, T};
 static float dlogprobs[T];
 static int bf16_mode; /* the fixture in use: 1 = bf16 storage, 0 = float32 storage */
+static const dsarl_dsa_ops *gpu_dsa_ops = &dsarl_dsa_tilelang_ops; /* the GPU run's DSA backend */
 static double tol_logits, tol_iloss, tol_grad_tensor, tol_grad_all;
 
 // Rounds to the nearest bf16 value (ties to even), as the GPU stores it.
@@ -65,9 +73,10 @@ static float round_bf16(float x)
 static dsarl_token_batch batch = {.struct_size = sizeof(dsarl_token_batch), .n_tokens = T, .n_sequences = 2,
                                   .tokens = tokens, .cu_seqlens = cu};
 
-static void setup_with(int bf16)
+static void setup_with(int bf16, const dsarl_dsa_ops *dsa_ops)
 {
     bf16_mode = bf16;
+    gpu_dsa_ops = dsa_ops;
     tol_logits = bf16 ? 3e-2 : 1e-4, tol_iloss = bf16 ? 5e-2 : 1e-3;
     tol_grad_tensor = bf16 ? 0.25 : 1e-3, tol_grad_all = bf16 ? 5e-2 : 1e-3;
     char recipe_text[2048];
@@ -82,13 +91,12 @@ static void setup_with(int bf16)
     ck_assert_msg(cuda_create(&dc, &gpu, &err) == 0, "%s", err.message);
     ck_assert_int_eq(cuda_storage_dtype(gpu), bf16 ? DSARL_DTYPE_BF16 : DSARL_DTYPE_F32);
     ck_assert_int_eq(dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, cpu, NULL, &ref, &err), 0);
-    ck_assert_msg(dsarl_dsa_tilelang_ops.create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s",
-                  err.message);
+    ck_assert_msg(gpu_dsa_ops->create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
     dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(recipe),
                              .device_ops = &dsarl_cpu_device_ops, .device = cpu, .dsa_ops = &dsarl_dsa_reference_ops,
                              .dsa = ref, .seed = 29};
     ck_assert_msg(ops->create(&mc, &cpu_model, &err) == 0, "%s", err.message);
-    mc.device_ops = &dsarl_cuda_device_ops, mc.device = gpu, mc.dsa_ops = &dsarl_dsa_tilelang_ops, mc.dsa = tl;
+    mc.device_ops = &dsarl_cuda_device_ops, mc.device = gpu, mc.dsa_ops = gpu_dsa_ops, mc.dsa = tl;
     ck_assert_msg(ops->create(&mc, &gpu_model, &err) == 0, "%s", err.message);
     // identical weights on both (whatever the initialisation does), with non-zero biases and norm weights
     int64_t n = ops->parameter_tensors(cpu_model);
@@ -117,14 +125,17 @@ static void setup_with(int bf16)
     }
 }
 
-static void setup_f32(void) { setup_with(0); }
-static void setup_bf16(void) { setup_with(1); }
+static void setup_f32(void) { setup_with(0, &dsarl_dsa_tilelang_ops); }
+static void setup_bf16(void) { setup_with(1, &dsarl_dsa_tilelang_ops); }
+#ifdef DSARL_TEST_CUDNN
+static void setup_bf16_cudnn(void) { setup_with(1, &dsarl_dsa_cudnn_ops); }
+#endif
 
 static void teardown(void)
 {
     ops->destroy(gpu_model);
     ops->destroy(cpu_model);
-    dsarl_dsa_tilelang_ops.destroy(tl);
+    gpu_dsa_ops->destroy(tl);
     dsarl_dsa_reference_ops.destroy(ref);
     cuda_destroy(gpu);
     cpu_destroy(cpu);
@@ -311,6 +322,14 @@ int main(void)
     tcase_add_test(bf16, test_logits_and_logprobs);
     tcase_add_test(bf16, test_gradients);
     suite_add_tcase(s, bf16);
+#ifdef DSARL_TEST_CUDNN
+    TCase *cudnn = tcase_create("cuda_bf16_cudnn_backend_vs_cpu");
+    tcase_add_checked_fixture(cudnn, setup_bf16_cudnn, teardown);
+    tcase_set_timeout(cudnn, 300);
+    tcase_add_test(cudnn, test_logits_and_logprobs);
+    tcase_add_test(cudnn, test_gradients);
+    suite_add_tcase(s, cudnn);
+#endif
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);

@@ -27,3 +27,14 @@ if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_dsa_indexer_fast SOURCES check_dsa_indexer_fast.c LABELS gpu NOFORK TIMEOUT 600
     LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
 endif()
+
+# The cudnn DSA backend (cuDNN graphs + hand-overs to tilelang) against the reference backend, every op and route.
+if(TARGET dsarl-dsa-cudnn-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_dsa_cudnn SOURCES check_dsa_cudnn.c LABELS gpu NOFORK TIMEOUT 600
+    LIBS dsarl-dsa-cudnn-objects dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
+endif()
+# ... and the glm5 model step with dsa_kernel_backend=cudnn (a third case of check_glm5_cuda).
+if(TARGET check_glm5_cuda AND TARGET dsarl-dsa-cudnn-objects)
+  target_link_libraries(check_glm5_cuda PRIVATE dsarl-dsa-cudnn-objects)
+  target_compile_definitions(check_glm5_cuda PRIVATE DSARL_TEST_CUDNN=1)
+endif()

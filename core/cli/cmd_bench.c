@@ -22,10 +22,15 @@
 #include "cmd_bench.h"
 #include "dsarl/ops/dsa.h"
 
+#define BENCH_MAX_LIST 8
+
 typedef struct bench_opts {
-    const char *device, *backend;
-    int64_t tokens;               // packed query tokens (one causal sequence for the indexer)
-    int32_t heads, topk, d_qk, d_v, index_heads, index_dim, iters;
+    const char *device;
+    const char *backends[BENCH_MAX_LIST]; // DSA backends, timed side by side on the same inputs
+    int n_backends;
+    int64_t tokens[BENCH_MAX_LIST];       // token counts (one causal sequence for the indexer and headwise ops)
+    int n_tokens;
+    int32_t heads, topk, d_qk, d_v, index_heads, index_dim, iters, hw_d_qk, hw_d_v;
 } bench_opts;
 
 void load_events(event_api *ev)
@@ -122,6 +127,8 @@ typedef struct dsa_args {
     dsarl_dsa_batch batch;
     dsarl_dsa_indexer_inputs index;
     dsarl_dsa_attention_inputs attn;
+    dsarl_dsa_headwise_inputs head;
+    void *hw_out, *hw_dout, *hw_dq, *hw_dk, *hw_dv;
     int32_t topk, *idx;
     void *out, *dout, *dq, *dkv;
     float *lse;
@@ -144,12 +151,27 @@ static int run_bwd(bench *b, void *p)
                                            a->dq, a->dkv, &b->err);
 }
 
-static void print_row(const char *op, const char *shape, double ms, double tflops, double ceiling, const char *target)
+static int run_hw_fwd(bench *b, void *p)
 {
-    printf("%-20s %-44s %9.3f %9.1f %9.1f %7.1f%%  %s\n", op, shape, ms, tflops, ceiling, 100.0 * tflops / ceiling,
-           target);
-    printf("json: {\"impl\": \"dsarl\", \"op\": \"%s\", \"shape\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f, "
-           "\"gemm_ceiling_tflops\": %.1f, \"target\": \"%s\"}\n", op, shape, ms, tflops, ceiling, target);
+    dsa_args *a = p;
+    return b->dsa_ops->headwise_attention_forward(b->dsa, &a->batch, &a->head, a->idx, a->topk, a->hw_out, a->lse,
+                                                  &b->err);
+}
+static int run_hw_bwd(bench *b, void *p)
+{
+    dsa_args *a = p;
+    return b->dsa_ops->headwise_attention_backward(b->dsa, &a->batch, &a->head, a->idx, a->topk, a->hw_out, a->lse,
+                                                   a->hw_dout, a->hw_dq, a->hw_dk, a->hw_dv, &b->err);
+}
+
+static void print_row(const char *backend, const char *op, const char *shape, double ms, double tflops,
+                      double ceiling, const char *target)
+{
+    printf("%-10s %-28s %-40s %9.3f %9.1f %9.1f %7.1f%%  %s\n", backend, op, shape, ms, tflops, ceiling,
+           100.0 * tflops / ceiling, target);
+    printf("json: {\"impl\": \"dsarl\", \"backend\": \"%s\", \"op\": \"%s\", \"shape\": \"%s\", \"ms\": %.4f, "
+           "\"tflops\": %.2f, \"gemm_ceiling_tflops\": %.1f, \"target\": \"%s\"}\n", backend, op, shape, ms, tflops,
+           ceiling, target);
 }
 
 static void free_all(bench *b, void **ptrs, int n)
@@ -159,14 +181,12 @@ static void free_all(bench *b, void **ptrs, int n)
             b->d->free(b->dev, ptrs[i]);
 }
 
-static int bench_dsa(bench *b, const bench_opts *o)
+// The machine's ceilings in this run (a GEMM through the device's gemm, a device copy) and the table header.
+static int bench_ceilings(bench *b, const bench_opts *o, double *ceiling_out)
 {
     dsarl_dtype st = b->d->storage_dtype(b->dev);
     size_t e = dsarl_dtype_size(st);
     int iters = o->iters;
-    b->flush_bytes = (size_t)256 << 20;
-    DSARL_TRY(b->d->alloc(b->dev, b->flush_bytes, &b->flush, &b->err));
-
     // ceilings of this machine, in this run
     gemm_args g = {.n = 8192};
     void *owned[16] = {0};
@@ -186,15 +206,27 @@ static int bench_dsa(bench *b, const bench_opts *o)
     n_owned = 0;
     DSARL_TRY(rc);
     double ceiling = 2.0 * (double)g.n * g.n * g.n / gemm_ms / 1e9, copy_gbs = 2.0 * (double)c.bytes / copy_ms / 1e6;
-    printf("dsarl bench dsa: device %s (storage %s), backend %s, %d timed iterations each (mean), L2 flushed, %s\n",
-           o->device, dsarl_dtype_name(st), o->backend, iters, b->ev.create ? "CUDA events" : "wall clock");
+    printf("dsarl bench dsa: device %s (storage %s), backends", o->device, dsarl_dtype_name(st));
+    for (int i = 0; i < o->n_backends; i++)
+        printf("%s %s", i ? "," : "", o->backends[i]);
+    printf(", %d timed iterations each (mean), L2 flushed, %s\n", iters, b->ev.create ? "CUDA events" : "wall clock");
     printf("ceilings (this run): %s GEMM 8192^3 %.1f TFLOP/s; device copy %.0f GB/s (read + write)\n",
            dsarl_dtype_name(st), ceiling, copy_gbs);
     printf("json: {\"impl\": \"dsarl\", \"op\": \"ceilings\", \"gemm_tflops\": %.1f, \"copy_gbs\": %.0f}\n", ceiling,
            copy_gbs);
-    printf("%-20s %-44s %9s %9s %9s %8s  %s\n", "op", "shape", "ms", "TFLOP/s", "ceiling", "ratio", "target");
+    printf("%-10s %-28s %-40s %9s %9s %9s %8s  %s\n", "backend", "op", "shape", "ms", "TFLOP/s", "ceiling", "ratio",
+           "target");
+    *ceiling_out = ceiling;
+    return DSARL_OK;
+}
 
-    int64_t T = o->tokens;
+// Every op of the current backend (b->dsa_ops, named backend) at T tokens.
+static int bench_shape(bench *b, const bench_opts *o, const char *backend, int64_t T, double ceiling)
+{
+    dsarl_dtype st = b->d->storage_dtype(b->dev);
+    size_t e = dsarl_dtype_size(st);
+    int iters = o->iters, rc = 0, n_owned = 0;
+    void *owned[24] = {0};
     int32_t H = o->heads, k = o->topk, nI = o->index_heads, dI = o->index_dim;
     // indexer: one causal sequence of T tokens (query t sees keys [0, t])
     int32_t *start = malloc((size_t)T * sizeof(int32_t)), *end = malloc((size_t)T * sizeof(int32_t));
@@ -233,7 +265,69 @@ static int bench_dsa(bench *b, const bench_opts *o)
     if (rc == 0) {
         double flops = 2.0 * nI * dI * (double)T * (double)(T + 1) / 2.0;
         snprintf(shape, sizeof shape, "T=%lld causal, %dx%d, k=%d", (long long)T, nI, dI, k);
-        print_row("indexer_topk", shape, ms, flops / ms / 1e9, ceiling, "<= 2 ms");
+        print_row(backend, "indexer_topk", shape, ms, flops / ms / 1e9, ceiling, "<= 2 ms");
+    }
+    // headwise (per-head, non-absorbed) attention over the same causal sequence, for backends that serve it: row t
+    // selects its most recent min(t + 1, k) keys (the dense causal graph when T <= k, the top-k bias beyond)
+    if (rc == 0 && DSARL_DSA_HAS(b->dsa_ops, headwise_attention_forward) && DSARL_DSA_HAS(b->dsa_ops, preferred_form)) {
+        int32_t cu[2] = {0, (int32_t)T}, dq_ = o->hw_d_qk, dv_ = o->hw_d_v;
+        a.batch.host_cu_seqlens = cu, a.batch.n_segments = 1;
+        snprintf(shape, sizeof shape, "S=%lld causal H=%d d=%d/%d k=%d", (long long)T, H, dq_, dv_, k);
+        if (b->dsa_ops->preferred_form(b->dsa, &a.batch, k) != DSARL_DSA_FORM_HEADWISE) {
+            printf("%-10s %-28s %-40s not served: preferred_form answers absorbed\n", backend, "headwise_attention",
+                   shape);
+            printf("json: {\"impl\": \"dsarl\", \"backend\": \"%s\", \"op\": \"headwise_attention_forward\", "
+                   "\"shape\": \"%s\", \"skipped\": \"preferred_form answers absorbed\"}\n", backend, shape);
+        } else {
+            for (int64_t t = 0; t < T; t++)
+                for (int32_t i = 0; i < k; i++)
+                    idx[t * k + i] = t - i >= 0 ? (int32_t)(t - i) : -1;
+            rc = b->d->copy(b->dev, a.idx, idx, (size_t)(T * k) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, &b->err);
+            a.head = (dsarl_dsa_headwise_inputs){.struct_size = sizeof(a.head), .n_heads = H, .d_qk = dq_, .d_v = dv_,
+                                                 .softmax_scale = 1.0f / sqrtf((float)dq_)};
+            void *hq = NULL, *hk = NULL, *hv = NULL;
+            int first = n_owned;
+            if (rc == 0)
+                rc = upload_random(b, &hq, st, T * H * dq_, 1.0f, 11);
+            if (rc == 0)
+                owned[n_owned++] = hq, rc = upload_random(b, &hk, st, T * H * dq_, 1.0f, 12);
+            if (rc == 0)
+                owned[n_owned++] = hk, rc = upload_random(b, &hv, st, T * H * dv_, 1.0f, 13);
+            if (rc == 0)
+                owned[n_owned++] = hv, rc = upload_random(b, &a.hw_dout, st, T * H * dv_, 1.0f, 14);
+            if (rc == 0)
+                owned[n_owned++] = a.hw_dout, rc = b->d->alloc(b->dev, (size_t)(T * H * dv_) * e, &a.hw_out, &b->err);
+            if (rc == 0)
+                owned[n_owned++] = a.hw_out, rc = b->d->alloc(b->dev, (size_t)(T * H * dq_) * e, &a.hw_dq, &b->err);
+            if (rc == 0)
+                owned[n_owned++] = a.hw_dq, rc = b->d->alloc(b->dev, (size_t)(T * H * dq_) * e, &a.hw_dk, &b->err);
+            if (rc == 0)
+                owned[n_owned++] = a.hw_dk, rc = b->d->alloc(b->dev, (size_t)(T * H * dv_) * e, &a.hw_dv, &b->err);
+            if (rc == 0)
+                owned[n_owned++] = a.hw_dv, rc = b->d->alloc(b->dev, (size_t)(T * H) * sizeof(float),
+                                                             (void **)&a.lse, &b->err);
+            if (rc == 0) {
+                owned[n_owned++] = a.lse;
+                a.head.q = hq, a.head.k = hk, a.head.v = hv;
+                rc = time_op(b, run_hw_fwd, &a, iters, &ms);
+            }
+            // useful FLOPs: the selected (query, key) pairs only; backward five products (3 d_qk + 2 d_v)
+            double pairs = 0.0;
+            for (int64_t t = 0; t < T; t++)
+                pairs += (double)(t + 1 < k ? t + 1 : k);
+            if (rc == 0)
+                print_row(backend, "headwise_attention_forward", shape, ms, 2.0 * H * pairs * (dq_ + dv_) / ms / 1e9,
+                          ceiling, "-");
+            if (rc == 0)
+                rc = time_op(b, run_hw_bwd, &a, iters, &ms);
+            if (rc == 0)
+                print_row(backend, "headwise_attention_backward", shape, ms,
+                          2.0 * H * pairs * (3.0 * dq_ + 2.0 * dv_) / ms / 1e9, ceiling, "-");
+            free_all(b, owned + first, n_owned - first); // before the absorbed inputs are allocated
+            n_owned = first;
+            a.lse = NULL;
+        }
+        a.batch.host_cu_seqlens = NULL, a.batch.n_segments = 0;
     }
     // sparse MLA: every query attends k keys chosen over the whole array (FlashMLA's prefill test layout), so the
     // FLOP count is exact; distinct keys per row from an odd-stride walk (T a power of two keeps them distinct)
@@ -273,11 +367,11 @@ static int bench_dsa(bench *b, const bench_opts *o)
     if (rc == 0)
         rc = time_op(b, run_fwd, &a, iters, &ms);
     if (rc == 0)
-        print_row("sparse_mla_forward", shape, ms, per_pair * (o->d_qk + o->d_v) / ms / 1e9, ceiling, ">= 450 TFLOP/s");
+        print_row(backend, "sparse_mla_forward", shape, ms, per_pair * (o->d_qk + o->d_v) / ms / 1e9, ceiling, ">= 450 TFLOP/s");
     if (rc == 0)
         rc = time_op(b, run_bwd, &a, iters, &ms);
     if (rc == 0)
-        print_row("sparse_mla_backward", shape, ms, per_pair * (3.0 * o->d_qk + 2.0 * o->d_v) / ms / 1e9, ceiling,
+        print_row(backend, "sparse_mla_backward", shape, ms, per_pair * (3.0 * o->d_qk + 2.0 * o->d_v) / ms / 1e9, ceiling,
                   ">= 200 TFLOP/s");
     free(start), free(end), free(idx);
     free_all(b, owned, n_owned);
@@ -286,12 +380,15 @@ static int bench_dsa(bench *b, const bench_opts *o)
 
 static void print_help(void)
 {
-    printf("usage: dsarl bench dsa [--device cuda] [--backend tilelang] [--tokens 8192] [--heads 64] [--topk 2048]\n"
-           "                       [--d-qk 576] [--d-v 512] [--index-heads 32] [--index-dim 128] [--iters 5]\n"
+    printf("usage: dsarl bench dsa [--device cuda] [--backend tilelang[,cudnn,...]] [--tokens 8192[,2048,...]]\n"
+           "                       [--heads 64] [--topk 2048] [--d-qk 576] [--d-v 512] [--index-heads 32]\n"
+           "                       [--index-dim 128] [--hw-d-qk 256] [--hw-d-v 256] [--iters 5]\n"
            "\n"
-           "Times the selected DSA backend's indexer top-k, sparse MLA forward and backward on the device (plugins\n"
-           "from the registry), after measuring the device's GEMM and copy ceilings in the same run; prints a table\n"
-           "(ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n"
+           "Times each selected DSA backend's indexer top-k, sparse MLA forward and backward (absorbed d-qk/d-v) and,\n"
+           "for backends that serve it, the per-head attention forward and backward (hw-d-qk/hw-d-v, one causal\n"
+           "sequence, as preferred_form allows) on the device (plugins from the registry), every backend at every\n"
+           "token count on the same inputs, after measuring the device's GEMM and copy ceilings in the same run;\n"
+           "prints a table (backend, op, ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n"
            "\n"
            "dsarl bench train|generate --help: a whole training step / greedy generation of a model config.\n");
 }
@@ -323,72 +420,119 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
         fprintf(stderr, "dsarl bench: error: unknown benchmark '%s' (known: dsa, train, generate)\n", argv[1]);
         return CLI_EXIT_USAGE;
     }
-    bench_opts o = {.device = "cuda", .backend = "tilelang", .tokens = 8192, .heads = 64, .topk = 2048, .d_qk = 576,
-                    .d_v = 512, .index_heads = 32, .index_dim = 128, .iters = 5};
+    bench_opts o = {.device = "cuda", .backends = {"tilelang"}, .n_backends = 1, .tokens = {8192}, .n_tokens = 1,
+                    .heads = 64, .topk = 2048, .d_qk = 576, .d_v = 512, .index_heads = 32, .index_dim = 128,
+                    .iters = 5, .hw_d_qk = 256, .hw_d_v = 256};
+    char *lists_owned[2] = {NULL, NULL}; // the split copies of --tokens [0] and --backend [1]
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t x = 0;
         struct { const char *flag; int32_t *dst; int64_t hi; } ints[] = {
             {"--heads", &o.heads, 1024}, {"--topk", &o.topk, 1 << 20}, {"--d-qk", &o.d_qk, 4096},
             {"--d-v", &o.d_v, 4096}, {"--index-heads", &o.index_heads, 1024}, {"--index-dim", &o.index_dim, 4096},
-            {"--iters", &o.iters, 1000},
+            {"--iters", &o.iters, 1000}, {"--hw-d-qk", &o.hw_d_qk, 4096}, {"--hw-d-v", &o.hw_d_v, 4096},
         };
         int done = 0;
         if (cli_is_help(f)) {
             print_help();
+            free(lists_owned[0]), free(lists_owned[1]);
             return CLI_EXIT_OK;
+        } else if ((!strcmp(f, "--backend") || !strcmp(f, "--tokens")) && v) {
+            // comma-separated lists: every backend runs every token count, on the same inputs
+            int backend = f[2] == 'b', count = 0;
+            char *copy = strdup(v);
+            if (!copy) {
+                free(lists_owned[0]), free(lists_owned[1]);
+                return CLI_EXIT_USAGE;
+            }
+            free(lists_owned[backend]); // a repeated flag replaces the earlier list
+            lists_owned[backend] = copy;
+            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (count == BENCH_MAX_LIST) {
+                    fprintf(stderr, "dsarl bench dsa: error: %s takes at most %d values\n", f, BENCH_MAX_LIST);
+                    free(lists_owned[0]), free(lists_owned[1]);
+                    return CLI_EXIT_USAGE;
+                }
+                if (backend) {
+                    o.backends[count++] = tok;
+                } else if (parse_int(f, tok, 1, (int64_t)1 << 24, &o.tokens[count++])) {
+                    free(lists_owned[0]), free(lists_owned[1]);
+                    return CLI_EXIT_USAGE;
+                }
+            }
+            if (backend)
+                o.n_backends = count;
+            else
+                o.n_tokens = count;
+            done = count > 0;
         } else if (!strcmp(f, "--device") && v) {
             o.device = v, done = 1;
-        } else if (!strcmp(f, "--backend") && v) {
-            o.backend = v, done = 1;
-        } else if (!strcmp(f, "--tokens")) {
-            if (parse_int(f, v, 1, (int64_t)1 << 24, &o.tokens))
-                return CLI_EXIT_USAGE;
-            done = 1;
         }
         for (size_t j = 0; !done && j < sizeof ints / sizeof ints[0]; j++)
             if (!strcmp(f, ints[j].flag)) {
-                if (parse_int(f, v, 1, ints[j].hi, &x))
+                if (parse_int(f, v, 1, ints[j].hi, &x)) {
+                    free(lists_owned[0]), free(lists_owned[1]);
                     return CLI_EXIT_USAGE;
+                }
                 *ints[j].dst = (int32_t)x, done = 1;
             }
         if (!done) {
             fprintf(stderr, "dsarl bench dsa: error: unknown option or missing value '%s'; see --help\n", f);
+            free(lists_owned[0]), free(lists_owned[1]);
             return CLI_EXIT_USAGE;
         }
         i++;
     }
-    if (o.topk > o.tokens || o.d_v > o.d_qk) {
-        fprintf(stderr, "dsarl bench dsa: error: needs --topk <= --tokens and --d-v <= --d-qk\n");
+    int bad = o.d_v > o.d_qk;
+    for (int i = 0; i < o.n_tokens; i++)
+        bad |= o.topk > o.tokens[i];
+    if (bad) {
+        fprintf(stderr, "dsarl bench dsa: error: needs --topk <= every --tokens value and --d-v <= --d-qk\n");
+        free(lists_owned[0]), free(lists_owned[1]);
         return CLI_EXIT_USAGE;
     }
     bench b = {0};
     dsarl_registry *reg = NULL;
-    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL;
+    const dsarl_ops_common *dev_c = NULL;
+    const dsarl_dsa_ops *dsa_ops[BENCH_MAX_LIST] = {0};
+    dsarl_dsa_context *dsa[BENCH_MAX_LIST] = {0};
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     int rc = cli_open_registry(NULL, opts, &reg, &b.err);
     if (rc == 0)
         rc = dsarl_registry_require(reg, DSARL_KIND_DEVICE, o.device, "dsarl bench dsa --device", &dev_c, &b.err);
-    if (rc == 0)
-        rc = dsarl_registry_require(reg, DSARL_KIND_DSA, o.backend, "dsarl bench dsa --backend", &dsa_c, &b.err);
+    for (int i = 0; rc == 0 && i < o.n_backends; i++) {
+        const dsarl_ops_common *dsa_c = NULL;
+        rc = dsarl_registry_require(reg, DSARL_KIND_DSA, o.backends[i], "dsarl bench dsa --backend", &dsa_c, &b.err);
+        dsa_ops[i] = (const dsarl_dsa_ops *)dsa_c;
+    }
     if (rc == 0) {
         b.d = (const dsarl_device_ops *)dev_c;
-        b.dsa_ops = (const dsarl_dsa_ops *)dsa_c;
         dsarl_device_config dc = {.struct_size = sizeof(dc), .parallel = &single};
         rc = b.d->create(&dc, &b.dev, &b.err);
     }
-    if (rc == 0)
-        rc = b.dsa_ops->create(b.d, b.dev, NULL, &b.dsa, &b.err);
+    for (int i = 0; rc == 0 && i < o.n_backends; i++)
+        rc = dsa_ops[i]->create(b.d, b.dev, NULL, &dsa[i], &b.err);
+    double ceiling = 0.0;
     if (rc == 0) {
         load_events(&b.ev);
-        rc = bench_dsa(&b, &o);
+        b.flush_bytes = (size_t)256 << 20;
+        rc = b.d->alloc(b.dev, b.flush_bytes, &b.flush, &b.err);
     }
+    if (rc == 0)
+        rc = bench_ceilings(&b, &o, &ceiling);
+    for (int t = 0; rc == 0 && t < o.n_tokens; t++)
+        for (int i = 0; rc == 0 && i < o.n_backends; i++) {
+            b.dsa_ops = dsa_ops[i], b.dsa = dsa[i];
+            rc = bench_shape(&b, &o, o.backends[i], o.tokens[t], ceiling);
+        }
     if (b.flush)
         b.d->free(b.dev, b.flush);
-    if (b.dsa)
-        b.dsa_ops->destroy(b.dsa);
+    for (int i = 0; i < o.n_backends; i++)
+        if (dsa[i])
+            dsa_ops[i]->destroy(dsa[i]);
     if (b.dev)
         b.d->destroy(b.dev);
     dsarl_registry_free(reg);
+    free(lists_owned[0]), free(lists_owned[1]);
     return rc ? cli_fail(&b.err) : CLI_EXIT_OK;
 }

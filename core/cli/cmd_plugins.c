@@ -3,13 +3,15 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dsarl/ops/dsa.h"
 
 static void print_help(void)
 {
     printf("usage: dsarl plugins [--plugin-path DIRS]\n"
            "\n"
            "Loads every dsarl-*.so on the plugin search path and prints, per ops table: kind, name, plugin\n"
-           "version, ABI, file and description (plus the plugin's own notes, e.g. which engine serves which op);\n"
+           "version, ABI, file and description (plus the plugin's own notes; for DSA backends the route table:\n"
+           "which engine serves each op at which sizes, a cuDNN graph or a hand-over to another backend's kernel);\n"
            "then every refused file with the reason, and the search path in order.\n");
 }
 
@@ -17,6 +19,23 @@ static void emit_line(void *ctx, const char *line)
 {
     (void)ctx;
     printf("      %s\n", line);
+}
+
+// A DSA backend's routes ("op | sizes | engine" per line), or the statement that it runs its own kernels throughout.
+static void print_routes(const dsarl_dsa_ops *dsa)
+{
+    if (!DSARL_DSA_HAS(dsa, routes)) {
+        printf("      routes: every op runs this backend's own kernels\n");
+        return;
+    }
+    printf("      routes (op | sizes | engine):\n");
+    for (const char *line = dsa->routes; *line;) {
+        const char *end = strchr(line, '\n');
+        int n = end ? (int)(end - line) : (int)strlen(line);
+        if (n > 0)
+            printf("        %.*s\n", n, line);
+        line += n + (end ? 1 : 0);
+    }
 }
 
 int cmd_plugins(int argc, char **argv, const cli_options *opts)
@@ -49,6 +68,8 @@ int cmd_plugins(int argc, char **argv, const cli_options *opts)
                 printf("      %s\n", e->ops->description);
             if (e->ops->describe)
                 e->ops->describe(emit_line, NULL);
+            if (e->kind == DSARL_KIND_DSA)
+                print_routes((const dsarl_dsa_ops *)e->ops);
         }
     }
     size_t n_refused = dsarl_registry_refusal_count(reg);

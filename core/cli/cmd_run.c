@@ -79,6 +79,18 @@ int cmd_run(int argc, char **argv, const cli_options *opts)
     }
     dsarl_log(DSARL_LOG_INFO, "algorithm %s, model %s, device %s, dsa %s, generation %s", sel.algorithm.name,
               sel.model.name, sel.device.name, sel.dsa.name, sel.generation.name);
+    const dsarl_dsa_ops *dsa_ops = (const dsarl_dsa_ops *)sel.dsa.ops;
+    if (dsa_ops && DSARL_DSA_HAS(dsa_ops, routes)) { // which engine serves each DSA op, so a hand-over is visible
+        char routes[4096];
+        size_t n = 0;
+        for (const char *p = dsa_ops->routes; *p && n + 3 < sizeof routes; p++)
+            if (*p != '\n')
+                routes[n++] = *p;
+            else if (p[1])
+                routes[n++] = ';', routes[n++] = ' ';
+        routes[n] = '\0';
+        dsarl_log(DSARL_LOG_INFO, "dsa %s routes: %s", sel.dsa.name, routes);
+    }
 
     const dsarl_environment_ops *env_ops[DSARL_MAX_ENVIRONMENTS];
     const char *env_names[DSARL_MAX_ENVIRONMENTS];

@@ -43,6 +43,13 @@ expect 0 plugins -- "$dsarl" plugins
 contains out "KIND" plugins
 contains out "refused: 0" plugins
 contains out "beside libdsarl" plugins
+# DSA backends print their route table (which engine serves each op); the reference runs its own code throughout
+contains out "routes: every op runs this backend's own kernels" plugins
+if [ -e "$build/lib/dsarl/plugins/dsarl-dsa-cudnn.so" ]; then # CUDA builds: cudnn's hand-overs are spelled out
+  contains out "routes (op | sizes | engine):" plugins
+  contains out "sparse_mla_backward | absorbed, every size | hand-over: tilelang" plugins
+  contains out "indexer_topk | every size | hand-over: tilelang" plugins
+fi
 
 # --- config show ---------------------------------------------------------------------------------------------
 recipe="$src/configs/recipes/llm/grpo-glm5.2-64n8g-megatron-6K-colocated.yaml"

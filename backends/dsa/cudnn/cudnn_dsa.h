@@ -1,0 +1,174 @@
+/* cudnn_dsa.h: internals of the cudnn DSA backend: DeepSeek Sparse Attention through cuDNN 9.19's C backend API
+ * (cudnnBackend* graphs) on the cuda device, with plain hand-overs to the tilelang kernels where cuDNN has no route.
+ *
+ * What cuDNN 9.19 can express for DSA on sm_90 is measured in shared/reference/cudnn_dsa.md; the routes this backend
+ * takes follow from it (the exact table is CDN_ROUTES below, printed by `dsarl plugins` and logged once per run):
+ * - headwise (per-head, non-absorbed) attention, forward and backward: the composite causal SDPA pattern graph
+ *   (matmul, scale, [+bias], causal select, softmax with Stats, matmul), which cuDNN's fused-attention engines
+ *   match. Segments no longer than index_topk attend densely (DSA selects every earlier key there), so the plain
+ *   causal graph is exact; longer segments, up to CDN_BIAS_MAX_SEGMENT tokens, add a bf16 bias [B,1,S,S] that is
+ *   0 on the selected keys and -1e9 elsewhere (built by our kernel from the indices).
+ *   Packed segments are gathered into a zero-padded [B, S, H, d] buffer per (length bucket, bias) group, S and B
+ *   rounded up to powers of two so a handful of plans serve every pack: causality keeps real queries off the
+ *   padded keys, and padded queries carry dO = 0, so they add exactly nothing to dK/dV.
+ * - absorbed sparse MLA forward (576/512 MQA): SDPA_FWD with block-size-1 page tables (the page-table row of a
+ *   query token is its compacted top-k list, seq_len_kv its valid count), the heads packed as query rows, Stats
+ *   giving the lse. Rows without a valid index are written outside cuDNN (out 0, lse +inf).
+ * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang kernels, linked
+ *   into this plugin, so their improvements reach this backend without a change here.
+ *
+ * Streams: cuDNN runs on its handle's default stream, the legacy default stream, as do our kernels and tilelang's.
+ * The cuda device's streams are blocking streams, so device work and DSA work are ordered without sharing a handle.
+ * Plans are cached by shape (every engine compiles kernels at plan time); the softmax scale is a by-value scalar, so
+ * a new scale needs no new plan. Workspace comes from the cuda device's alloc op and grows as needed. */
+#ifndef DSARL_DSA_CUDNN_H
+#define DSARL_DSA_CUDNN_H
+
+#include <stdint.h>
+#include "dsarl/ops/dsa.h"
+
+DSARL_BEGIN_DECLS
+
+/* Longest segment the causal + top-k bias graph serves (the bias costs 2 S^2 bytes per segment and its fused kernel
+ * reads it once per head; measured in docs/performance.md). Longer segments make preferred_form answer ABSORBED. */
+#define CDN_BIAS_MAX_SEGMENT 16384
+#define CDN_STR_(x) #x
+#define CDN_STR(x) CDN_STR_(x)
+
+/* One route per line, "op | sizes | engine": what the code below does, op by op. */
+#define CDN_ROUTES                                                                                                   \
+    "headwise_attention_forward/backward | causal segment <= index_topk, or indices NULL (dense) | cuDNN composite " \
+    "causal SDPA graph (fused fwd + bwd, d_qk, d_v <= 256, multiples of 8)\n"                                        \
+    "headwise_attention_forward/backward | index_topk < segment <= " CDN_STR(CDN_BIAS_MAX_SEGMENT) " | cuDNN "       \
+    "composite causal SDPA graph + additive top-k bias [B,1,S,S] (0 selected, -1e9 elsewhere)\n"                     \
+    "headwise_attention_forward/backward | segment > " CDN_STR(CDN_BIAS_MAX_SEGMENT) " | not served: preferred_form " \
+    "answers absorbed for such batches\n"                                                                            \
+    "sparse_mla_forward | absorbed (d_qk <= 576, d_v <= 512), bf16 storage | cuDNN SDPA_FWD, page tables of block "  \
+    "size 1 (one per query token = its top-k), heads as query rows, Stats = lse; rows with no index set by our "     \
+    "kernel\n"                                                                                                       \
+    "sparse_mla_forward | float32 storage, or no cuDNN plan for the dims | hand-over: tilelang (logged once)\n"      \
+    "sparse_mla_backward | absorbed, every size | hand-over: tilelang (cuDNN 9.19 has no 576/512 and no sparse "     \
+    "backward)\n"                                                                                                    \
+    "indexer_topk | every size | hand-over: tilelang (cuDNN 9.19 has no top-k)\n"                                   \
+    "indexer_loss_forward/backward | every size | hand-over: tilelang\n"                                            \
+    "preferred_form | causal batch, bf16, every segment <= index_topk or <= " CDN_STR(CDN_BIAS_MAX_SEGMENT) " | "    \
+    "headwise; otherwise absorbed\n"
+
+/* The ops table registered as (dsa, "cudnn"). */
+extern const dsarl_dsa_ops dsarl_dsa_cudnn_ops;
+
+typedef struct cdn_plan cdn_plan;   /* a finalized execution plan and the uids its variant pack needs */
+typedef struct cudnn_dsa cudnn_dsa; /* this backend's context; the ops receive it as dsarl_dsa_context * */
+
+struct cudnn_dsa {
+    const dsarl_device_ops *device_ops; /* workspace allocator (NULL: the caller passed raw device arrays) */
+    dsarl_device *dev;
+    int f32;                            /* the device stores float32 (runtime.cuda_storage_dtype=f32) */
+    void *handle;                       /* cudnnHandle_t on the legacy default stream */
+    dsarl_dsa_context *tilelang;        /* the hand-over target (tilelang's own context) */
+    cdn_plan **plans;                   /* cache, searched by key */
+    int n_plans, cap_plans;
+    void *workspace;                    /* device bytes (grows) */
+    size_t workspace_bytes;
+    int32_t *host_segments;             /* host staging of (offset, length) pairs */
+    size_t host_segments_cap;
+    int32_t bias_max_segment;           /* CDN_BIAS_MAX_SEGMENT unless DSARL_CUDNN_BIAS_MAX sets it (bench) */
+    int paged_handovers;                /* times the absorbed forward was refused by the paged graph (each logged) */
+    char paged_refused[64];             /* dims ("H d_qk d_v k") the paged graph refused: not asked again */
+    double plan_build_ms;               /* total time spent building plans (reported by the tests) */
+    int plans_built;
+};
+
+static inline cudnn_dsa *cdn_ctx(dsarl_dsa_context *ctx) { return (cudnn_dsa *)(void *)ctx; }
+
+/* --- context (context.c) --------------------------------------------------------------------------------------- */
+int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
+               dsarl_dsa_context **out, dsarl_error *err);
+void cdn_destroy(dsarl_dsa_context *ctx);
+/* Device workspace of at least bytes (valid until the next call on the context; growing synchronizes first). */
+int cdn_workspace(cudnn_dsa *c, size_t bytes, void **out, dsarl_error *err);
+dsarl_dsa_form cdn_preferred_form(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, int32_t topk);
+
+/* --- graphs and plans (graph.c, sdpa_graphs.c) ------------------------------------------------------------------ */
+/* Tensor uids of the graphs below (the variant pack binds device pointers to them). */
+enum {
+    CDN_Q = 1, CDN_K, CDN_V, CDN_O, CDN_STATS, CDN_SCALE, CDN_BIAS, CDN_NEG_INF, CDN_DO, CDN_DQ, CDN_DK, CDN_DV,
+    CDN_SOFTMAX_SUM, CDN_ONE, CDN_PAGE_K, CDN_PAGE_V, CDN_SEQ_Q, CDN_SEQ_KV, CDN_N_UIDS
+};
+
+/* The composite causal SDPA graph on zero-padded [B, S, H, d] buffers (BSHD), forward or backward, with or without
+ * the additive top-k bias; built once per shape and cached. */
+typedef struct cdn_headwise_shape {
+    int64_t batch, seq, heads, d_qk, d_v;
+    int bias, backward;
+} cdn_headwise_shape;
+int cdn_headwise_plan(cudnn_dsa *c, const cdn_headwise_shape *shape, cdn_plan **out, dsarl_error *err);
+
+/* SDPA_FWD with block-size-1 page tables over a shared latent pool: n query tokens, each with `heads` query rows
+ * of d_qk, attending its page-table row of topk pool entries (pool of `pages` rows, V = first d_v columns). */
+typedef struct cdn_paged_shape {
+    int64_t tokens, heads, d_qk, d_v, topk, pages;
+} cdn_paged_shape;
+int cdn_paged_plan(cudnn_dsa *c, const cdn_paged_shape *shape, cdn_plan **out, dsarl_error *err);
+
+/* Workspace bytes a plan needs; runs it with ptrs[uid] bound for every uid it uses (host pointers for by-value
+ * scalars). */
+int64_t cdn_plan_workspace(const cdn_plan *plan);
+int cdn_plan_execute(cudnn_dsa *c, const cdn_plan *plan, void *const ptrs[CDN_N_UIDS], void *workspace,
+                     dsarl_error *err);
+void cdn_plan_free(cdn_plan *plan);
+
+/* --- ops (headwise.c, absorbed.c) -------------------------------------------------------------------------------- */
+int cdn_headwise_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_headwise_inputs *in,
+                         const int32_t *indices, int32_t topk, void *out, float *lse, dsarl_error *err);
+int cdn_headwise_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_headwise_inputs *in,
+                          const int32_t *indices, int32_t topk, const void *out, const float *lse, const void *dout,
+                          void *dq, void *dk, void *dv, dsarl_error *err);
+int cdn_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                           const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk, void *out,
+                           float *lse, dsarl_error *err);
+int cdn_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                            const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
+                            const void *out, const float *lse, const void *dout, void *dq, void *dkv,
+                            dsarl_error *err);
+int cdn_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                     int32_t topk, int32_t *indices, float *scores, dsarl_error *err);
+int cdn_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                             const dsarl_dsa_attention_inputs *attn, const float *lse,
+                             const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                             float *loss, dsarl_error *err);
+int cdn_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                              const dsarl_dsa_attention_inputs *attn, const float *lse,
+                              const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                              const float *dloss, void *dq_index, void *dk_index, float *dweights, dsarl_error *err);
+
+/* --- our kernels (kernels.cu), all on the legacy default stream ------------------------------------------------- */
+/* segments: device (n_entries, 2) int32 (offset, length) pairs; an entry of length 0 is padding.
+ * dst (n_entries, S, row) bf16 = src rows [offset, offset + length) of a packed (T, row) array, zeros past length;
+ * src is float32 when src_f32, else bf16. */
+int cdn_gather_segments(void *dst, const void *src, int src_f32, const int32_t *segments, int n_entries, int64_t S,
+                        int64_t row, dsarl_error *err);
+/* The inverse: packed dst rows [offset, offset + length) = src (n_entries, S, row) bf16 (dst float32 when dst_f32). */
+int cdn_scatter_segments(void *dst, int dst_f32, const void *src, const int32_t *segments, int n_entries, int64_t S,
+                         int64_t row, dsarl_error *err);
+/* lse (T, H) from / to stats (n_entries, H, S) float32 (padding rows of stats get 0 when gathering). */
+int cdn_scatter_stats(float *lse, const float *stats, const int32_t *segments, int n_entries, int64_t S, int64_t H,
+                      dsarl_error *err);
+int cdn_gather_stats(float *stats, const float *lse, const int32_t *segments, int n_entries, int64_t S, int64_t H,
+                     dsarl_error *err);
+/* bias (n_entries, S, S) bf16: row r of a segment is 0 on every key when r + 1 <= topk (DSA keeps every eligible key
+ * there) or r >= length (padding), else 0 on the keys its indices row selects (absolute positions) and -1e9
+ * elsewhere. indices (T, topk). */
+int cdn_build_bias(void *bias, const int32_t *indices, int32_t topk, const int32_t *segments, int n_entries,
+                   int64_t S, dsarl_error *err);
+/* Page tables for the paged forward: table (T, topk) = each row's valid indices moved to the front (order kept),
+ * the rest repeating the first valid one (or 0); seq_kv (T) = the valid count (at least 1); seq_q (T) = heads. */
+int cdn_compact_indices(int32_t *table, int32_t *seq_kv, int32_t *seq_q, const int32_t *indices, int64_t T,
+                        int32_t topk, int32_t heads, dsarl_error *err);
+/* Rows whose indices are all -1: out (T, H, d_v) bf16 row = 0, lse (T, H) = +inf. */
+int cdn_fix_empty_rows(void *out, float *lse, const int32_t *indices, int64_t T, int32_t topk, int32_t heads,
+                       int32_t d_v, dsarl_error *err);
+
+DSARL_END_DECLS
+
+#endif /* DSARL_DSA_CUDNN_H */
