@@ -3,17 +3,16 @@
  *   score(t,s) = sum_j weights[t,j] * relu(q[t,j,:] . k[s,:])   for s in [key_start[t], key_end[t])
  *
  * The product is a GEMM with keys as M and (query, head) pairs as N: a block holds QB consecutive queries x
- * n_heads = 512 columns of q in shared memory and streams the union of their key ranges through shared memory in
- * tiles of 64 keys (cp.async, double-buffered), so every key tile is read once per query tile instead of once per
- * query row. Each of the 8 warps computes 64 keys x 64 columns (64 / n_heads queries) with mma.sync m16n8k16
+ * n_heads = 64 columns per warp of q in shared memory and streams the union of their key ranges through shared memory
+ * in tiles of 64 keys (cp.async, double-buffered), so every key tile is read once per query tile instead of once per
+ * query row. Each of the 8 (or 4) warps computes 64 keys x 64 columns (64 / n_heads queries) with mma.sync m16n8k16
  * (ldmatrix fragments, fp32 accumulators). In that layout a thread holds two heads of each 8-column tile for two key
  * rows, so ReLU, the head weights and the sum over a query's heads are register work plus two shuffles across the
  * 4 lanes that share a key row; the fp32 sum is stored as an order-preserving key. The order of that sum is the
  * same for every key, so identical keys get bit-identical scores (the select's tie rule then sees a true tie). */
+#include <stdlib.h>
 #include "indexer_fast.cuh"
 
-#define SC_WARPS 8
-#define SC_THREADS (SC_WARPS * 32)
 #define SC_KEYS 64 /* keys per tile: 4 m-tiles of 16 per warp */
 #define SC_COLS 64 /* (query, head) columns per warp: 8 n-tiles of 8 */
 #define SC_PAD 8   /* bf16 elements of padding per shared row: ldmatrix's 8 row addresses hit distinct banks */
@@ -60,7 +59,7 @@ static __device__ __forceinline__ void load_key_tile(bf16 *dst, const bf16 *k, i
                                                      int head_dim, int ld)
 {
     const int chunks = head_dim / 8; /* 16-byte pieces per key row */
-    for (int e = threadIdx.x; e < SC_KEYS * chunks; e += SC_THREADS) {
+    for (int e = threadIdx.x; e < SC_KEYS * chunks; e += blockDim.x) {
         const int j = e / chunks, c = e % chunks;
         const int64_t row = base + j;
         const bf16 *src = k + (row < hi ? row : base) * head_dim + c * 8;
@@ -69,20 +68,23 @@ static __device__ __forceinline__ void load_key_tile(bf16 *dst, const bf16 *k, i
     cp_async_commit();
 }
 
-// Shared bytes: q tile (QB * n_heads = 8 * 64 rows) and two key tiles, rows of head_dim + SC_PAD bf16.
-static size_t scores_shared_bytes(int head_dim)
+// Shared bytes: q tile (QB * n_heads = warps * 64 rows) and two key tiles, rows of head_dim + SC_PAD bf16.
+static size_t scores_shared_bytes(int warps, int head_dim)
 {
-    return (size_t)(SC_WARPS * SC_COLS + 2 * SC_KEYS) * (size_t)(head_dim + SC_PAD) * sizeof(bf16);
+    return (size_t)(warps * SC_COLS + 2 * SC_KEYS) * (size_t)(head_dim + SC_PAD) * sizeof(bf16);
 }
 
-template <int NH>
-static __global__ void __launch_bounds__(SC_THREADS, 1)
+// WARPS 8: one block of 8 warps per SM (174 KB of shared memory at head_dim 128); WARPS 4: two blocks of 4 per SM
+// (104 KB each), whose barriers and epilogues interleave, for twice the key-tile reads.
+template <int NH, int WARPS>
+static __global__ void __launch_bounds__(WARPS * 32, 8 / WARPS)
     indexer_scores_mma_kernel(uint32_t *ws, int64_t ld_ws, const bf16 *q, const bf16 *k, const float *weights,
                               const int32_t *key_start, const int32_t *key_end, int64_t q_begin, int64_t q_end,
                               int head_dim, int64_t max_keys, int32_t skip_upto)
 {
     constexpr int QPW = SC_COLS / NH;       /* queries per warp */
-    constexpr int QB = SC_WARPS * QPW;      /* queries per block */
+    constexpr int QB = WARPS * QPW;         /* queries per block */
+    constexpr int THREADS = WARPS * 32;
     constexpr int NT = SC_COLS / 8;         /* n-tiles per warp */
     constexpr int NT_PER_Q = NH / 8;        /* n-tiles per query */
     extern __shared__ __align__(16) unsigned char smem[];
@@ -118,7 +120,7 @@ static __global__ void __launch_bounds__(SC_THREADS, 1)
     }
     // q tile, zero rows past q_end
     const int chunks = head_dim / 8;
-    for (int e = tid; e < QB * NH * chunks; e += SC_THREADS) {
+    for (int e = tid; e < QB * NH * chunks; e += THREADS) {
         const int r = e / chunks, c = e % chunks;
         const int64_t t = t0 + r / NH;
         uint4 v = make_uint4(0, 0, 0, 0);
@@ -221,20 +223,20 @@ int tilelang_indexer_scores_mma_fits(const dsarl_dsa_indexer_inputs *in)
 {
     const int nh = in->n_heads;
     return (nh == 8 || nh == 16 || nh == 32 || nh == 64) && in->head_dim % 16 == 0 &&
-           scores_shared_bytes(in->head_dim) <= TL_MAX_SHARED && (uintptr_t)in->q % 16 == 0 &&
+           scores_shared_bytes(8, in->head_dim) <= TL_MAX_SHARED && (uintptr_t)in->q % 16 == 0 &&
            (uintptr_t)in->k % 16 == 0;
 }
 
-template <int NH>
+template <int NH, int WARPS>
 static int launch_scores(const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in, int64_t q_begin,
                          int64_t q_end, uint32_t *ws, int64_t ld_ws, int64_t max_keys, int32_t skip_upto,
                          dsarl_error *err)
 {
-    const int qb = SC_WARPS * (SC_COLS / NH);
-    const size_t shared = scores_shared_bytes(in->head_dim);
-    tlSharedLimit(indexer_scores_mma_kernel<NH>, shared, err);
+    const int qb = WARPS * (SC_COLS / NH);
+    const size_t shared = scores_shared_bytes(WARPS, in->head_dim);
+    tlSharedLimit((indexer_scores_mma_kernel<NH, WARPS>), shared, err);
     const int64_t tiles = (q_end - q_begin + qb - 1) / qb;
-    indexer_scores_mma_kernel<NH><<<(unsigned int)tiles, SC_THREADS, shared>>>(
+    indexer_scores_mma_kernel<NH, WARPS><<<(unsigned int)tiles, WARPS * 32, shared>>>(
         ws, ld_ws, (const bf16 *)in->q, (const bf16 *)in->k, in->weights, batch->key_start, batch->key_end, q_begin,
         q_end, in->head_dim, max_keys, skip_upto);
     tlCheckLaunch("indexer scores (mma)", err);
@@ -247,15 +249,21 @@ int tilelang_indexer_scores_mma(const dsarl_dsa_batch *batch, const dsarl_dsa_in
 {
     if (q_end <= q_begin)
         return DSARL_OK;
+    const char *warps_env = getenv("DSARL_TILELANG_INDEXER_SCORE_WARPS"); /* 4 or 8 (default): timing comparisons */
+    const int four = warps_env && atoi(warps_env) == 4;
     switch (in->n_heads) {
     case 8:
-        return launch_scores<8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<8, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<8, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     case 16:
-        return launch_scores<16>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<16, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<16, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     case 32:
-        return launch_scores<32>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<32, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<32, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     case 64:
-        return launch_scores<64>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<64, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<64, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     default:
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer scores: n_heads = %d must be 8, 16, 32 or "
                           "64 for the tensor-core kernel", in->n_heads);

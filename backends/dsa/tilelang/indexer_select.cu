@@ -9,15 +9,17 @@
  * output (ascending key order, nothing to sort); with scores the chosen keys are bitonic-sorted into descending
  * score order, ties to the lower index. Rows with no more than topk keys take them all. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include "indexer_fast.cuh"
 
-#define SEL_THREADS 512
-#define SEL_WARPS (SEL_THREADS / 32)
 #define SEL_ROW_CAP 16384 /* row keys staged in shared memory (64 KB); longer rows are read from global memory */
 
 // Block-wide exclusive counts of two flags before this thread, and their totals.
+template <int THREADS>
 static __device__ void block_count2(int fa, int fb, int *before_a, int *before_b, int *total_a, int *total_b)
 {
+    constexpr int SEL_WARPS = THREADS / 32;
     __shared__ int counts[2][SEL_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const unsigned int lanes_below = (1u << lane) - 1u;
@@ -43,33 +45,51 @@ static __device__ void block_count2(int fa, int fb, int *before_a, int *before_b
 }
 
 // Exact k-th largest key of row[0, n) (0 < kk <= n) and how many keys equal to it are among the top kk.
+// WARP_HIST: the first pass (sign and high exponent bits: a few crowded bins) counts into one histogram per warp,
+// so warps never contend for a bin, and later passes (spread digits, few keys left) use plain shared atomics;
+// otherwise every pass is warp-aggregated into one block histogram.
+template <int THREADS, bool WARP_HIST>
 static __device__ void radix_select(const uint32_t *row, int n, int kk, uint32_t *kth, int *equal_wanted)
 {
-    __shared__ int hist[256];
+    constexpr int WARPS = THREADS / 32, COPIES = WARP_HIST ? WARPS : 1;
+    __shared__ int hist[COPIES][256];
     __shared__ uint32_t chosen_prefix;
     __shared__ int chosen_need;
-    const int tid = threadIdx.x, lane = tid & 31;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     uint32_t prefix = 0, mask = 0;
     int need = kk;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = tid; b < 256; b += SEL_THREADS)
-            hist[b] = 0;
+        const int copies = WARP_HIST && shift == 24 ? COPIES : 1;
+        for (int b = tid; b < copies * 256; b += THREADS)
+            hist[b / 256][b % 256] = 0;
         __syncthreads();
-        for (int base = 0; base < n; base += SEL_THREADS) { /* uniform trip count: every lane reaches the match */
-            const int i = base + tid;
-            const uint32_t key = i < n ? row[i] : 0u;
-            const bool part = i < n && (key & mask) == prefix;
-            const uint32_t digit = part ? (key >> shift) & 255u : 0x100u;
-            const unsigned int peers = __match_any_sync(0xffffffffu, digit);
-            if (part && lane == __ffs(peers) - 1)
-                atomicAdd(&hist[digit], __popc(peers));
+        if (WARP_HIST && shift < 24) {
+            for (int i = tid; i < n; i += THREADS) {
+                const uint32_t key = row[i];
+                if ((key & mask) == prefix)
+                    atomicAdd(&hist[0][(key >> shift) & 255u], 1);
+            }
+        } else {
+            for (int base = 0; base < n; base += THREADS) { /* uniform trip count: every lane reaches the match */
+                const int i = base + tid;
+                const uint32_t key = i < n ? row[i] : 0u;
+                const bool part = i < n && (key & mask) == prefix;
+                const uint32_t digit = part ? (key >> shift) & 255u : 0x100u;
+                const unsigned int peers = __match_any_sync(0xffffffffu, digit);
+                if (part && lane == __ffs(peers) - 1)
+                    atomicAdd(&hist[WARP_HIST ? warp : 0][digit], __popc(peers));
+            }
         }
         __syncthreads();
         if (tid < 32) { /* the bin holding the need-th largest: lane owns bins 8 lane .. 8 lane + 7 */
             int c[8], own = 0;
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                own += c[j] = hist[lane * 8 + j];
+            for (int j = 0; j < 8; j++) {
+                c[j] = 0;
+                for (int w = 0; w < copies; w++)
+                    c[j] += hist[w][lane * 8 + j];
+                own += c[j];
+            }
             int from_here = own; /* keys in bins of this lane and above */
 #pragma unroll
             for (int off = 1; off < 32; off <<= 1) {
@@ -94,7 +114,8 @@ static __device__ void radix_select(const uint32_t *row, int n, int kk, uint32_t
     *equal_wanted = need;
 }
 
-static __global__ void __launch_bounds__(SEL_THREADS)
+template <int THREADS, bool WARP_HIST>
+static __global__ void __launch_bounds__(THREADS)
     indexer_select_kernel(int32_t *indices, float *scores, const uint32_t *ws, int64_t ld_ws,
                           const int32_t *key_start, const int32_t *key_end, int64_t q_begin, int topk,
                           int64_t max_keys, int row_cap, int sort_cap)
@@ -113,15 +134,15 @@ static __global__ void __launch_bounds__(SEL_THREADS)
     int32_t *out = indices + t * topk;
 
     if (!sorted && kk == n) { /* every eligible key, in key order */
-        for (int i = tid; i < topk; i += SEL_THREADS)
+        for (int i = tid; i < topk; i += THREADS)
             out[i] = i < n ? start + i : -1;
         return;
     }
     const uint32_t *g_row = ws + (t - q_begin) * ld_ws, *row = g_row;
     if (n <= row_cap) { /* 16-byte loads: ld_ws is a multiple of 4 */
-        for (int i = tid; i < n / 4; i += SEL_THREADS)
+        for (int i = tid; i < n / 4; i += THREADS)
             reinterpret_cast<uint4 *>(row_s)[i] = reinterpret_cast<const uint4 *>(g_row)[i];
-        for (int i = n / 4 * 4 + tid; i < n; i += SEL_THREADS)
+        for (int i = n / 4 * 4 + tid; i < n; i += THREADS)
             row_s[i] = g_row[i];
         row = row_s;
         __syncthreads();
@@ -130,17 +151,17 @@ static __global__ void __launch_bounds__(SEL_THREADS)
     int equal_wanted = 0;
     const int take_all = kk == n;
     if (!take_all)
-        radix_select(row, n, kk, &kth, &equal_wanted);
+        radix_select<THREADS, WARP_HIST>(row, n, kk, &kth, &equal_wanted);
     const int above_total = kk - equal_wanted;
 
     // Ordered compaction, stopping once every chosen key has been seen.
     int above_seen = 0, equal_seen = 0;
-    for (int base = 0; base < n && (above_seen < above_total || equal_seen < equal_wanted); base += SEL_THREADS) {
+    for (int base = 0; base < n && (above_seen < above_total || equal_seen < equal_wanted); base += THREADS) {
         const int i = base + tid;
         const uint32_t key = i < n ? row[i] : 0u;
         const int above = i < n && (take_all || key > kth), equal = i < n && !take_all && key == kth;
         int above_before, equal_before, above_sum, equal_sum;
-        block_count2(above, equal, &above_before, &equal_before, &above_sum, &equal_sum);
+        block_count2<THREADS>(above, equal, &above_before, &equal_before, &above_sum, &equal_sum);
         const int equal_rank = equal_seen + equal_before;
         if (above || (equal && equal_rank < equal_wanted)) {
             const int slot = above_seen + above_before + min(equal_rank, equal_wanted);
@@ -155,7 +176,7 @@ static __global__ void __launch_bounds__(SEL_THREADS)
         equal_seen += equal_sum;
     }
     if (!sorted) {
-        for (int i = kk + tid; i < topk; i += SEL_THREADS)
+        for (int i = kk + tid; i < topk; i += THREADS)
             out[i] = -1;
         return;
     }
@@ -163,14 +184,14 @@ static __global__ void __launch_bounds__(SEL_THREADS)
     int size_pow2 = 1;
     while (size_pow2 < kk)
         size_pow2 <<= 1;
-    for (int i = kk + tid; i < size_pow2; i += SEL_THREADS) { /* padding sorts last */
+    for (int i = kk + tid; i < size_pow2; i += THREADS) { /* padding sorts last */
         sort_key[i] = 0u;
         sort_idx[i] = INT32_MAX;
     }
     __syncthreads();
     for (int size = 2; size <= size_pow2; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = tid; i < size_pow2; i += SEL_THREADS) {
+            for (int i = tid; i < size_pow2; i += THREADS) {
                 const int j = i ^ stride;
                 if (j > i) {
                     const bool descending = (i & size) == 0;
@@ -189,7 +210,7 @@ static __global__ void __launch_bounds__(SEL_THREADS)
         }
     }
     float *score_row = scores + t * topk;
-    for (int i = tid; i < topk; i += SEL_THREADS) {
+    for (int i = tid; i < topk; i += THREADS) {
         out[i] = i < kk ? sort_idx[i] : -1;
         score_row[i] = i < kk ? indexer_key_value(sort_key[i]) : -INFINITY;
     }
@@ -212,9 +233,18 @@ int tilelang_indexer_select(const dsarl_dsa_batch *batch, int64_t q_begin, int64
     if (shared > TL_MAX_SHARED)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer select: topk = %d with scores needs %zu "
                           "bytes of shared memory, more than %d", topk, shared, TL_MAX_SHARED);
-    tlSharedLimit(indexer_select_kernel, shared, err);
-    indexer_select_kernel<<<(unsigned int)(q_end - q_begin), SEL_THREADS, shared>>>(
-        indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap, sort_cap);
+    const char *env = getenv("DSARL_TILELANG_INDEXER_SELECT"); /* "v1": 512 threads, block histograms (timing) */
+    if (env && strcmp(env, "v1") == 0) {
+        tlSharedLimit((indexer_select_kernel<512, false>), shared, err);
+        indexer_select_kernel<512, false><<<(unsigned int)(q_end - q_begin), 512, shared>>>(
+            indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap,
+            sort_cap);
+    } else {
+        tlSharedLimit((indexer_select_kernel<256, true>), shared, err);
+        indexer_select_kernel<256, true><<<(unsigned int)(q_end - q_begin), 256, shared>>>(
+            indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap,
+            sort_cap);
+    }
     tlCheckLaunch("indexer top-k select", err);
     return DSARL_OK;
 }
