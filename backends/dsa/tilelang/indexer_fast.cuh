@@ -7,11 +7,11 @@
  *      heads happen in registers, and only each row's eligible scores are stored, as order-preserving uint32 keys,
  *      in a (rows, ld) workspace.
  *   2. indexer_select.cu: one block per query row: an exact radix select of the k-th best key (4 passes of 8 bits,
- *      the row staged in shared memory; the crowded first pass counted per warp), then an ordered compaction
+ *      warp-aggregated shared-memory histograms, the row staged in shared memory), then an ordered compaction
  *      (every key above the k-th, and the lowest-indexed of those equal to it). Without scores the chosen keys are
  *      written in ascending key order; with scores they are bitonic-sorted into descending score order, ties to the
- *      lower index (as the reference writes them). DSARL_TILELANG_INDEXER_SELECT=v1: 512 threads, every pass
- *      warp-aggregated into one block histogram (kept for timing comparisons).
+ *      lower index (as the reference writes them). DSARL_TILELANG_INDEXER_SELECT=v2: 256 threads, the crowded
+ *      first pass counted per warp, plain atomics after (kept for timing comparisons).
  * Queries are processed in chunks of rows so the workspace stays bounded. */
 #ifndef DSARL_TILELANG_INDEXER_FAST_CUH
 #define DSARL_TILELANG_INDEXER_FAST_CUH

@@ -233,15 +233,15 @@ int tilelang_indexer_select(const dsarl_dsa_batch *batch, int64_t q_begin, int64
     if (shared > TL_MAX_SHARED)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer select: topk = %d with scores needs %zu "
                           "bytes of shared memory, more than %d", topk, shared, TL_MAX_SHARED);
-    const char *env = getenv("DSARL_TILELANG_INDEXER_SELECT"); /* "v1": 512 threads, block histograms (timing) */
-    if (env && strcmp(env, "v1") == 0) {
-        tlSharedLimit((indexer_select_kernel<512, false>), shared, err);
-        indexer_select_kernel<512, false><<<(unsigned int)(q_end - q_begin), 512, shared>>>(
+    const char *env = getenv("DSARL_TILELANG_INDEXER_SELECT"); /* "v2": 256 threads, per-warp first histograms */
+    if (env && strcmp(env, "v2") == 0) {
+        tlSharedLimit((indexer_select_kernel<256, true>), shared, err);
+        indexer_select_kernel<256, true><<<(unsigned int)(q_end - q_begin), 256, shared>>>(
             indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap,
             sort_cap);
     } else {
-        tlSharedLimit((indexer_select_kernel<256, true>), shared, err);
-        indexer_select_kernel<256, true><<<(unsigned int)(q_end - q_begin), 256, shared>>>(
+        tlSharedLimit((indexer_select_kernel<512, false>), shared, err);
+        indexer_select_kernel<512, false><<<(unsigned int)(q_end - q_begin), 512, shared>>>(
             indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap,
             sort_cap);
     }
