@@ -7,7 +7,7 @@
  * Routes covered: headwise forward/backward through the plain causal graph (segments <= topk, and indices NULL)
  * and the causal + top-k bias graph (topk < segment <= the bias bound), in ragged packs whose segments fall on
  * both sides of topk and of the length buckets; preferred_form on both sides of the bias bound (moved down with
- * DSARL_CUDNN_BIAS_MAX); the absorbed forward through the paged graph (random rows with -1 slots, repeated keys and
+ * DSARL_CUDNN_MAX_SEGMENT); the absorbed forward through the paged graph (random rows with -1 slots, repeated keys and
  * a row with no index; decode ranges; GLM-5 576/512 dims) and its hand-over case; the hand-overs to tilelang
  * (absorbed backward, indexer top-k, indexer loss). Comparisons, as max |cudnn - reference| / max |reference|:
  * bf16 outputs 1e-2, gradients through cuDNN's bf16 P and dS 2e-2, float32 lse and losses 1e-3 (lse +inf rows
@@ -277,6 +277,15 @@ START_TEST(test_headwise_tiny_dims)
     check_headwise(&tb, 4, 24, 16, 16, 1, "headwise ragged pack H4 d24/16 k16 (causal + bias)");
     check_headwise(&tb, 4, 24, 16, 16, 0, "headwise ragged pack H4 d24/16 dense (indices NULL)");
     ck_assert_int_eq(ops->preferred_form(cd, &tb.dev, 16), DSARL_DSA_FORM_HEADWISE);
+    // the same with one segment per launch (DSARL_CUDNN_DP_CAP=1): buckets split into several launches of a plan
+    setenv("DSARL_CUDNN_DP_CAP", "1", 1);
+    dsarl_dsa_context *split = NULL, *saved = cd;
+    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &split, &err) == 0, "%s", err.message);
+    unsetenv("DSARL_CUDNN_DP_CAP");
+    cd = split;
+    check_headwise(&tb, 4, 24, 16, 16, 1, "headwise ragged pack H4 d24/16 k16, one segment per launch");
+    cd = saved;
+    ops->destroy(split);
     batch_free(&tb);
 }
 END_TEST
@@ -293,19 +302,19 @@ START_TEST(test_headwise_glm5_dims)
 }
 END_TEST
 
-// The bias bound: with DSARL_CUDNN_BIAS_MAX=128, a 300-token segment past topk 64 is refused (preferred_form
-// answers absorbed, the headwise op fails with a sentence), while a 300-token segment with topk 512 stays dense.
+// The segment bound: with DSARL_CUDNN_MAX_SEGMENT=128, a 300-token segment is refused with or without the bias
+// (preferred_form answers absorbed, the headwise op fails with a sentence); the default bound serves it.
 START_TEST(test_bias_bound)
 {
-    setenv("DSARL_CUDNN_BIAS_MAX", "128", 1);
+    setenv("DSARL_CUDNN_MAX_SEGMENT", "128", 1);
     dsarl_dsa_context *bounded = NULL;
     ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &bounded, &err) == 0, "%s", err.message);
-    unsetenv("DSARL_CUDNN_BIAS_MAX");
+    unsetenv("DSARL_CUDNN_MAX_SEGMENT");
     test_batch tb;
     const int32_t lengths[] = {100, 300};
     batch_packed(&tb, lengths, 2);
     ck_assert_int_eq(ops->preferred_form(bounded, &tb.dev, 64), DSARL_DSA_FORM_ABSORBED);
-    ck_assert_int_eq(ops->preferred_form(bounded, &tb.dev, 512), DSARL_DSA_FORM_HEADWISE);
+    ck_assert_int_eq(ops->preferred_form(bounded, &tb.dev, 512), DSARL_DSA_FORM_ABSORBED);
     ck_assert_int_eq(ops->preferred_form(cd, &tb.dev, 64), DSARL_DSA_FORM_HEADWISE);
     dsarl_dsa_batch decode = tb.dev;
     decode.host_cu_seqlens = NULL, decode.n_segments = 0;
@@ -393,6 +402,12 @@ START_TEST(test_absorbed_paged)
     check_absorbed(&tb, 3, 40, 32, 8, random_indices(&tb, 8), "absorbed decode H3 d40/32 k8 (hand-over)");
     batch_free(&tb);
     ck_assert_int_eq(c->paged_handovers, before + 1);
+    // GLM-5 dims with a 64-head group: handed over to tilelang's wgmma kernel (the faster exact route)
+    const int32_t pack[] = {40, 31};
+    batch_packed(&tb, pack, 2);
+    check_absorbed(&tb, 64, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H64 d576/512 k32 (tilelang)");
+    batch_free(&tb);
+    ck_assert_int_eq(c->paged_handovers, before + 2);
 }
 END_TEST
 
@@ -455,7 +470,7 @@ START_TEST(test_routes_table)
     ck_assert(DSARL_DSA_HAS(ops, preferred_form));
     ck_assert(DSARL_DSA_HAS(ops, headwise_attention_backward));
     ck_assert_ptr_nonnull(strstr(ops->routes, "sparse_mla_backward | absorbed, every size | hand-over: tilelang"));
-    ck_assert_ptr_nonnull(strstr(ops->routes, "<= " CDN_STR(CDN_BIAS_MAX_SEGMENT)));
+    ck_assert_ptr_nonnull(strstr(ops->routes, "<= " CDN_STR(CDN_MAX_SEGMENT)));
 }
 END_TEST
 

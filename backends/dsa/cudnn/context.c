@@ -37,10 +37,14 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
     c->device_ops = device_ops;
     c->dev = dev;
     c->f32 = device_ops && dev && device_ops->storage_dtype(dev) == DSARL_DTYPE_F32;
-    c->bias_max_segment = CDN_BIAS_MAX_SEGMENT;
-    const char *bias_max = getenv("DSARL_CUDNN_BIAS_MAX"); // benchmarks move the bound to measure both sides
-    if (bias_max && atoi(bias_max) > 0)
-        c->bias_max_segment = atoi(bias_max);
+    c->max_segment = CDN_MAX_SEGMENT;
+    const char *max_segment = getenv("DSARL_CUDNN_MAX_SEGMENT"); // benchmarks and tests move the bound
+    if (max_segment && atoi(max_segment) > 0)
+        c->max_segment = atoi(max_segment);
+    const char *paged = getenv("DSARL_CUDNN_PAGED_FORWARD"); // measure the paged graph where tilelang is faster
+    c->paged_forced = paged && strcmp(paged, "1") == 0;
+    const char *cap = getenv("DSARL_CUDNN_DP_CAP"); // tests shrink it to run one segment per launch
+    c->dp_workspace_cap = cap && atoll(cap) > 0 ? atoll(cap) : CDN_DP_WORKSPACE_CAP;
     cudnnHandle_t handle = NULL;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
@@ -110,10 +114,9 @@ dsarl_dsa_form cdn_preferred_form(dsarl_dsa_context *ctx, const dsarl_dsa_batch 
     // float32 storage keeps the exact absorbed kernels (the cuDNN graphs compute in bf16)
     if (!c || c->f32 || !batch || !batch->host_cu_seqlens || batch->n_segments <= 0)
         return DSARL_DSA_FORM_ABSORBED;
-    for (int32_t i = 0; i < batch->n_segments; i++) {
-        int32_t length = batch->host_cu_seqlens[i + 1] - batch->host_cu_seqlens[i];
-        if (length > topk && length > c->bias_max_segment)
+    (void)topk; // the bound holds with or without the bias: the backward's workspace grows as S^2 either way
+    for (int32_t i = 0; i < batch->n_segments; i++)
+        if (batch->host_cu_seqlens[i + 1] - batch->host_cu_seqlens[i] > c->max_segment)
             return DSARL_DSA_FORM_ABSORBED;
-    }
     return DSARL_DSA_FORM_HEADWISE;
 }

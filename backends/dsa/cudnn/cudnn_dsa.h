@@ -6,14 +6,15 @@
  * - headwise (per-head, non-absorbed) attention, forward and backward: the composite causal SDPA pattern graph
  *   (matmul, scale, [+bias], causal select, softmax with Stats, matmul), which cuDNN's fused-attention engines
  *   match. Segments no longer than index_topk attend densely (DSA selects every earlier key there), so the plain
- *   causal graph is exact; longer segments, up to CDN_BIAS_MAX_SEGMENT tokens, add a bf16 bias [B,1,S,S] that is
- *   0 on the selected keys and -1e9 elsewhere (built by our kernel from the indices).
+ *   causal graph is exact; longer segments add a bf16 bias [B,1,S,S] that is 0 on the selected keys and -1e9
+ *   elsewhere (built by our kernel from the indices). Segments longer than CDN_MAX_SEGMENT are not served.
  *   Packed segments are gathered into a zero-padded [B, S, H, d] buffer per (length bucket, bias) group, S and B
  *   rounded up to powers of two so a handful of plans serve every pack: causality keeps real queries off the
  *   padded keys, and padded queries carry dO = 0, so they add exactly nothing to dK/dV.
- * - absorbed sparse MLA forward (576/512 MQA): SDPA_FWD with block-size-1 page tables (the page-table row of a
- *   query token is its compacted top-k list, seq_len_kv its valid count), the heads packed as query rows, Stats
- *   giving the lse. Rows without a valid index are written outside cuDNN (out 0, lse +inf).
+ * - absorbed sparse MLA forward: SDPA_FWD with block-size-1 page tables (the page-table row of a query token is
+ *   its compacted top-k list, seq_len_kv its valid count), the heads packed as query rows, Stats giving the lse;
+ *   rows without a valid index are written outside cuDNN (out 0, lse +inf). At GLM-5's 576/512 with 64-head
+ *   groups tilelang's wgmma kernel is ~5.8x faster (measured), so that case is handed over.
  * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang kernels, linked
  *   into this plugin, so their improvements reach this backend without a change here.
  *
@@ -29,30 +30,37 @@
 
 DSARL_BEGIN_DECLS
 
-/* Longest segment the causal + top-k bias graph serves (the bias costs 2 S^2 bytes per segment and its fused kernel
- * reads it once per head; measured in docs/performance.md). Longer segments make preferred_form answer ABSORBED. */
-#define CDN_BIAS_MAX_SEGMENT 16384
+/* Longest segment the headwise graphs serve, with or without the bias. Measured on the H200 (H 64, d 256/256,
+ * k 2048, docs/performance.md): the fused backward takes a dP workspace of 2 H S^2 bytes (8 GiB at 8192; at 32768
+ * it asked for 185 GB and failed), and past 8192 the bias graph's useful rate falls (fwd 98.6 TFLOP/s at 8192, 29.0
+ * at 32768), while the absorbed path keeps O(T k) memory. Longer segments make preferred_form answer ABSORBED. */
+#define CDN_MAX_SEGMENT 8192
+/* Segments of one length bucket per launch: their dP workspaces together stay under this many bytes. */
+#define CDN_DP_WORKSPACE_CAP ((int64_t)8 << 30)
 #define CDN_STR_(x) #x
 #define CDN_STR(x) CDN_STR_(x)
 
 /* One route per line, "op | sizes | engine": what the code below does, op by op. */
 #define CDN_ROUTES                                                                                                   \
-    "headwise_attention_forward/backward | causal segment <= index_topk, or indices NULL (dense) | cuDNN composite " \
-    "causal SDPA graph (fused fwd + bwd, d_qk, d_v <= 256, multiples of 8)\n"                                        \
-    "headwise_attention_forward/backward | index_topk < segment <= " CDN_STR(CDN_BIAS_MAX_SEGMENT) " | cuDNN "       \
-    "composite causal SDPA graph + additive top-k bias [B,1,S,S] (0 selected, -1e9 elsewhere)\n"                     \
-    "headwise_attention_forward/backward | segment > " CDN_STR(CDN_BIAS_MAX_SEGMENT) " | not served: preferred_form " \
-    "answers absorbed for such batches\n"                                                                            \
-    "sparse_mla_forward | absorbed (d_qk <= 576, d_v <= 512), bf16 storage | cuDNN SDPA_FWD, page tables of block "  \
-    "size 1 (one per query token = its top-k), heads as query rows, Stats = lse; rows with no index set by our "     \
-    "kernel\n"                                                                                                       \
-    "sparse_mla_forward | float32 storage, or no cuDNN plan for the dims | hand-over: tilelang (logged once)\n"      \
+    "headwise_attention_forward/backward | causal segment <= index_topk (or indices NULL), <= " CDN_STR(              \
+        CDN_MAX_SEGMENT) " tokens | cuDNN composite causal SDPA graph (fused fwd + bwd; d_qk, d_v <= 256, multiples " \
+    "of 8)\n"                                                                                                        \
+    "headwise_attention_forward/backward | index_topk < segment <= " CDN_STR(CDN_MAX_SEGMENT) " | cuDNN composite "   \
+    "causal SDPA graph + additive top-k bias [B,1,S,S] (0 selected, -1e9 elsewhere)\n"                              \
+    "headwise_attention_forward/backward | segment > " CDN_STR(CDN_MAX_SEGMENT) " | not served: preferred_form "      \
+    "answers absorbed for such batches\n"                                                                           \
+    "sparse_mla_forward | absorbed 576/512, heads a multiple of 64, bf16 | hand-over: tilelang (its sm_90 wgmma "    \
+    "kernel: 483-500 TFLOP/s vs cuDNN paged 85-86 on the H200)\n"                                                   \
+    "sparse_mla_forward | other absorbed dims (d_qk, d_v multiples of 8, heads and k multiples of 4), bf16 | cuDNN " \
+    "SDPA_FWD with page tables of block size 1 (one per query token = its top-k), heads as query rows, Stats = "    \
+    "lse; rows with no index set by our kernel\n"                                                                   \
+    "sparse_mla_forward | float32 storage, other head/k counts, or no cuDNN plan | hand-over: tilelang (logged)\n"  \
     "sparse_mla_backward | absorbed, every size | hand-over: tilelang (cuDNN 9.19 has no 576/512 and no sparse "     \
     "backward)\n"                                                                                                    \
     "indexer_topk | every size | hand-over: tilelang (cuDNN 9.19 has no top-k)\n"                                   \
     "indexer_loss_forward/backward | every size | hand-over: tilelang\n"                                            \
-    "preferred_form | causal batch, bf16, every segment <= index_topk or <= " CDN_STR(CDN_BIAS_MAX_SEGMENT) " | "    \
-    "headwise; otherwise absorbed\n"
+    "preferred_form | causal batch, bf16, every segment <= " CDN_STR(CDN_MAX_SEGMENT) " | headwise; otherwise "      \
+    "absorbed\n"
 
 /* The ops table registered as (dsa, "cudnn"). */
 extern const dsarl_dsa_ops dsarl_dsa_cudnn_ops;
@@ -72,7 +80,9 @@ struct cudnn_dsa {
     size_t workspace_bytes;
     int32_t *host_segments;             /* host staging of (offset, length) pairs */
     size_t host_segments_cap;
-    int32_t bias_max_segment;           /* CDN_BIAS_MAX_SEGMENT unless DSARL_CUDNN_BIAS_MAX sets it (bench) */
+    int32_t max_segment;                /* CDN_MAX_SEGMENT unless DSARL_CUDNN_MAX_SEGMENT sets it (bench, tests) */
+    int paged_forced;                   /* DSARL_CUDNN_PAGED_FORWARD=1: the paged graph even where tilelang wins */
+    int64_t dp_workspace_cap;           /* CDN_DP_WORKSPACE_CAP unless DSARL_CUDNN_DP_CAP sets it (tests) */
     int paged_handovers;                /* times the absorbed forward was refused by the paged graph (each logged) */
     char paged_refused[64];             /* dims ("H d_qk d_v k") the paged graph refused: not asked again */
     double plan_build_ms;               /* total time spent building plans (reported by the tests) */

@@ -2,7 +2,8 @@
  *
  * Segments (host_cu_seqlens) are grouped by (length bucket S, needs the top-k bias); a group of n segments becomes a
  * zero-padded [B = next_pow2(n), S, H, d] batch (S = next power of two >= the length, at least 64), so a few plans
- * serve every pack. Why the padding is exact: causality keeps every real query off the padded keys that follow it;
+ * serve every pack. A group holds at most as many segments as keep the backward's dP workspace (2 H S^2 bytes per
+ * segment) under CDN_DP_WORKSPACE_CAP; more segments of one bucket run as several launches of the same plan. Why the padding is exact: causality keeps every real query off the padded keys that follow it;
  * padded queries only ever feed their own discarded outputs in the forward, and in the backward they carry dO = 0
  * (so softmax_sum = 0 and dP = 0), which makes their P^T dO and dS exactly zero: they add nothing to dK or dV.
  * A segment needs the bias when indices are given and it is longer than topk; rows r + 1 <= topk keep every key. */
@@ -76,16 +77,20 @@ static int plan_groups(cudnn_dsa *c, const char *op, const dsarl_dsa_batch *batc
         if (length == 0)
             continue;
         int bias = indices != NULL && length > topk;
-        if (bias && length > c->bias_max_segment) {
+        if (length > c->max_segment) {
             free(seg_group);
-            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa cudnn %s: segment %d has %lld tokens, more than the "
-                              "%d the top-k bias graph serves (index_topk %d); preferred_form answers absorbed for "
-                              "such batches, so use the absorbed ops (dsa_attention_form: auto)", op, i,
-                              (long long)length, c->bias_max_segment, topk);
+            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa cudnn %s: segment %d has %lld tokens, more than the %d "
+                              "the cuDNN attention graphs serve (their backward needs 2 H S^2 bytes of workspace); "
+                              "preferred_form answers absorbed for such batches, so use the absorbed ops "
+                              "(dsa_attention_form: auto)", op, i, (long long)length, c->max_segment);
         }
         int64_t S = next_pow2(length < 64 ? 64 : length);
+        // entries per launch: the backward's dP workspace (2 H S^2 bytes each) stays under the cap
+        int64_t per_entry = 2 * (int64_t)in->n_heads * S * S, max_entries = 1;
+        while (2 * max_entries * per_entry <= c->dp_workspace_cap)
+            max_entries *= 2;
         int g = 0;
-        while (g < n && !(groups[g].S == S && groups[g].bias == bias))
+        while (g < n && !(groups[g].S == S && groups[g].bias == bias && groups[g].n < max_entries))
             g++;
         if (g == n) {
             if (n == MAX_GROUPS) {
