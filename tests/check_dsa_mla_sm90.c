@@ -10,6 +10,7 @@
  * lse max abs error relative to max(1, max |lse|) (1e-3); +inf lse and zero rows must match exactly. A bigger
  * shape checks the new kernel against the previous (WMMA) kernel and that two launches agree bit for bit.
  * DSARL_GPU_BENCH=1 prints first timings (the performance figures of record come from `dsarl bench dsa`).
+ * CK_RUN_CASE=small runs only the quick cases (for compute-sanitizer).
  * Label gpu; exit status 77 (skipped) without a GPU or on a device that is not compute capability 9.0. */
 #include <check.h>
 #include <math.h>
@@ -416,17 +417,59 @@ START_TEST(test_old_vs_new)
 }
 END_TEST
 
+// DSARL_GPU_BENCH=1: the kernel at `dsarl bench dsa`'s index pattern (2048 distinct keys spread over 8192), Tq 4096,
+// timed twice (the spread between equal runs).
+START_TEST(test_bench)
+{
+    if (!getenv("DSARL_GPU_BENCH"))
+        return;
+    mla_case c = {.Tq = 4096, .Tk = 8192, .H = 64, .topk = 2048};
+    c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4), c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
+    for (int64_t t = 0; t < c.Tq; t++) {
+        c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
+        for (int32_t i = 0; i < c.topk; i++)
+            c.idx[t * c.topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % c.Tk);
+    }
+    case_inputs(&c);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    double flops = 2.0 * c.Tq * c.H * c.topk * (double)(D_QK + D_V);
+    for (int rep = 0; rep < 2; rep++) {
+        run_sm90(&c); /* warm-up */
+        cudaEventRecord(a, 0);
+        for (int r = 0; r < 5; r++) {
+            int used = 0;
+            ck_assert_int_eq(tilelang_sparse_mla_forward_sm90(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
+                                                              &used, &err), 0);
+        }
+        cudaEventRecord(b, 0);
+        ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, a, b);
+        printf("check_dsa_mla_sm90: BENCH sparse_mla_forward sm90 Tq4096 Tk8192 H64 k2048: %.3f ms = %.1f TFLOP/s\n",
+               ms / 5, flops / (ms / 5) / 1e9);
+    }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    case_free(&c);
+}
+END_TEST
+
 static Suite *mla_sm90_suite(void)
 {
     Suite *s = suite_create("dsa_mla_sm90");
-    TCase *tc = tcase_create("vs_reference");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_packed_h64);
-    tcase_add_test(tc, test_packed_h128);
-    tcase_add_test(tc, test_decode_topk2048);
-    tcase_add_test(tc, test_old_vs_new);
-    suite_add_tcase(s, tc);
+    TCase *small = tcase_create("small"); /* CK_RUN_CASE=small: the quick cases, e.g. under compute-sanitizer */
+    tcase_add_checked_fixture(small, setup, teardown);
+    tcase_set_timeout(small, 600);
+    tcase_add_test(small, test_packed_h64);
+    tcase_add_test(small, test_packed_h128);
+    suite_add_tcase(s, small);
+    TCase *large = tcase_create("large");
+    tcase_add_checked_fixture(large, setup, teardown);
+    tcase_set_timeout(large, 600);
+    tcase_add_test(large, test_decode_topk2048);
+    tcase_add_test(large, test_old_vs_new);
+    tcase_add_test(large, test_bench);
+    suite_add_tcase(s, large);
     return s;
 }
 

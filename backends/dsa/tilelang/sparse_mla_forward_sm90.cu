@@ -4,22 +4,27 @@
  *
  * One block of two warpgroups per (query token, group of 64 heads); the 64 heads are the M of every product.
  * Shared memory (216 KiB): Q (64 x 576, loaded once) and two buffers of one key tile (64 selected latent rows of
- * 576), all bf16 in column blocks of 64 x 64 with 128-byte rows swizzled the way wgmma's 128B mode reads them. Per
- * tile of 64 slots of the query's top-k:
- *   1. every thread waits for its own cp.async copies of the tile, then a block barrier makes them everyone's;
- *   2. warpgroup w issues S_w = Q K_w^T over its 32 keys of the tile (36 wgmma m64n32k16, A and B from shared);
- *   3. meanwhile all threads gather the NEXT tile's rows into the other buffer (16-byte cp.async, rows of -1 or
- *      out-of-range slots zero-filled and flagged invalid), so the gather overlaps this tile's products;
- *   4. online softmax in fp32 registers: invalid slots -inf, row maxima exchanged between the warpgroups through
- *      shared memory so both use the same running max m (log2 domain); P = exp2(S - m) rounded to bf16 into the
- *      rope columns of the tile (the last 64 x 64 block, no longer needed once both S products are done); O
- *      rescaled by exp2(m_old - m_new); each thread keeps partial row sums of its own columns (fp32 P);
- *   5. warpgroup w adds P V_w into its half of O (64 x 256 fp32 in registers, 128 per thread): 4 wgmma
- *      m64n256k16 with P (K-major) and the tile's first 512 columns (N-major) from shared memory.
- * At the end the row sums are reduced over the quad and the two warpgroups, out = O / l (bf16) and
- * lse = m ln 2 + log l; a row with no valid slot gets out 0 and lse +inf. A repeated key is two softmax terms, as in
- * the reference. Shapes that do not fit (other dims, head counts not a multiple of 64, float32 storage, another
- * architecture) stay on the WMMA and CUDA-core kernels. */
+ * 576), all bf16 in column blocks of 64 x 64 whose 128-byte rows are swizzled the way wgmma's 128B mode reads them.
+ * Per tile of 64 slots of the query's top-k (buffer i % 2), between two block barriers:
+ *   - warpgroup 0 owns the scores: S = Q K^T (64 x 64, 36 wgmma m64n64k16, both operands from shared memory), then
+ *     the online softmax in fp32 registers: invalid slots -inf, running max m in log2 units, P = exp2(S - m) rounded
+ *     to bf16 into the tile's rope columns (the last 64 x 64 block, free once S is done), the rescale factors
+ *     exp2(m_old - m_new) into shared memory, fp32 row sums per thread;
+ *   - meanwhile warpgroup 1 gathers the NEXT tile into the other buffer (16-byte cp.async, 8 threads per 1152-byte
+ *     row so every warp instruction reads whole 128-byte lines; slots of -1, past topk or outside [0, n_keys)
+ *     zero-filled and flagged invalid), so the gather has a whole tile's time to land;
+ *   - then each warpgroup rescales its half of O (64 x 256 fp32, 128 registers per thread; skipped by a warp when no
+ *     row max moved) and adds P V_half: 4 wgmma m64n256k16 with P (K-major) and the tile's columns 256 w ..
+ *     256 w + 255 (N-major) from shared memory.
+ * At the end out = O / l (bf16) and lse = m ln 2 + log l; a row with no valid slot gets out 0 and lse +inf. A
+ * repeated key is two softmax terms, as in the reference.
+ * One owner of S (rather than both warpgroups each scoring 32 keys) reads a third less shared memory per tile and
+ * needs no exchange of row maxima: 502 TFLOP/s against 353 at `dsarl bench dsa` (H200, bf16 GEMM ceiling 793). The
+ * same kernel with the gather removed (every tile from shared memory) ran 544 and the gather alone 1.37 ms of its
+ * 2.36 ms at Tq 4096, so the limit is the serial chain S -> softmax -> P V inside a tile, where the tensor cores
+ * wait for the softmax (no ping-pong between warpgroups yet).
+ * Shapes that do not fit (other dims, head counts not a multiple of 64, float32 storage, another architecture)
+ * stay on the WMMA and CUDA-core kernels. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,8 +39,8 @@
 #define SM90_BLOCK_BYTES (64 * 128)                /* one column block: 64 rows x 64 bf16 */
 #define SM90_TILE_BYTES (9 * SM90_BLOCK_BYTES)     /* 64 rows x 576 bf16 = 73728 */
 #define SM90_ROPE_BLOCK (8 * SM90_BLOCK_BYTES)     /* offset of the rope columns in a tile: P lives there */
-#define SM90_STATS (3 * SM90_TILE_BYTES)           /* row maxima [2][64], row sums [2][64], valid flags [2][64] */
-#define SM90_SHARED (SM90_STATS + 3 * 2 * 64 * 4 + 1024) /* + slack to align the base to 1024 bytes */
+#define SM90_STATS (3 * SM90_TILE_BYTES)           /* rescale factors [64], row sums [64], valid flags [2][64] */
+#define SM90_SHARED (SM90_STATS + 4 * 64 * 4 + 1024) /* + slack to align the base to 1024 bytes */
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SM90_DEVICE_CODE 1
@@ -79,18 +84,6 @@ template <int N> static __device__ __forceinline__ void fence_regs(float (&r)[N]
         asm volatile("" : "+f"(r[i])::"memory");
 }
 
-// D (64 x 32, fp32 registers) (+)= A (64 x 16, smem, K-major) B (16 x 32, smem, K-major).
-static __device__ __forceinline__ void wgmma_m64n32k16_bf16_k(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
 // D (64 x 256, fp32 registers) (+)= A (64 x 16, smem, K-major) B (16 x 256, smem, N-major).
 static __device__ __forceinline__ void wgmma_m64n256k16_bf16_mn(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
@@ -124,23 +117,42 @@ static __device__ __forceinline__ void wgmma_m64n256k16_bf16_mn(float (&d)[128],
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-
-/* Gathers tile rows: thread tid copies row tid / 4 (its key's 576 columns, chunks tid % 4, + 4, ...) of the 64 x 576
- * tile at dst. Rows whose key is -1 or outside [0, n_keys) are zero-filled and flagged invalid. */
-static __device__ __forceinline__ void gather_tile(uint32_t dst, int *valid, const bf16 *kv, const int32_t *sel,
-                                                   int slot0, int topk, int64_t n_keys, int tid)
+// D (64 x 64, fp32 registers) (+)= A (64 x 16, smem, K-major) B (16 x 64, smem, K-major).
+static __device__ __forceinline__ void wgmma_m64n64k16_bf16_k(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
-    const int row = tid >> 2, slot = slot0 + row;
-    const int32_t key = slot < topk ? sel[slot] : -1;
-    const bool ok = key >= 0 && (int64_t)key < n_keys;
-    const char *src = (const char *)(kv + (ok ? (int64_t)key * SM90_DQK : 0));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/* Gathers the 64 rows of a tile with NT threads (thread u): 8 threads per row, each 16-byte chunk (u % 8) + 8 k of
+ * its rows, so that every warp instruction reads 4 whole 128-byte lines. Rows whose key is -1 or outside
+ * [0, n_keys) are zero-filled and flagged invalid. */
+template <int NT>
+static __device__ __forceinline__ void gather_rows(uint32_t dst, int *valid, const bf16 *kv, const int32_t *sel,
+                                                   int slot0, int topk, int64_t n_keys, int u)
+{
 #pragma unroll
-    for (int k = 0; k < SM90_CHUNKS / 4; k++) {
-        const int chunk = (tid & 3) + 4 * k;
-        cp_async16(dst + tile_offset(row, chunk), src + chunk * 16, ok ? 16 : 0);
+    for (int pass = 0; pass < SM90_KEYS / (NT / 8); pass++) {
+        const int row = pass * (NT / 8) + (u >> 3), slot = slot0 + row;
+        const int32_t key = slot < topk ? sel[slot] : -1;
+        const bool ok = key >= 0 && (int64_t)key < n_keys;
+        const char *src = (const char *)(kv + (ok ? (int64_t)key * SM90_DQK : 0));
+#pragma unroll
+        for (int k = 0; k < SM90_CHUNKS / 8; k++) {
+            const int chunk = (u & 7) + 8 * k;
+            cp_async16(dst + tile_offset(row, chunk), src + chunk * 16, ok ? 16 : 0);
+        }
+        if ((u & 7) == 0)
+            valid[row] = ok;
     }
-    if ((tid & 3) == 0)
-        valid[row] = ok;
 }
 #endif
 
@@ -154,9 +166,9 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
     unsigned char *smem = smem_raw + pad;
     const uint32_t q_s = raw + pad, kv_s0 = q_s + SM90_TILE_BYTES; // shared addresses
-    float *row_max = (float *)(smem + SM90_STATS);                  // [2][64] per warpgroup, this tile
-    float *row_sum = row_max + 2 * 64;                              // [2][64] at the end
-    int *valid = (int *)(row_sum + 2 * 64);                         // [2 buffers][64 slots]
+    float *alpha_s = (float *)(smem + SM90_STATS);                  // [64] this tile's O rescale factors
+    float *row_sum = alpha_s + 64;                                  // [64] at the end
+    int *valid = (int *)(row_sum + 64);                             // [2 buffers][64 slots]
 
     const int64_t t = blockIdx.x;
     const int h0 = blockIdx.y * SM90_HEADS, tid = threadIdx.x;
@@ -175,112 +187,115 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
             cp_async16(q_s + tile_offset(row, chunk), src + chunk * 16, 16);
         }
     }
-    gather_tile(kv_s0, valid, kv, sel, 0, topk, n_keys, tid);
+    gather_rows<SM90_THREADS>(kv_s0, valid, kv, sel, 0, topk, n_keys, tid);
     cp_async_commit();
+
+    // descriptors: 128B swizzle, K-major (Q, K, P) with 1024-byte 8-row groups; V N-major, 64-column blocks 8 KiB apart
+    const uint64_t desc_q = smem_desc(q_s, 16, 1024), desc_k = smem_desc(kv_s0, 16, 1024);
+    const uint64_t desc_p = smem_desc(kv_s0 + SM90_ROPE_BLOCK, 16, 1024);
+    const uint64_t desc_v = smem_desc(kv_s0 + wg * 4 * SM90_BLOCK_BYTES, SM90_BLOCK_BYTES, 1024);
 
     float o[128]; // O[r0 | r1][256 wg + 8 j + cq + {0,1}] = o[4 j + {0,1 | 2,3}]
 #pragma unroll
     for (int i = 0; i < 128; i++)
         o[i] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // running max (log2 units) and partial sums
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // warpgroup 0: running max (log2) and partial sums
 
     for (int i = 0; i < n_tiles; i++) {
         const int buf = i & 1;
-        const uint32_t kv_s = kv_s0 + buf * SM90_TILE_BYTES;
-        cp_async_wait_all(); // tile i (and Q) from this thread's copies
+        const uint64_t buf_desc = (uint64_t)((buf * SM90_TILE_BYTES) >> 4);
+        if (wg == 1 || i == 0)
+            cp_async_wait_all(); // tile i: warpgroup 1's copies (everyone's at i = 0)
         fence_proxy_async();
-        __syncthreads();     // everyone's copies; both warpgroups are done with tile i - 1
+        __syncthreads(); // tile i visible to all; both warpgroups are done with tile i - 1
 
-        float s[16]; // S[r0 | r1][32 wg + 8 j + cq + {0,1}] = s[4 j + {0,1 | 2,3}]
-        wgmma_fence();
+        float alpha0 = 1.0f, alpha1 = 1.0f;
+        if (wg == 0) {
+            float s[32]; // S[r0 | r1][8 j + cq + {0,1}] = s[4 j + {0,1 | 2,3}]
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < SM90_DQK / 16; kk++) {
-            const uint32_t koff = (kk >> 2) * SM90_BLOCK_BYTES + (kk & 3) * 32;
-            wgmma_m64n32k16_bf16_k(s, smem_desc(q_s + koff, 16, 1024),
-                                   smem_desc(kv_s + koff + wg * 32 * 128, 16, 1024), kk > 0);
-        }
-        wgmma_commit();
-        if (i + 1 < n_tiles) // the next tile into the other buffer, while the tensor cores work
-            gather_tile(kv_s0 + (buf ^ 1) * SM90_TILE_BYTES, valid + (buf ^ 1) * 64, kv, sel, (i + 1) * SM90_KEYS,
-                        topk, n_keys, tid);
-        cp_async_commit();
-        wgmma_wait_all();
-        fence_regs(s);
-
-        // online softmax: this tile's row maxima over both warpgroups' columns
-        const int *ok = valid + buf * 64 + wg * 32;
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float x = ok[8 * j + cq + (e & 1)] ? s[4 * j + e] * scale_log2 : -INFINITY;
-                s[4 * j + e] = x;
-                if (e < 2)
-                    mx0 = fmaxf(mx0, x);
-                else
-                    mx1 = fmaxf(mx1, x);
+            for (int kk = 0; kk < SM90_DQK / 16; kk++) {
+                const uint64_t koff = (uint64_t)((((kk >> 2) * SM90_BLOCK_BYTES) + (kk & 3) * 32) >> 4);
+                wgmma_m64n64k16_bf16_k(s, desc_q + koff, desc_k + buf_desc + koff, kk > 0);
             }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        if ((lane & 3) == 0) {
-            row_max[wg * 64 + r0] = mx0;
-            row_max[wg * 64 + r1] = mx1;
-        }
-        __syncthreads(); // both maxima written; both S products done, so the rope block of the tile is free for P
-        const float n0 = fmaxf(m0, fmaxf(row_max[r0], row_max[64 + r0]));
-        const float n1 = fmaxf(m1, fmaxf(row_max[r1], row_max[64 + r1]));
-        const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
-        const float alpha0 = exp2f(m0 - u0), alpha1 = exp2f(m1 - u1);
-        m0 = n0, m1 = n1;
-        float sum0 = 0.0f, sum1 = 0.0f;
-        unsigned char *p_tile = smem + SM90_TILE_BYTES * (1 + buf) + SM90_ROPE_BLOCK; // P (64 heads x 64 keys)
+            wgmma_commit();
+            wgmma_wait_all();
+            fence_regs(s);
+
+            const int *ok = valid + buf * 64;
+            float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float p00 = exp2f(s[4 * j] - u0), p01 = exp2f(s[4 * j + 1] - u0);
-            const float p10 = exp2f(s[4 * j + 2] - u1), p11 = exp2f(s[4 * j + 3] - u1);
-            sum0 += p00 + p01, sum1 += p10 + p11;
-            const int key = wg * 32 + 8 * j + cq, c16 = key >> 3;
-            *(__nv_bfloat162 *)(p_tile + r0 * 128 + ((c16 ^ (r0 & 7)) << 4) + (key & 7) * 2) =
-                __floats2bfloat162_rn(p00, p01);
-            *(__nv_bfloat162 *)(p_tile + r1 * 128 + ((c16 ^ (r1 & 7)) << 4) + (key & 7) * 2) =
-                __floats2bfloat162_rn(p10, p11);
-        }
-        l0 = l0 * alpha0 + sum0, l1 = l1 * alpha1 + sum1;
+            for (int j = 0; j < 8; j++)
 #pragma unroll
-        for (int j = 0; j < 32; j++) {
-            o[4 * j] *= alpha0, o[4 * j + 1] *= alpha0;
-            o[4 * j + 2] *= alpha1, o[4 * j + 3] *= alpha1;
+                for (int e = 0; e < 4; e++) {
+                    const float x = ok[8 * j + cq + (e & 1)] ? s[4 * j + e] * scale_log2 : -INFINITY;
+                    s[4 * j + e] = x;
+                    if (e < 2)
+                        mx0 = fmaxf(mx0, x);
+                    else
+                        mx1 = fmaxf(mx1, x);
+                }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+            const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
+            alpha0 = exp2f(m0 - u0), alpha1 = exp2f(m1 - u1);
+            m0 = n0, m1 = n1;
+            float sum0 = 0.0f, sum1 = 0.0f;
+            unsigned char *p_tile = smem + SM90_TILE_BYTES * (1 + buf) + SM90_ROPE_BLOCK; // P (64 x 64 keys)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float p00 = exp2f(s[4 * j] - u0), p01 = exp2f(s[4 * j + 1] - u0);
+                const float p10 = exp2f(s[4 * j + 2] - u1), p11 = exp2f(s[4 * j + 3] - u1);
+                sum0 += p00 + p01, sum1 += p10 + p11;
+                *(__nv_bfloat162 *)(p_tile + r0 * 128 + ((j ^ (r0 & 7)) << 4) + cq * 2) =
+                    __floats2bfloat162_rn(p00, p01);
+                *(__nv_bfloat162 *)(p_tile + r1 * 128 + ((j ^ (r1 & 7)) << 4) + cq * 2) =
+                    __floats2bfloat162_rn(p10, p11);
+            }
+            l0 = l0 * alpha0 + sum0, l1 = l1 * alpha1 + sum1;
+            if ((lane & 3) == 0)
+                alpha_s[r0] = alpha0, alpha_s[r1] = alpha1;
+        } else {
+            if (i + 1 < n_tiles) // the next tile, while warpgroup 0 works on this one
+                gather_rows<128>(kv_s0 + (buf ^ 1) * SM90_TILE_BYTES, valid + (buf ^ 1) * 64, kv, sel,
+                                 (i + 1) * SM90_KEYS, topk, n_keys, tid - 128);
+            cp_async_commit();
         }
         fence_proxy_async();
-        __syncthreads(); // all of P written
-
+        __syncthreads(); // P and the rescale factors written
+        if (wg == 1)
+            alpha0 = alpha_s[r0], alpha1 = alpha_s[r1];
+        if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) { /* skip when no row max moved */
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                o[4 * j] *= alpha0, o[4 * j + 1] *= alpha0;
+                o[4 * j + 2] *= alpha1, o[4 * j + 3] *= alpha1;
+            }
+        }
         // O_wg += P V_wg: V = the tile's columns 256 wg .. 256 wg + 255, keys along K (N-major B)
-        const uint32_t p_s = kv_s + SM90_ROPE_BLOCK, v_s = kv_s + wg * 4 * SM90_BLOCK_BYTES;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < SM90_KEYS / 16; kk++)
-            wgmma_m64n256k16_bf16_mn(o, smem_desc(p_s + kk * 32, 16, 1024),
-                                     smem_desc(v_s + kk * 16 * 128, SM90_BLOCK_BYTES, 1024), 1);
+            wgmma_m64n256k16_bf16_mn(o, desc_p + buf_desc + kk * 2, desc_v + buf_desc + kk * 128, 1);
         wgmma_commit();
         wgmma_wait_all();
         fence_regs(o);
     }
 
-    // row sums: over the quad (the thread's columns), then over the two warpgroups
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    if ((lane & 3) == 0) {
-        row_sum[wg * 64 + r0] = l0;
-        row_sum[wg * 64 + r1] = l1;
+    // row sums (warpgroup 0 holds them): over the quad, then shared with warpgroup 1 through shared memory
+    if (wg == 0) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        if ((lane & 3) == 0)
+            row_sum[r0] = l0, row_sum[r1] = l1;
     }
     __syncthreads();
-    l0 = row_sum[r0] + row_sum[64 + r0];
-    l1 = row_sum[r1] + row_sum[64 + r1];
+    l0 = row_sum[r0], l1 = row_sum[r1];
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     bf16 *out0 = out + (t * n_heads + h0 + r0) * SM90_DV + wg * 256 + cq;
     bf16 *out1 = out + (t * n_heads + h0 + r1) * SM90_DV + wg * 256 + cq;
@@ -294,7 +309,7 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
         lse[t * n_heads + h0 + r1] = l1 > 0.0f ? m1 * 0.69314718055994531f + logf(l1) : INFINITY;
     }
 #else
-    __trap(); /* built without sm_90a code: the host side never launches it then */
+    __trap();
 #endif
 }
 
@@ -315,9 +330,9 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
     if (major != 9 || minor != 0)
         return DSARL_OK;
-    tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)(in->n_heads / SM90_HEADS));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
+    tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
     sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED>>>((bf16 *)out, lse, (const bf16 *)in->q,
                                                                         (const bf16 *)in->kv, indices, topk,
                                                                         in->n_heads, batch->n_keys, scale_log2);
