@@ -123,6 +123,42 @@ static inline __device__ double block_sum_d(double v)
     return warp_sum_d(v);
 }
 
+/* Copies rows of `row_bytes` bytes: dst row r (dst_pitch bytes apart) = src row rows[r] (or r when rows is NULL;
+ * src_pitch bytes apart). Each thread moves one unit of V (uint4: 16 bytes, down to unsigned short), the widest that
+ * the pointers, pitches and row size allow (copy_rows picks it), so a narrow strided slice (one head of a fused
+ * projection) moves in full transactions instead of the element-wise copy cudaMemcpy2D does for narrow rows. */
+template <typename V>
+static __global__ void copy_rows_kernel(char *dst, int64_t dst_pitch, const char *src, int64_t src_pitch,
+                                        const int32_t *rows, int64_t n_rows, int64_t units_per_row)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_rows * units_per_row;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / units_per_row, u = i - r * units_per_row;
+        int64_t from = rows ? rows[r] : r;
+        reinterpret_cast<V *>(dst + r * dst_pitch)[u] = reinterpret_cast<const V *>(src + from * src_pitch)[u];
+    }
+}
+
+static inline void copy_rows(cudaStream_t stream, void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
+                            const int32_t *rows, int64_t n_rows, int64_t row_bytes)
+{
+    uintptr_t bits = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)dst_pitch | (uintptr_t)src_pitch |
+                     (uintptr_t)row_bytes;
+    int unit = bits % 16 == 0 ? 16 : bits % 8 == 0 ? 8 : bits % 4 == 0 ? 4 : 2;
+    int64_t units = row_bytes / unit;
+    unsigned int grid = grid_for(n_rows * units, 256);
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    if (unit == 16)
+        copy_rows_kernel<uint4><<<grid, 256, 0, stream>>>(d, dst_pitch, s, src_pitch, rows, n_rows, units);
+    else if (unit == 8)
+        copy_rows_kernel<uint2><<<grid, 256, 0, stream>>>(d, dst_pitch, s, src_pitch, rows, n_rows, units);
+    else if (unit == 4)
+        copy_rows_kernel<unsigned int><<<grid, 256, 0, stream>>>(d, dst_pitch, s, src_pitch, rows, n_rows, units);
+    else
+        copy_rows_kernel<unsigned short><<<grid, 256, 0, stream>>>(d, dst_pitch, s, src_pitch, rows, n_rows, units);
+}
+
 #define GRID_STRIDE(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 

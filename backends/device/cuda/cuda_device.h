@@ -17,6 +17,12 @@ DSARL_BEGIN_DECLS
 /* A test that links the CPU device too (which defines its own struct dsarl_device) defines
  * DSARL_CUDA_DEVICE_OPAQUE and sees the CUDA instance only through pointers. */
 #ifndef DSARL_CUDA_DEVICE_OPAQUE
+/* One device allocation of the caching allocator. */
+typedef struct cuda_block {
+    void *ptr;
+    size_t bytes;
+} cuda_block;
+
 struct dsarl_device {
     int f32;                  /* 1: float32 storage (runtime.cuda_storage_dtype=f32); 0: bf16 (the default) */
     int ordinal;              /* the CUDA device this instance runs on (local rank modulo the visible count) */
@@ -35,6 +41,14 @@ struct dsarl_device {
     void *host_staging;       /* host buffer for dtype conversion on upload/download */
     size_t host_staging_bytes;
     uint64_t seed;
+    /* Caching allocator (cuda_memory.cu): a model pass allocates and frees the same few hundred buffers every
+     * step; cudaMalloc/cudaFree (which synchronizes the device) each time cost more than the kernels. */
+    struct cuda_block *live;  /* allocations handed out: pointer and rounded size */
+    size_t n_live, cap_live;
+    struct cuda_block *cached; /* freed blocks kept for reuse (stream-ordered: every kernel runs on `compute`) */
+    size_t n_cached, cap_cached, cached_bytes;
+    void *gemm_algos;         /* cuda_gemm.cu: cuBLASLt algorithms by problem (direct-mapped cache) */
+    void *profile;            /* cuda_profile.cu: op timings under DSARL_CUDA_PROFILE=1, else NULL */
 };
 #endif
 
@@ -68,6 +82,8 @@ int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int
                               float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err);
 int cuda_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const void *a, const void *b, float beta, float *c, dsarl_error *err);
+/* Frees the planned GEMMs kept per problem (descriptors, layouts, algorithms); destroy calls it. */
+void cuda_gemm_cache_free(dsarl_device *dev);
 
 /* Copies, adds, conversions, SwiGLU (cuda_elementwise.cu). */
 int cuda_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *src, int64_t src_stride,

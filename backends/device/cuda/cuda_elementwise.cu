@@ -11,9 +11,9 @@ int cuda_copy_2d(dsarl_device *dev, void *dst, int64_t dst_stride, const void *s
     if (dst_stride < cols || src_stride < cols)
         return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: copy_2d strides (dst %lld, src %lld) must be at least "
                           "cols (%lld)", (long long)dst_stride, (long long)src_stride, (long long)cols);
-    size_t e = STORAGE_BYTES(dev);
-    cudaCheck(cudaMemcpy2DAsync(dst, (size_t)dst_stride * e, src, (size_t)src_stride * e, (size_t)cols * e,
-                                (size_t)rows, cudaMemcpyDeviceToDevice, CUDA_STREAM(dev)), err);
+    int64_t e = (int64_t)STORAGE_BYTES(dev);
+    copy_rows(CUDA_STREAM(dev), dst, dst_stride * e, src, src_stride * e, NULL, rows, cols * e);
+    cudaCheckLaunch("copy_2d", err);
     return DSARL_OK;
 }
 

@@ -3,6 +3,8 @@
  * storage operands but writes a float32 result (logits). cuBLAS is column-major,
  * so the row-major product C = op(A) op(B) is computed as the
  * column-major C^T = op(B)^T op(A)^T, which reads the same bytes without any transpose copy. */
+#include <stdlib.h>
+#include <string.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include "cuda_common.cuh"
@@ -25,6 +27,58 @@ typedef struct lt_problem {
     uint64_t ldx, ldy, ldd;
 } lt_problem;
 
+// cuBLASLt's heuristic query and the descriptor set-up cost tens of microseconds of host time per call, more than
+// many of the model's GEMMs (per head, per expert) take on the GPU; both depend only on the problem, so they are
+// kept per problem in a direct-mapped table (a colliding problem replaces the entry: the per-expert row counts
+// vary step to step). The table is freed with the device (cuda_gemm_cache_free).
+#define GEMM_ALGO_SLOTS 4096
+
+typedef struct algo_key {
+    int32_t op_x, op_y, type, out_type;
+    uint64_t rows, cols, inner, ldx, ldy, ldd;
+    int64_t batch, stride_x, stride_y, stride_d;
+    uint32_t ax, ay, ad, used;
+} algo_key;
+
+typedef struct algo_slot {
+    algo_key key;
+    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lx, ly, ld;
+} algo_slot;
+
+static uint64_t algo_hash(const algo_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull; // FNV-1a over the key's bytes (the key is zero-initialised, padding too)
+    for (size_t i = 0; i < sizeof(*k); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void destroy_plan(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t lx, cublasLtMatrixLayout_t ly,
+                         cublasLtMatrixLayout_t ld)
+{
+    if (ld)
+        cublasLtMatrixLayoutDestroy(ld);
+    if (ly)
+        cublasLtMatrixLayoutDestroy(ly);
+    if (lx)
+        cublasLtMatrixLayoutDestroy(lx);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+}
+
+void cuda_gemm_cache_free(dsarl_device *dev)
+{
+    algo_slot *slots = (algo_slot *)dev->gemm_algos;
+    for (int i = 0; slots && i < GEMM_ALGO_SLOTS; i++)
+        if (slots[i].key.used)
+            destroy_plan(slots[i].desc, slots[i].lx, slots[i].ly, slots[i].ld);
+    free(slots);
+    dev->gemm_algos = NULL;
+}
+
 static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const void *x, int64_t stride_x,
                      const void *y, int64_t stride_y, float beta, void *d, int64_t stride_d, int64_t batch,
                      bool f32_out, dsarl_error *err)
@@ -38,10 +92,27 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     // bf16 storage: bf16 operands, fp32 accumulation. float32 storage: plain fp32 (no TF32), as the CPU computes.
     const cudaDataType_t type = dev->f32 ? CUDA_R_32F : CUDA_R_16BF;
     const cudaDataType_t out_type = f32_out ? CUDA_R_32F : type; // gemm_f32out: bf16 in, float32 C and D
-    cublasStatus_t st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     int32_t batch32 = (int32_t)batch;
     uint32_t ax = alignment_of(x), ay = alignment_of(y), ad = alignment_of(d);
     size_t ws = dev->gemm_workspace_bytes;
+    algo_key key;
+    memset(&key, 0, sizeof key);
+    key.op_x = (int32_t)pr->op_x, key.op_y = (int32_t)pr->op_y, key.type = (int32_t)type;
+    key.out_type = (int32_t)out_type, key.rows = pr->rows, key.cols = pr->cols, key.inner = pr->inner;
+    key.ldx = pr->ldx, key.ldy = pr->ldy, key.ldd = pr->ldd, key.batch = batch;
+    key.stride_x = batch > 1 ? stride_x : 0, key.stride_y = batch > 1 ? stride_y : 0;
+    key.stride_d = batch > 1 ? stride_d : 0, key.ax = ax, key.ay = ay, key.ad = ad, key.used = 1;
+    if (!dev->gemm_algos)
+        dev->gemm_algos = calloc(GEMM_ALGO_SLOTS, sizeof(algo_slot)); // NULL: no cache, plan every call
+    algo_slot *slot = dev->gemm_algos ? (algo_slot *)dev->gemm_algos + algo_hash(&key) % GEMM_ALGO_SLOTS : NULL;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (slot && memcmp(&slot->key, &key, sizeof key) == 0) { // planned before: one call
+        st = cublasLtMatmul(lt, slot->desc, &alpha, x, slot->lx, y, slot->ly, &beta, d, slot->ld, d, slot->ld,
+                            &slot->algo, dev->gemm_workspace, dev->gemm_workspace_bytes, CUDA_STREAM(dev));
+        if (st == CUBLAS_STATUS_SUCCESS)
+            return DSARL_OK;
+    }
+    st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &pr->op_x, sizeof(pr->op_x));
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -83,6 +154,12 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     if (st == CUBLAS_STATUS_SUCCESS && found > 0)
         st = cublasLtMatmul(lt, desc, &alpha, x, lx, y, ly, &beta, d, ld, d, ld, &heur.algo, dev->gemm_workspace,
                             dev->gemm_workspace_bytes, CUDA_STREAM(dev));
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0 && slot) { // the slot keeps this plan (and frees the one it had)
+        if (slot->key.used)
+            destroy_plan(slot->desc, slot->lx, slot->ly, slot->ld);
+        slot->key = key, slot->algo = heur.algo, slot->desc = desc, slot->lx = lx, slot->ly = ly, slot->ld = ld;
+        desc = NULL, lx = ly = ld = NULL;
+    }
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         // No cuBLASLt algorithm for this shape/alignment (or it failed): the classic cuBLAS entry point accepts
         // every legal shape.
@@ -98,14 +175,7 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     }
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
-    if (ld)
-        cublasLtMatrixLayoutDestroy(ld);
-    if (ly)
-        cublasLtMatrixLayoutDestroy(ly);
-    if (lx)
-        cublasLtMatrixLayoutDestroy(lx);
-    if (desc)
-        cublasLtMatmulDescDestroy(desc);
+    destroy_plan(desc, lx, ly, ld);
     return rc;
 }
 

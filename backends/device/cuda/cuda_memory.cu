@@ -1,12 +1,16 @@
-/* cuda_memory.cu: lifetime and memory of the CUDA device: the GPU chosen by local rank, a stream per role, plain
- * cudaMalloc allocations (never managed memory), bf16 storage with host-side conversion on upload/download. */
+/* cuda_memory.cu: lifetime and memory of the CUDA device: the GPU chosen by local rank, a stream per role,
+ * cudaMalloc allocations kept in a cache for reuse (never managed memory), bf16 storage with host-side conversion on
+ * upload/download. */
 #include <stdlib.h>
 #include <string.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include "cuda_common.cuh"
+#include "cuda_profile.h"
 
 #define GEMM_WORKSPACE_BYTES ((size_t)64 << 20) /* cuBLASLt's recommendation for Hopper is 32 MiB or more */
+
+static void release_cached(dsarl_device *dev);
 
 int cuda_visible_devices(void)
 {
@@ -86,6 +90,7 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
         goto fail;
     }
     dev->blas = blas;
+    cuda_profile_open(dev);
     return DSARL_OK;
 fail:
     if (blas)
@@ -102,10 +107,17 @@ void cuda_destroy(dsarl_device *dev)
         return;
     cudaSetDevice(dev->ordinal);
     cudaDeviceSynchronize();
+    cuda_profile_close(dev);
     if (dev->blas)
         cublasDestroy((cublasHandle_t)dev->blas);
     if (dev->lt)
         cublasLtDestroy((cublasLtHandle_t)dev->lt);
+    release_cached(dev);
+    for (size_t i = 0; i < dev->n_live; i++) /* buffers a caller never freed */
+        cudaFree(dev->live[i].ptr);
+    free(dev->live);
+    free(dev->cached);
+    cuda_gemm_cache_free(dev);
     cudaFree(dev->gemm_workspace);
     cudaFree(dev->scratch);
     cudaFree(dev->flag);
@@ -123,9 +135,64 @@ void cuda_destroy(dsarl_device *dev)
 
 dsarl_dtype cuda_storage_dtype(const dsarl_device *dev) { return dev->f32 ? DSARL_DTYPE_F32 : DSARL_DTYPE_BF16; }
 
+// Sizes are rounded (512 bytes below 1 MiB, 2 MiB above) so a pass's buffers of nearly equal sizes share blocks.
+static size_t rounded(size_t bytes)
+{
+    size_t unit = bytes < ((size_t)1 << 20) ? 512 : ((size_t)2 << 20);
+    return (bytes ? bytes : 1) + unit - 1 - ((bytes ? bytes : 1) + unit - 1) % unit;
+}
+
+static int push_block(cuda_block **list, size_t *n, size_t *cap, void *ptr, size_t bytes)
+{
+    if (*n == *cap) {
+        size_t grown = *cap ? *cap * 2 : 256;
+        cuda_block *l = (cuda_block *)realloc(*list, grown * sizeof(cuda_block));
+        if (!l)
+            return -1;
+        *list = l, *cap = grown;
+    }
+    (*list)[(*n)++] = (cuda_block){ptr, bytes};
+    return 0;
+}
+
+// Returns every cached block to the driver (before a retry of a failed cudaMalloc, and at destroy).
+static void release_cached(dsarl_device *dev)
+{
+    if (!dev->n_cached)
+        return;
+    cudaDeviceSynchronize();
+    for (size_t i = 0; i < dev->n_cached; i++)
+        cudaFree(dev->cached[i].ptr);
+    dev->n_cached = 0;
+    dev->cached_bytes = 0;
+}
+
 int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
 {
-    cudaError_t rc = cudaMalloc(out, bytes ? bytes : 256); /* cudaMalloc bases are 256-byte aligned */
+    size_t want = rounded(bytes);
+    // best fit among cached blocks no more than twice the size (a larger one stays for a larger request)
+    size_t best = (size_t)-1;
+    for (size_t i = 0; i < dev->n_cached; i++)
+        if (dev->cached[i].bytes >= want && dev->cached[i].bytes <= 2 * want &&
+            (best == (size_t)-1 || dev->cached[i].bytes < dev->cached[best].bytes))
+            best = i;
+    if (best != (size_t)-1) {
+        cuda_block b = dev->cached[best];
+        dev->cached[best] = dev->cached[--dev->n_cached];
+        dev->cached_bytes -= b.bytes;
+        if (push_block(&dev->live, &dev->n_live, &dev->cap_live, b.ptr, b.bytes)) {
+            cudaFree(b.ptr);
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory for the allocator's lists");
+        }
+        *out = b.ptr;
+        return DSARL_OK;
+    }
+    cudaError_t rc = cudaMalloc(out, want); /* cudaMalloc bases are 256-byte aligned */
+    if (rc == cudaErrorMemoryAllocation && dev->n_cached) {
+        cudaGetLastError();
+        release_cached(dev);
+        rc = cudaMalloc(out, want);
+    }
     if (rc != cudaSuccess) {
         cudaGetLastError();
         size_t free_bytes = 0, total = 0;
@@ -134,6 +201,10 @@ int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
                           "device cuda: cannot allocate %zu bytes on GPU %d (%zu of %zu bytes free): %s", bytes,
                           dev->ordinal, free_bytes, total, cudaGetErrorString(rc));
     }
+    if (push_block(&dev->live, &dev->n_live, &dev->cap_live, *out, want)) {
+        cudaFree(*out);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory for the allocator's lists");
+    }
     return DSARL_OK;
 }
 
@@ -141,8 +212,19 @@ void cuda_free(dsarl_device *dev, void *ptr)
 {
     if (!ptr)
         return;
-    // cudaFree waits for the device; no kernel can still be using ptr afterwards.
-    cudaFree(ptr);
+    // the block goes back to the cache, not the driver: work queued on the compute stream that still reads it
+    // runs before any later kernel that reuses it (one stream; copies wait for queued compute)
+    for (size_t i = dev->n_live; i-- > 0;)
+        if (dev->live[i].ptr == ptr) {
+            cuda_block b = dev->live[i];
+            dev->live[i] = dev->live[--dev->n_live];
+            if (push_block(&dev->cached, &dev->n_cached, &dev->cap_cached, b.ptr, b.bytes) == 0)
+                dev->cached_bytes += b.bytes;
+            else
+                cudaFree(b.ptr); // cudaFree waits for the device; nothing can still be using ptr afterwards
+            return;
+        }
+    cudaFree(ptr); /* not ours (cannot happen through the ops table); the driver knows it */
 }
 
 int cuda_scratch(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
@@ -198,6 +280,7 @@ int cuda_synchronize(dsarl_device *dev, dsarl_error *err)
     cudaCheck(cudaStreamSynchronize((cudaStream_t)dev->copies), err);
     cudaCheck(cudaStreamSynchronize(CUDA_STREAM(dev)), err);
     cudaCheck(cudaGetLastError(), err);
+    cuda_profile_drain(dev);
     return DSARL_OK;
 }
 
