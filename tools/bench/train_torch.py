@@ -32,15 +32,20 @@ def main():
     ap.add_argument("--ceiling-iters", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--save", help="write the random init to this directory (HF layout) before training")
+    ap.add_argument("--save-only", action="store_true", help="with --save: stop after writing the random init")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = a.device
-    gemm, copy_gbs = ceilings(dev, a.ceiling_iters)
+    if a.save_only and not a.save:
+        ap.error("--save-only needs --save DIR")
+    gemm, copy_gbs = (0.0, 0.0) if a.save_only else ceilings(dev, a.ceiling_iters)
     raw, cfg = load_config(a.config)
     model, attn = build_model(cfg, a.attn, dev, a.seed)
     if a.save:
         model.save_pretrained(a.save)
         print(f"saved the random init to {a.save}")
+        if a.save_only:
+            return
     n_params = sum(p.numel() for p in model.parameters())
     flops, shape = train_flops(raw, a.batch, a.tokens)
     experts = getattr(model.config, "_experts_implementation", None)
