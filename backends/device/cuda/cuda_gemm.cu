@@ -27,10 +27,14 @@ typedef struct lt_problem {
     uint64_t ldx, ldy, ldd;
 } lt_problem;
 
-// cuBLASLt's heuristic query and the descriptor set-up cost tens of microseconds of host time per call, more than
-// many of the model's GEMMs (per head, per expert) take on the GPU; both depend only on the problem, so they are
-// kept per problem in a direct-mapped table (a colliding problem replaces the entry: the per-expert row counts
-// vary step to step). The table is freed with the device (cuda_gemm_cache_free).
+// cuBLASLt's heuristic query costs 0.1 to 0.3 ms of host time per call (measured on the H200 through the profile of
+// cuda_profile.cu: 5354 GEMMs of one 3B-model training step spent 1.6 s in it), far more than most of the model's
+// GEMMs (per head, per expert) take on the GPU. Its answer is kept in a direct-mapped table keyed by the problem's
+// "class": transposes, types, pointer alignments, each dimension rounded up to a power of two and each leading
+// dimension's alignment. The per-expert row counts change every step but stay in their class, so a step reuses the
+// algorithms of the last: a new exact shape only builds its descriptors and asks cublasLtMatmulAlgoCheck whether
+// the kept algorithm supports it (else the heuristic runs again). The exact shape's descriptors are kept too, so a
+// repeated GEMM is one cublasLtMatmul call. The table is freed with the device (cuda_gemm_cache_free).
 #define GEMM_ALGO_SLOTS 4096
 
 typedef struct algo_key {
@@ -41,7 +45,7 @@ typedef struct algo_key {
 } algo_key;
 
 typedef struct algo_slot {
-    algo_key key;
+    algo_key cls, exact;               // the class the algorithm was chosen for; the shape the descriptors describe
     cublasLtMatmulAlgo_t algo;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t lx, ly, ld;
@@ -54,6 +58,34 @@ static uint64_t algo_hash(const algo_key *k)
     for (size_t i = 0; i < sizeof(*k); i++)
         h = (h ^ p[i]) * 1099511628211ull;
     return h;
+}
+
+static uint64_t pow2_at_least(uint64_t x)
+{
+    uint64_t p = 1;
+    while (p < x)
+        p <<= 1;
+    return p;
+}
+
+// Largest power of two (<= 16) dividing x: what a leading dimension allows of vector loads.
+static uint64_t ld_class(uint64_t x)
+{
+    uint64_t a = 16;
+    while (a > 1 && x % a)
+        a >>= 1;
+    return a;
+}
+
+static algo_key class_of(const algo_key *exact)
+{
+    algo_key c = *exact;
+    c.rows = pow2_at_least(exact->rows), c.cols = pow2_at_least(exact->cols), c.inner = pow2_at_least(exact->inner);
+    c.ldx = ld_class(exact->ldx), c.ldy = ld_class(exact->ldy), c.ldd = ld_class(exact->ldd);
+    c.stride_x = exact->stride_x ? (int64_t)ld_class((uint64_t)exact->stride_x) : 0;
+    c.stride_y = exact->stride_y ? (int64_t)ld_class((uint64_t)exact->stride_y) : 0;
+    c.stride_d = exact->stride_d ? (int64_t)ld_class((uint64_t)exact->stride_d) : 0;
+    return c;
 }
 
 static void destroy_plan(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t lx, cublasLtMatrixLayout_t ly,
@@ -73,7 +105,7 @@ void cuda_gemm_cache_free(dsarl_device *dev)
 {
     algo_slot *slots = (algo_slot *)dev->gemm_algos;
     for (int i = 0; slots && i < GEMM_ALGO_SLOTS; i++)
-        if (slots[i].key.used)
+        if (slots[i].cls.used)
             destroy_plan(slots[i].desc, slots[i].lx, slots[i].ly, slots[i].ld);
     free(slots);
     dev->gemm_algos = NULL;
@@ -102,15 +134,18 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     key.ldx = pr->ldx, key.ldy = pr->ldy, key.ldd = pr->ldd, key.batch = batch;
     key.stride_x = batch > 1 ? stride_x : 0, key.stride_y = batch > 1 ? stride_y : 0;
     key.stride_d = batch > 1 ? stride_d : 0, key.ax = ax, key.ay = ay, key.ad = ad, key.used = 1;
+    algo_key cls = class_of(&key);
     if (!dev->gemm_algos)
         dev->gemm_algos = calloc(GEMM_ALGO_SLOTS, sizeof(algo_slot)); // NULL: no cache, plan every call
-    algo_slot *slot = dev->gemm_algos ? (algo_slot *)dev->gemm_algos + algo_hash(&key) % GEMM_ALGO_SLOTS : NULL;
+    algo_slot *slot = dev->gemm_algos ? (algo_slot *)dev->gemm_algos + algo_hash(&cls) % GEMM_ALGO_SLOTS : NULL;
+    bool class_hit = slot && memcmp(&slot->cls, &cls, sizeof cls) == 0;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (slot && memcmp(&slot->key, &key, sizeof key) == 0) { // planned before: one call
+    if (class_hit && memcmp(&slot->exact, &key, sizeof key) == 0) { // this very shape before: one call
         st = cublasLtMatmul(lt, slot->desc, &alpha, x, slot->lx, y, slot->ly, &beta, d, slot->ld, d, slot->ld,
                             &slot->algo, dev->gemm_workspace, dev->gemm_workspace_bytes, CUDA_STREAM(dev));
         if (st == CUBLAS_STATUS_SUCCESS)
             return DSARL_OK;
+        class_hit = false;
     }
     st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -137,27 +172,36 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
                                                       &strides[i], sizeof(strides[i]));
         }
     }
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && class_hit) { // the class's algorithm, if it supports this exact shape
+        cublasLtMatmulHeuristicResult_t check;
+        if (cublasLtMatmulAlgoCheck(lt, desc, lx, ly, ld, ld, &slot->algo, &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= dev->gemm_workspace_bytes) {
+            heur.algo = slot->algo;
+            found = 1;
+        }
+    }
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulPreferenceCreate(&pref);
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ax, sizeof(ax));
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ay, sizeof(ay));
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof(ad));
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad));
-    if (st == CUBLAS_STATUS_SUCCESS)
+    if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulAlgoGetHeuristic(lt, desc, lx, ly, ld, ld, pref, 1, &heur, &found);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0)
         st = cublasLtMatmul(lt, desc, &alpha, x, lx, y, ly, &beta, d, ld, d, ld, &heur.algo, dev->gemm_workspace,
                             dev->gemm_workspace_bytes, CUDA_STREAM(dev));
     if (st == CUBLAS_STATUS_SUCCESS && found > 0 && slot) { // the slot keeps this plan (and frees the one it had)
-        if (slot->key.used)
+        if (slot->cls.used)
             destroy_plan(slot->desc, slot->lx, slot->ly, slot->ld);
-        slot->key = key, slot->algo = heur.algo, slot->desc = desc, slot->lx = lx, slot->ly = ly, slot->ld = ld;
+        slot->cls = cls, slot->exact = key, slot->algo = heur.algo;
+        slot->desc = desc, slot->lx = lx, slot->ly = ly, slot->ld = ld;
         desc = NULL, lx = ly = ld = NULL;
     }
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
