@@ -86,7 +86,9 @@ def ceilings(device, iters):
     gemm = 2.0 * n ** 3 / gemm_ms / 1e9
     copy_gbs = 2.0 * A.numel() * 2 / copy_ms / 1e6
     del A, B, dst, flush
-    info = dict(torch=torch.__version__, device=torch.cuda.get_device_name() if device == "cuda" else "cpu")
+    import transformers
+    info = dict(torch=torch.__version__, transformers=transformers.__version__,
+                device=torch.cuda.get_device_name() if device == "cuda" else "cpu")
     print("json: " + json.dumps(dict(impl="torch", op="ceilings", gemm_tflops=round(gemm, 1),
                                      copy_gbs=round(copy_gbs), **info)))
     print(f"ceilings (this run): bf16 GEMM {n}^3 {gemm:.1f} TFLOP/s; device copy {copy_gbs:.0f} GB/s (read + write)")
