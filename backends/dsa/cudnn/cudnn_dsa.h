@@ -30,7 +30,7 @@
 
 DSARL_BEGIN_DECLS
 
-/* Longest segment the headwise graphs serve, with or without the bias. Measured on the H200 (H 64, d 256/256,
+/* Longest segment the headwise graphs serve (dsa_attention_form: headwise), with or without the bias. Measured on the H200 (H 64, d 256/256,
  * k 2048, docs/performance.md): the fused backward takes a dP workspace of 2 H S^2 bytes (8 GiB at 8192; at 32768
  * it asked for 185 GB and failed), and past 8192 the bias graph's useful rate falls (fwd 98.6 TFLOP/s at 8192, 29.0
  * at 32768), while the absorbed path keeps O(T k) memory. Longer segments make preferred_form answer ABSORBED. */
@@ -47,8 +47,8 @@ DSARL_BEGIN_DECLS
     "of 8)\n"                                                                                                        \
     "headwise_attention_forward/backward | index_topk < segment <= " CDN_STR(CDN_MAX_SEGMENT) " | cuDNN composite "   \
     "causal SDPA graph + additive top-k bias [B,1,S,S] (0 selected, -1e9 elsewhere)\n"                              \
-    "headwise_attention_forward/backward | segment > " CDN_STR(CDN_MAX_SEGMENT) " | not served: preferred_form "      \
-    "answers absorbed for such batches\n"                                                                           \
+    "headwise_attention_forward/backward | segment > " CDN_STR(CDN_MAX_SEGMENT) " | not served (an error naming "    \
+    "the segment; use the absorbed form)\n"                                                                           \
     "sparse_mla_forward | absorbed 576/512, heads a multiple of 64, bf16 | hand-over: tilelang (its sm_90 wgmma "    \
     "kernel: 483-500 TFLOP/s vs cuDNN paged 85-86 on the H200)\n"                                                   \
     "sparse_mla_forward | other absorbed dims (d_qk, d_v multiples of 8, heads and k multiples of 4), bf16 | cuDNN " \
@@ -59,8 +59,9 @@ DSARL_BEGIN_DECLS
     "backward)\n"                                                                                                    \
     "indexer_topk | every size | hand-over: tilelang (cuDNN 9.19 has no top-k)\n"                                   \
     "indexer_loss_forward/backward | every size | hand-over: tilelang\n"                                            \
-    "preferred_form | causal batch, bf16, every segment <= " CDN_STR(CDN_MAX_SEGMENT) " | headwise; otherwise "      \
-    "absorbed\n"
+    "preferred_form | every batch | absorbed: one form for training and generation (mixed forms measured "        \
+    "token_mult_prob_error 1.0016-1.0019 > 1.001); the headwise routes run when the recipe sets "                  \
+    "dsa_attention_form: headwise\n"
 
 /* The ops table registered as (dsa, "cudnn"). */
 extern const dsarl_dsa_ops dsarl_dsa_cudnn_ops;

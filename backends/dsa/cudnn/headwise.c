@@ -81,8 +81,8 @@ static int plan_groups(cudnn_dsa *c, const char *op, const dsarl_dsa_batch *batc
             free(seg_group);
             return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa cudnn %s: segment %d has %lld tokens, more than the %d "
                               "the cuDNN attention graphs serve (their backward needs 2 H S^2 bytes of workspace); "
-                              "preferred_form answers absorbed for such batches, so use the absorbed ops "
-                              "(dsa_attention_form: auto)", op, i, (long long)length, c->max_segment);
+                              "use the absorbed form for such batches (dsa_attention_form: auto or absorbed)", op, i,
+                              (long long)length, c->max_segment);
         }
         int64_t S = next_pow2(length < 64 ? 64 : length);
         // entries per launch: the backward's dP workspace (2 H S^2 bytes each) stays under the cap
