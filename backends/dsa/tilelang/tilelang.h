@@ -6,11 +6,18 @@
  * stream handle (a device-ops slot that hands out the compute stream is the fast path for later).
  *
  * What the kernels are (measured on the H200: check_dsa_tilelang's DSARL_GPU_BENCH figures), and the fast path:
- * - indexer_topk: one block per query row (persistent grid), scores of the row's eligible keys into a per-block
- *   workspace (never a Tq x Tk matrix; q.k on WMMA tensor cores for bf16 and 16-multiple dims), an exact 4-pass
- *   radix select of the k-th best score, tie-breaking to the lower key index, then a bitonic sort of the chosen keys
- *   into descending order. 8K causal tokens, 32 heads x 128, k 2048: 7.8 ms (target 2 ms). Fast path: several
- *   query rows per block sharing key tiles, wgmma, and a radix select without the contended first histogram.
+ * - indexer_topk (indexer_fast.cuh): bf16 with 8/16/32/64 heads and 16-multiple head dims runs two kernels per chunk
+ *   of query rows: query tiles (8 warps x 64 query-head columns) scored against 64-key tiles read once per tile
+ *   (cp.async double buffer, ldmatrix + mma.sync m16n8k16, fp32 accumulators; ReLU, head weights and the head sum
+ *   in registers) into a workspace of order-preserving keys (eligible part only; rows with <= k keys skipped when
+ *   no scores are wanted), then one block per row: an exact 4-pass radix select (warp-aggregated histograms, the
+ *   row in shared memory) and an ordered compaction, ties to the lower key index; key order without scores, a
+ *   bitonic sort into descending order with them. Other storage/shapes keep the fused row-wise kernel (one block
+ *   per row, WMMA or CUDA-core scores, the same select). 8K causal tokens, 32 heads x 128, k 2048: 1.75 ms on the
+ *   H200 in `dsarl bench dsa` (row-wise kernel 7.85 ms; target 2 ms; floor 0.35 ms at the bf16 GEMM ceiling);
+ *   the split between the two kernels is not measured yet (check_dsa_indexer_fast's DSARL_GPU_BENCH prints it).
+ *   Fast path: wgmma with the epilogue overlapped (mma.sync leaves ReLU, weights, the head reduction and the stores
+ *   on the issue slots of the warps that feed the tensor cores), and the select fused into the scoring blocks.
  * - sparse_mla_forward: bf16 at GLM-5 dims (d_qk 576, d_v 512, heads in groups of 64) on Hopper runs the wgmma
  *   kernel (sparse_mla_forward_sm90.cu, FlashMLA's sparse prefill shape): one block of two warpgroups per (query,
  *   64 heads), Q resident in shared memory, the top-k in tiles of 64 latent rows gathered by cp.async into two
