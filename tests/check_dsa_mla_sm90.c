@@ -481,6 +481,7 @@ int main(void)
         printf("check_dsa_mla_sm90: skipped: no compute capability 9.0 CUDA device is visible\n");
         return 77;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each figure reaches a redirected log at once, also when a timeout kills us */
     SRunner *sr = srunner_create(mla_sm90_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);
