@@ -384,7 +384,8 @@ START_TEST(test_old_vs_new)
     float *first = from_gpu(c.g_out, n_out, DSARL_DTYPE_BF16), *first_lse = from_gpu(c.g_lse, n_lse, DSARL_DTYPE_F32);
     run_sm90(&c);
     float *second = from_gpu(c.g_out, n_out, DSARL_DTYPE_BF16), *second_lse = from_gpu(c.g_lse, n_lse, DSARL_DTYPE_F32);
-    ck_assert_msg(memcmp(first, second, (size_t)n_out * 4) == 0 && memcmp(first_lse, second_lse, (size_t)n_lse * 4) == 0,
+    ck_assert_msg(memcmp(first, second, (size_t)n_out * 4) == 0 &&
+                      memcmp(first_lse, second_lse, (size_t)n_lse * 4) == 0,
                   "two launches of the sm90 kernel differ (a race)");
     printf("check_dsa_mla_sm90: two launches identical\n");
 
