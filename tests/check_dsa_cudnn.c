@@ -572,8 +572,8 @@ START_TEST(test_bench)
         return;
     }
     // one causal segment of S tokens, GLM-5 per-head dims 256/256, 64 heads, top-2048 (bias past 2048)
-    const int32_t sizes[] = {2048, 8192, 16384};
-    for (int si = 0; si < 3; si++) {
+    const int32_t sizes[] = {2048, 8192}; // 8192: the longest segment the cuDNN graphs serve (CDN_MAX_SEGMENT)
+    for (int si = 0; si < 2; si++) {
         int32_t S = sizes[si], topk = 2048, H = 64, d = 256;
         test_batch tb;
         batch_packed(&tb, &S, 1);

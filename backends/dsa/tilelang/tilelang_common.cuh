@@ -24,9 +24,11 @@
     } while (0)
 
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB. */
+/* Raises kernel's dynamic shared-memory limit to bytes. Always set, not only past 48 KB: the kernel's static shared
+ * memory counts against the same default 48 KB, so a dynamic size just under it can still fail the launch. */
 #define tlSharedLimit(kernel, bytes, err)                                                                       \
     do {                                                                                                        \
-        if ((bytes) > 48 * 1024)                                                                                \
+        if ((bytes) > 0)                                                                                        \
             tlCheck(cudaFuncSetAttribute((kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)),  \
                     err);                                                                                       \
     } while (0)
