@@ -249,7 +249,7 @@ START_TEST(test_gradients)
     }
     double all = sqrt(diff_all / norm_all);
     printf("check_glm5_cuda [%s storage]: %d gradient tensors, all together ||cuda - cpu|| / ||cpu|| %.2e (tol "
-           "%.0e), worst tensor %.2e (%s; tol %.0e)\n", mode, checked, all, tol_grad_all, worst, worst_name,
+           "%.2g), worst tensor %.2e (%s; tol %.2g)\n", mode, checked, all, tol_grad_all, worst, worst_name,
            tol_grad_tensor);
     ck_assert_msg(norm_all > 0.0 && all <= tol_grad_all, "gradients differ: %.3g", all);
 }
