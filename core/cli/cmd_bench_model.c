@@ -715,7 +715,7 @@ static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *
            floor_tok_s, o->batch, flops, flops / ms / 1e9, m->gemm_tflops);
     printf("json: {\"impl\": \"dsarl\", \"op\": \"generate\", \"device\": \"%s\", \"backend\": \"%s\", "
            "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"batch\": %" PRId64 ", \"prompt_len\": %" PRId64
-           ", \"new_tokens\": %" PRId64 ", \"ms\": %.3f, \"tokens_per_s\": %.1f, \"floor_tokens_per_s\": %.0f, "
+           ", \"new_tokens\": %" PRId64 ", \"ms\": %.6f, \"tokens_per_s\": %.1f, \"floor_tokens_per_s\": %.0f, "
            "\"tflops\": %.3f, \"gemm_ceiling_tflops\": %.1f, \"copy_gbs\": %.0f}\n",
            o->device, o->backend, f.trainable, f.lm_params, o->batch, o->prompt_len, o->new_tokens, ms, tok_s,
            floor_tok_s, flops / ms / 1e9, m->gemm_tflops, m->copy_gbs);
