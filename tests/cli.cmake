@@ -12,3 +12,8 @@ set_tests_properties(install_example PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME bench_model COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_bench_model.sh" "${CMAKE_BINARY_DIR}"
          "${PROJECT_SOURCE_DIR}")
 set_tests_properties(bench_model PROPERTIES LABELS unit TIMEOUT 120)
+
+# NeMo RL's GLM recipes as shipped, at tiny scale (tools/run-seed-recipes-tiny): 2 GRPO steps each on the cpu.
+add_test(NAME seed_recipes_tiny COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_seed_recipes_tiny.sh"
+         "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" cpu)
+set_tests_properties(seed_recipes_tiny PROPERTIES LABELS unit TIMEOUT 300)

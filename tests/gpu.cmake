@@ -38,3 +38,10 @@ if(TARGET check_glm5_cuda AND TARGET dsarl-dsa-cudnn-objects)
   target_link_libraries(check_glm5_cuda PRIVATE dsarl-dsa-cudnn-objects)
   target_compile_definitions(check_glm5_cuda PRIVATE DSARL_TEST_CUDNN=1)
 endif()
+
+# The same seed recipes on the GPU with their own dsa_kernel_backend (cudnn); skipped (77) without a GPU.
+if(TARGET dsarl-dsa-cudnn)
+  add_test(NAME seed_recipes_tiny_cuda COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_seed_recipes_tiny.sh"
+           "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" cuda)
+  set_tests_properties(seed_recipes_tiny_cuda PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()
