@@ -20,7 +20,7 @@ typedef struct grad_bufs {
     void *ones;                                         // headwise form: (T,H) ones, the head-sum GEMM's left side
     void *q_abs;                                        // headwise form with the indexer loss: (T,H,d_qk)
     void *dqr, *dqa, *dlat, *dlatn, *dckv;
-    void *s1, *s2, *s3;                                 // per-head staging
+    void *s1, *s2, *s3;                                 // head-major staging (s1, s2: the pass's head_in, head_out)
     void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
     void *diq, *dik, *dik_raw, *diw;                    // indexer
     void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
@@ -32,10 +32,10 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, H = c->num_attention_heads;
     int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, kvr = c->kv_lora_rank;
     int64_t dqk = kvr + c->qk_rope_head_dim, qr = c->q_lora_rank, nI = c->index_n_heads, dI = c->index_head_dim;
-    int64_t stage = dqk > c->v_head_dim ? dqk : c->v_head_dim;
-    stage = stage > c->qk_nope_head_dim ? stage : c->qk_nope_head_dim;
-    // the form's own buffers (the other form's are left at one byte)
     bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
+    // head-major staging (H, T, glm5_head_stage) where the form needs it (see alloc_head_layout in glm5_forward.c)
+    int64_t stage = !headwise || p->m->indexer_loss_coeff > 0.0f ? H * T * glm5_head_stage(c) : 0;
+    // the form's own buffers (the other form's are left at one byte)
     int64_t qk = c->qk_head_dim, nv = c->qk_nope_head_dim + c->v_head_dim;
     int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
     int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
@@ -55,13 +55,15 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
         {&g->q_abs, q_abs_rows * dqk * e},
         {&g->dkv, T * dqk * e}, {&g->dq, T * H * c->qk_head_dim * e}, {&g->dqr, T * qr * e}, {&g->dqa, T * qr * e},
         {&g->dlat, T * kvr * e}, {&g->dlatn, T * kvr * e}, {&g->dckv, T * dqk * e},
-        {&g->s1, T * stage * e}, {&g->s2, T * stage * e}, {&g->s3, T * stage * e},
+        {&g->s3, stage * e},
         {&g->dact, inner_rows * e}, {&g->dgu, 2 * inner_rows * e}, {&g->dexp, N * C * e}, {&g->dxin, N * C * e},
         {&g->diq, T * nI * dI * e}, {&g->dik, T * dI * e}, {&g->dik_raw, T * dI * e}, {&g->diw, T * nI * e},
         {&g->dlogits_s, T * V * e}, {&g->drouter_s, T * E * e},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
+    g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {
         float *one = malloc((size_t)hw_rows * sizeof(float));
         if (!one)
@@ -178,32 +180,36 @@ static int absorbed_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
-    int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
+    int64_t rope = c->qk_rope_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope;
-    for (int64_t h = 0; h < H; h++) { // attn_h = out_latent_h W_UV_h^T
-        const void *w_uv = glm5_at(m, L->kv_b_proj, (h * (nope + v) + nope) * kvr);
-        DSARL_TRY(d->copy_2d(m->dev, g->s1, v, glm5_at(m, g->dattn, h * v), H * v, T, v, err));
-        DSARL_TRY(d->copy_2d(m->dev, g->s2, kvr, glm5_at(m, a->out_latent, h * kvr), H * kvr, T, kvr, err));
-        DSARL_TRY(d->gemm(m->dev, true, false, v, kvr, T, 1.0f, g->s1, g->s2, 1.0f, glm5_grad_of(m, w_uv), err));
-        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, v, 1.0f, g->s1, w_uv, 0.0f, g->s3, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dout_latent, h * kvr), H * kvr, g->s3, kvr, T, kvr, err));
-    }
+    // attn_h = out_latent_h W_UV_h^T, every head in one batched GEMM over head-major copies (glm5_heads.c);
+    // W_UV_h (v, kv_lora) are the last v rows of head h in kv_b_proj, (nope + v) * kv_lora apart
+    const void *w_uv = glm5_at(m, L->kv_b_proj, nope * kvr), *w_uk = L->kv_b_proj;
+    int64_t w_stride = (nope + v) * kvr;
+    DSARL_TRY(glm5_head_gather(p, GLM5_MAP_V_HM, g->s1, g->dattn, err));             // (H, T, v)
+    DSARL_TRY(glm5_head_gather(p, GLM5_MAP_LATENT_HM, g->s2, a->out_latent, err));   // (H, T, kv_lora)
+    DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, v, kvr, T, 1.0f, g->s1, T * v, g->s2, T * kvr, 1.0f,
+                                      glm5_grad_of(m, w_uv), w_stride, H, err));
+    DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, T, kvr, v, 1.0f, g->s1, T * v, w_uv, w_stride, 0.0f,
+                                      g->s3, T * kvr, H, err));
+    DSARL_TRY(glm5_head_gather(p, GLM5_MAP_LATENT_TM, g->dout_latent, g->s3, err));
     DSARL_TRY(d->zero(m->dev, g->dkv, (size_t)(T * dqk) * m->elem, err));
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
     DSARL_TRY(m->dsa_ops->sparse_mla_backward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
                                               g->dout_latent, g->dq_abs, g->dkv, err));
-    for (int64_t h = 0; h < H; h++) { // q_abs_h = [q_nope_h W_UK_h | q_rope_h]
-        const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr);
-        DSARL_TRY(d->copy_2d(m->dev, g->s1, kvr, glm5_at(m, g->dq_abs, h * dqk), H * dqk, T, kvr, err));
-        DSARL_TRY(d->copy_2d(m->dev, g->s2, nope, glm5_at(m, a->q, h * qk), H * qk, T, nope, err));
-        DSARL_TRY(d->gemm(m->dev, true, false, nope, kvr, T, 1.0f, g->s2, g->s1, 1.0f, glm5_grad_of(m, w_uk), err));
-        DSARL_TRY(d->gemm(m->dev, false, true, T, nope, kvr, 1.0f, g->s1, w_uk, 0.0f, g->s3, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dq, h * qk), H * qk, g->s3, nope, T, nope, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dq, h * qk + nope), H * qk, glm5_at(m, g->dq_abs, h * dqk + kvr),
-                             H * dqk, T, rope, err));
-    }
+    // q_abs_h = [q_nope_h W_UK_h | q_rope_h]: dq = [d q_abs_h W_UK_h^T | d q_rope_h], assembled by one gather from
+    // s3 = [(H, T, nope) | (T, H, rope)]
+    DSARL_TRY(glm5_head_gather(p, GLM5_MAP_DQ_ABS_HM, g->s1, g->dq_abs, err));       // (H, T, kv_lora)
+    DSARL_TRY(glm5_head_gather(p, GLM5_MAP_Q_NOPE_HM, g->s2, a->q, err));            // (H, T, nope)
+    DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, nope, kvr, T, 1.0f, g->s2, T * nope, g->s1, T * kvr, 1.0f,
+                                      glm5_grad_of(m, w_uk), w_stride, H, err));
+    DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, T, nope, kvr, 1.0f, g->s1, T * kvr, w_uk, w_stride, 0.0f,
+                                      g->s3, T * nope, H, err));
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->s3, H * T * nope), rope, glm5_at(m, g->dq_abs, kvr), dqk, T * H, rope,
+                         err));
+    DSARL_TRY(glm5_head_gather(p, GLM5_MAP_DQ, g->dq, g->s3, err));
     return d->copy_2d(m->dev, g->dlatn, kvr, g->dkv, dqk, T, kvr, err);
 }
 
@@ -286,7 +292,7 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     // it is rebuilt here (its lse equals the absorbed one: the same logits, regrouped)
     const void *q_abs = a->q_abs;
     if (p->form == DSARL_DSA_FORM_HEADWISE) {
-        DSARL_TRY(glm5_absorb_queries(m, L, T, a->q, g->q_abs, g->s1, g->s2, err));
+        DSARL_TRY(glm5_absorb_queries(p, L, a->q, g->q_abs, g->s1, g->s2, err));
         q_abs = g->q_abs;
     }
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = a->kv, .n_heads = (int32_t)H,

@@ -122,18 +122,20 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     memset(&p, 0, sizeof(p));
     p.m = m, p.T = T, p.cache = cache, p.topk_width = c->index_topk;
     p.form = DSARL_DSA_FORM_ABSORBED; // the cache holds latents, not per-head keys (and the batch no host segments)
-    int64_t stage = c->qk_nope_head_dim;
-    stage = c->kv_lora_rank + c->qk_rope_head_dim > stage ? c->kv_lora_rank + c->qk_rope_head_dim : stage;
-    stage = c->v_head_dim > stage ? c->v_head_dim : stage;
+    int64_t stage = c->num_attention_heads * T * glm5_head_stage(c); // head-major staging (glm5_heads.c)
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
-        {(void **)&p.logits, B * V * sizeof(float)}, {&p.head_in, T * stage * e}, {&p.head_out, T * stage * e},
+        {(void **)&p.logits, B * V * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
         {&p.tmp, T * C * e}, {(void **)&p.tokens, T * i4}, {(void **)&p.positions, T * i4},
         {(void **)&p.key_start, T * i4}, {(void **)&p.key_end, T * i4}, {(void **)&p.cache_rows, T * i4}};
     int rc = DSARL_OK;
     for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)
         rc = glm5_pass_alloc(&p, plan[i].bytes, plan[i].ptr, err);
+    bool wanted[GLM5_MAP_COUNT] = {false}; // the absorbed forward's head-layout maps
+    wanted[GLM5_MAP_Q_NOPE_HM] = wanted[GLM5_MAP_Q_ABS] = wanted[GLM5_MAP_LATENT_HM] = wanted[GLM5_MAP_V_TM] = true;
+    if (rc == 0)
+        rc = glm5_head_maps_upload(&p, wanted, err);
     if (rc == 0)
         rc = run_cached(&p, b, slots, logits, err);
     glm5_pass_free(&p);

@@ -179,24 +179,6 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
     return DSARL_OK;
 }
 
-int glm5_absorb_queries(dsarl_model *m, const glm5_layer *L, int64_t T, const void *q, void *q_abs, void *stage_in,
-                        void *stage_out, dsarl_error *err)
-{
-    const dsarl_device_ops *d = m->dev_ops;
-    const glm5_config *c = &m->cfg;
-    int64_t H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
-    int64_t qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
-    for (int64_t h = 0; h < H; h++) {
-        const void *w_uk = glm5_at(m, L->kv_b_proj, h * (nope + v) * kvr); // (nope, kv_lora)
-        DSARL_TRY(d->copy_2d(m->dev, stage_in, nope, glm5_at(m, q, h * qk), H * qk, T, nope, err));
-        DSARL_TRY(d->gemm(m->dev, false, false, T, kvr, nope, 1.0f, stage_in, w_uk, 0.0f, stage_out, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, q_abs, h * dqk), H * dqk, stage_out, kvr, T, kvr, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, q_abs, h * dqk + kvr), H * dqk, glm5_at(m, q, h * qk + nope), H * qk,
-                             T, rope, err));
-    }
-    return DSARL_OK;
-}
-
 // Per-head keys and values of the headwise form from the normed latent a->latent_norm and the rotated shared rope
 // key (a->kv's last rope columns): [k_nope_h | v_h] = latent_norm kv_b_proj_h^T, k_h = [k_nope_h | k_rope].
 static int headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err)
@@ -205,16 +187,15 @@ static int headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, 
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
-    int64_t qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
+    int64_t kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
     // one GEMM for every head: kv_heads (T, H, nope + v), as transformers' kv_b_proj output
     DSARL_TRY(glm5_linear(m, p->kv_heads, a->latent_norm, L->kv_b_proj, T, kvr, H * (nope + v), err));
-    // rows (t, h) of T*H: split into the key's nope part and the value
-    DSARL_TRY(d->copy_2d(m->dev, a->k_heads, qk, p->kv_heads, nope + v, T * H, nope, err));
+    // rows (t, h) of T*H: the value; the key = [its nope part | the shared rope key, the same for every head],
+    // one gather from kv_heads with the rope key placed after it
     DSARL_TRY(d->copy_2d(m->dev, a->v_heads, v, glm5_at(m, p->kv_heads, nope), nope + v, T * H, v, err));
-    for (int64_t h = 0; h < H; h++) // the shared rope key, broadcast to every head
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->k_heads, h * qk + nope), H * qk, glm5_at(m, a->kv, kvr), dqk, T,
-                             rope, err));
-    return DSARL_OK;
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, p->kv_heads, T * H * (nope + v)), rope, glm5_at(m, a->kv, kvr), dqk, T,
+                         rope, err));
+    return glm5_head_gather(p, GLM5_MAP_K_HEADS, a->k_heads, p->kv_heads, err);
 }
 
 // Lightning indexer on full layers (top-k into a->topk); shared layers reuse the previous full layer's top-k.
@@ -303,7 +284,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
         keys = p->cache->kv[layer];
         DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
     }
-    DSARL_TRY(glm5_absorb_queries(m, L, T, a->q, a->q_abs, p->head_in, p->head_out, err));
+    DSARL_TRY(glm5_absorb_queries(p, L, a->q, a->q_abs, p->head_in, p->head_out, err));
     DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = keys, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
@@ -311,12 +292,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
                                              err));
     // back from the latent: attn[:, h] = out_latent_h W_UV_h^T
-    for (int64_t h = 0; h < H; h++) {
-        const void *w_uv = glm5_at(m, L->kv_b_proj, (h * (nope + v) + nope) * kvr); // (v, kv_lora)
-        DSARL_TRY(d->copy_2d(m->dev, p->head_in, kvr, glm5_at(m, a->out_latent, h * kvr), H * kvr, T, kvr, err));
-        DSARL_TRY(d->gemm(m->dev, false, true, T, v, kvr, 1.0f, p->head_in, w_uv, 0.0f, p->head_out, err));
-        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->attn, h * v), H * v, p->head_out, v, T, v, err));
-    }
+    DSARL_TRY(glm5_values_from_latent(p, L, a->out_latent, a->attn, p->head_in, p->head_out, err));
     return glm5_linear(m, y, a->attn, L->o_proj, T, H * v, C, err);
 }
 
@@ -401,6 +377,30 @@ static int choose_form(glm5_pass *p, dsarl_error *err)
     return DSARL_OK;
 }
 
+// The head-major staging and the head-layout maps the form needs (the backward's too when save), in one upload
+// before any layer runs.
+static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, H = c->num_attention_heads;
+    bool absorbed = p->form == DSARL_DSA_FORM_ABSORBED, indexer_loss = save && m->indexer_loss_coeff > 0.0f;
+    bool wanted[GLM5_MAP_COUNT] = {false};
+    // the headwise form absorbs queries only for the indexer loss (it distils the absorbed attention)
+    wanted[GLM5_MAP_Q_NOPE_HM] = wanted[GLM5_MAP_Q_ABS] = absorbed || indexer_loss;
+    wanted[GLM5_MAP_LATENT_HM] = wanted[GLM5_MAP_V_TM] = absorbed;
+    wanted[GLM5_MAP_V_HM] = wanted[GLM5_MAP_LATENT_TM] = wanted[GLM5_MAP_DQ_ABS_HM] = wanted[GLM5_MAP_DQ] =
+        absorbed && save;
+    wanted[GLM5_MAP_K_HEADS] = !absorbed;
+    int64_t stage = absorbed || indexer_loss ? H * T * glm5_head_stage(c) : 0;
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_in, err));
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_out, err));
+    if (!absorbed) // kv_b_proj's output, then the shared rope key
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * H * (c->qk_nope_head_dim + c->v_head_dim) +
+                                              T * c->qk_rope_head_dim) * m->elem, &p->kv_heads, err));
+    return glm5_head_maps_upload(p, wanted, err);
+}
+
 int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
@@ -417,21 +417,17 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
             p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
     p->recompute = save && m->activation_recompute;
     p->n_acts = save && !p->recompute ? c->num_hidden_layers : 1;
-    int64_t stage = max2(max2(c->qk_nope_head_dim, c->kv_lora_rank + c->qk_rope_head_dim), c->v_head_dim);
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, T * V * sizeof(float)}, {&p->head_in, T * stage * e}, {&p->head_out, T * stage * e},
-        {&p->tmp, T * C * e}, {(void **)&p->tokens, T * i4}, {(void **)&p->positions, T * i4},
-        {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
+        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, T * i4},
+        {(void **)&p->positions, T * i4}, {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
     // the batch decides the form, and the form the activation buffers
     DSARL_TRY(upload_batch(p, batch, err));
     DSARL_TRY(choose_form(p, err));
-    if (p->form == DSARL_DSA_FORM_HEADWISE)
-        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim)) * e,
-                                  &p->kv_heads, err));
+    DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
     for (int i = 0; i < p->n_acts; i++)

@@ -38,6 +38,21 @@ typedef struct glm5_layer_acts {
     int32_t *slot;                             // host (N): t*K + k of each routed row
 } glm5_layer_acts;
 
+/* The head-layout gathers of glm5_heads.c: each moves a whole (T, H, d) tensor between token-major and head-major
+ * layouts, or assembles one from two parts (the second part placed after the first in the same buffer). */
+typedef enum glm5_head_map {
+    GLM5_MAP_Q_NOPE_HM,  // q (T, H, qk) nope parts -> (H, T, nope)
+    GLM5_MAP_Q_ABS,      // [(H, T, kv_lora) | (T, H, rope)] -> q_abs (T, H, kv_lora + rope)
+    GLM5_MAP_LATENT_HM,  // (T, H, kv_lora) -> (H, T, kv_lora)
+    GLM5_MAP_LATENT_TM,  // (H, T, kv_lora) -> (T, H, kv_lora)
+    GLM5_MAP_V_HM,       // (T, H, v) -> (H, T, v)
+    GLM5_MAP_V_TM,       // (H, T, v) -> (T, H, v)
+    GLM5_MAP_DQ_ABS_HM,  // dq_abs (T, H, kv_lora + rope) latent parts -> (H, T, kv_lora)
+    GLM5_MAP_DQ,         // [(H, T, nope) | (T, H, rope)] -> dq (T, H, qk)
+    GLM5_MAP_K_HEADS,    // [kv_heads (T, H, nope + v) nope parts | (T, rope) for every head] -> k_heads (T, H, qk)
+    GLM5_MAP_COUNT
+} glm5_head_map;
+
 typedef struct glm5_pass {
     dsarl_model *m;
     int64_t T;
@@ -54,8 +69,10 @@ typedef struct glm5_pass {
     void *h_final;                             // (T,C) final norm output
     float *rstd_final;                         // (T)
     float *logits;                             // (T,V) device, float32 whatever the storage
-    void *head_in, *head_out;                  // per-head staging (T, max(nope, kv_lora, v, d_qk))
-    void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T
+    void *head_in, *head_out;                  // head-major staging (H, T, glm5_head_stage(cfg)) each
+    void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T, then
+                                               // (T, rope) room for the shared rope key (k_heads' second part)
+    int32_t *head_maps[GLM5_MAP_COUNT];        // device rows of the head-layout gathers, NULL until uploaded
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device
     dsarl_dsa_batch batch;                     // host_cu_seqlens: the pass's own copy (kept for the backward)
@@ -76,10 +93,32 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
 /* Allocates one layer's activations for p->T tokens and p->topk_width top-k slots. */
 int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err);
 
-/* Absorbed queries q_abs (T, H, kv_lora + rope) = [q_nope_h W_UK_h | q_rope_h] of q (T, H*qk); stage_in and
- * stage_out hold (T, max(nope, kv_lora)) each. */
-int glm5_absorb_queries(dsarl_model *m, const glm5_layer *L, int64_t T, const void *q, void *q_abs, void *stage_in,
+/* Elements per unit of the head-layout gathers: the gcd of the head widths (nope, rope, kv_lora, v). */
+int64_t glm5_head_unit(const glm5_config *c);
+
+/* Width of one head-major staging buffer per (head, token): max(nope, kv_lora + rope, v, qk). */
+static inline int64_t glm5_head_stage(const glm5_config *c)
+{
+    int64_t s = c->qk_nope_head_dim > c->v_head_dim ? c->qk_nope_head_dim : c->v_head_dim;
+    s = c->kv_lora_rank + c->qk_rope_head_dim > s ? c->kv_lora_rank + c->qk_rope_head_dim : s;
+    return c->qk_head_dim > s ? c->qk_head_dim : s;
+}
+
+/* Uploads (one host-to-device copy) the maps flagged in wanted (GLM5_MAP_COUNT) that p does not hold yet. */
+int glm5_head_maps_upload(glm5_pass *p, const bool *wanted, dsarl_error *err);
+
+/* out = the gather of src by map k (uploaded before). */
+int glm5_head_gather(glm5_pass *p, glm5_head_map k, void *out, const void *src, dsarl_error *err);
+
+/* Absorbed queries q_abs (T, H, kv_lora + rope) = [q_nope_h W_UK_h | q_rope_h] of q (T, H*qk), one batched GEMM
+ * over heads; stage_in and stage_out hold (H, T, glm5_head_stage) each; maps Q_NOPE_HM and Q_ABS. */
+int glm5_absorb_queries(glm5_pass *p, const glm5_layer *L, const void *q, void *q_abs, void *stage_in,
                         void *stage_out, dsarl_error *err);
+
+/* attn (T, H*v) = out_latent_h W_UV_h^T per head of out_latent (T, H, kv_lora), one batched GEMM; staging as
+ * glm5_absorb_queries; maps LATENT_HM and V_TM. */
+int glm5_values_from_latent(glm5_pass *p, const glm5_layer *L, const void *out_latent, void *attn, void *stage_in,
+                            void *stage_out, dsarl_error *err);
 
 /* Allocates device memory owned by the pass. */
 int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
