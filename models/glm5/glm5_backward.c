@@ -151,17 +151,9 @@ static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, co
                           glm5_at(m, g->dxin, first * C), err));
     }
     DSARL_TRY(d->scatter_add_rows(m->dev, dh2, g->dxin, a->rows, NULL, N, C, err));
-    // routing weights back to their (token, slot), then through the router
-    float *host = malloc((size_t)N * 2 * sizeof(float));
-    if (!host)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the MoE backward");
-    int crc = d->copy(m->dev, host, g->dscale, (size_t)N * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
-    for (int64_t r = 0; r < N; r++)
-        host[N + a->slot[r]] = host[r];
-    if (crc == 0)
-        crc = d->copy(m->dev, g->droute_w, host + N, (size_t)N * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
-    free(host);
-    DSARL_TRY(crc);
+    // routing weights back to their (token, slot), then through the router: droute_w[t*K + k] = dscale[its row],
+    // a gather of float32 values on the device (no round trip through the host)
+    DSARL_TRY(d->gather_rows(m->dev, g->droute_w, g->dscale, a->slot_inv, N, glm5_f32_units(m), err));
     DSARL_TRY(d->moe_route_backward(m->dev, g->drouter, g->droute_w, a->route_idx, a->router_probs, T, E,
                                     (int32_t)K, c->norm_topk_prob, (float)c->routed_scaling_factor, err));
     int rc = 0;

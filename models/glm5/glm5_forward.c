@@ -90,12 +90,12 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->expert_in, N * C * e}, {&a->expert_out, N * C * e},
         {(void **)&a->router_logits, T * E * f}, {(void **)&a->router_probs, T * E * f},
         {(void **)&a->route_idx, N * i4}, {(void **)&a->route_w, N * f},
-        {(void **)&a->rows, N * i4}, {(void **)&a->row_scale, N * f},
+        {(void **)&a->rows, 3 * N * i4}, {(void **)&a->row_scale, N * f},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].p, err));
+    a->slot = a->rows + N, a->slot_inv = a->rows + 2 * N; // one block: one upload per MoE layer
     DSARL_TRY(host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
-    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&a->slot, err));
     return DSARL_OK;
 }
 
@@ -128,17 +128,15 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
     DSARL_TRY(d->moe_route_forward(m->dev, a->route_idx, a->route_w, a->router_probs, a->router_logits,
                                    L->router_bias32, T, E, (int32_t)K, c->n_group, c->topk_group, c->norm_topk_prob,
                                    (float)c->routed_scaling_factor, err));
-    // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes
+    // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes. One download (the expert
+    // ids) and one upload (rows, slot, slot_inv: one block) per layer, each a wait for the device.
     int32_t *idx, *rows;
-    float *w, *scale;
     int64_t *fill;
     DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&idx, err));
-    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&rows, err));
-    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(float), (void **)&w, err));
-    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(float), (void **)&scale, err));
+    DSARL_TRY(host_alloc(p, (size_t)(3 * N) * sizeof(int32_t), (void **)&rows, err));
     DSARL_TRY(host_alloc(p, (size_t)E * sizeof(int64_t), (void **)&fill, err));
     DSARL_TRY(d->copy(m->dev, idx, a->route_idx, (size_t)N * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
-    DSARL_TRY(d->copy(m->dev, w, a->route_w, (size_t)N * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err));
+    int32_t *slot = rows + N, *slot_inv = rows + 2 * N;
     int64_t *count = a->count;
     memset(count, 0, (size_t)(E + 1) * sizeof(int64_t));
     for (int64_t i = 0; i < N; i++)
@@ -150,11 +148,13 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
         for (int64_t k = 0; k < K; k++) {
             int64_t r = fill[idx[t * K + k]]++;
             rows[r] = (int32_t)t;
-            scale[r] = w[t * K + k];
-            a->slot[r] = (int32_t)(t * K + k);
+            slot[r] = (int32_t)(t * K + k);
+            slot_inv[t * K + k] = (int32_t)r;
         }
-    DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)N * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
-    DSARL_TRY(d->copy(m->dev, a->row_scale, scale, (size_t)N * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)(3 * N) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
+    // row_scale[r] = route_w[slot[r]] on the device: a gather of float32 values moved as rows of 4 bytes (one or
+    // two storage elements), a bit copy
+    DSARL_TRY(d->gather_rows(m->dev, a->row_scale, a->route_w, a->slot, N, glm5_f32_units(m), err));
     DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, N, C, err));
     for (int64_t e = 0; e < E; e++) {
         int64_t first = count[e], n = count[e + 1] - count[e];

@@ -33,9 +33,10 @@ typedef struct glm5_layer_acts {
     int32_t *route_idx;                        // (T, K)
     float *route_w;                            // (T, K)
     int32_t *rows;                             // (N) token of each routed row, grouped by expert
+    int32_t *slot, *slot_inv;                  // (N) t*K + k of each routed row, and the row of each t*K + k
+                                               // (rows, slot, slot_inv: one device block of 3N)
     float *row_scale;                          // (N) its routing weight
     int64_t *count;                            // host (E+1): first row of each expert
-    int32_t *slot;                             // host (N): t*K + k of each routed row
 } glm5_layer_acts;
 
 /* The head-layout gathers of glm5_heads.c: each moves a whole (T, H, d) tensor between token-major and head-major
@@ -119,6 +120,12 @@ int glm5_absorb_queries(glm5_pass *p, const glm5_layer *L, const void *q, void *
  * glm5_absorb_queries; maps LATENT_HM and V_TM. */
 int glm5_values_from_latent(glm5_pass *p, const glm5_layer *L, const void *out_latent, void *attn, void *stage_in,
                             void *stage_out, dsarl_error *err);
+
+/* Storage elements per float32 value: gather_rows moves float32 arrays as rows of this many elements (4 bytes). */
+static inline int64_t glm5_f32_units(const dsarl_model *m)
+{
+    return (int64_t)(sizeof(float) / m->elem);
+}
 
 /* Allocates device memory owned by the pass. */
 int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
