@@ -70,21 +70,26 @@ int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
     if (!model->grads)
         DSARL_TRY(glm5_zero_grad(model, err));
     const dsarl_device_ops *d = model->dev_ops;
-    float *partial = NULL;
-    DSARL_TRY(d->alloc(model->dev, sizeof(float), (void **)&partial, err));
-    double total = 0.0;
-    int rc = DSARL_OK;
+    // one partial sum per tensor on the device, then one download (each download waits for the device)
+    float *partial = NULL, *host = calloc((size_t)model->n_params, sizeof(float));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for the gradient norm");
+    int rc = d->alloc(model->dev, (size_t)model->n_params * sizeof(float), (void **)&partial, err);
+    if (rc == 0)
+        rc = d->zero(model->dev, partial, (size_t)model->n_params * sizeof(float), err);
     for (int64_t i = 0; i < model->n_params && rc == 0; i++) {
         const glm5_param *p = &model->params[i];
-        if (!p->trainable)
-            continue;
-        float host = 0.0f;
-        rc = d->sum_squares(model->dev, partial, glm5_at(model, model->grads, p->offset), p->numel, err);
-        if (rc == 0)
-            rc = d->copy(model->dev, &host, partial, sizeof host, DSARL_COPY_DEVICE_TO_HOST, err);
-        total += host;
+        if (p->trainable)
+            rc = d->sum_squares(model->dev, partial + i, glm5_at(model, model->grads, p->offset), p->numel, err);
     }
+    if (rc == 0)
+        rc = d->copy(model->dev, host, partial, (size_t)model->n_params * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
+                     err);
+    double total = 0.0;
+    for (int64_t i = 0; i < model->n_params; i++) // in tensor order, as before: the same sum to the bit
+        total += host[i];
     d->free(model->dev, partial);
+    free(host);
     if (rc == 0)
         *norm = sqrt(total);
     return rc;
