@@ -33,16 +33,20 @@ static int check_batch(const dsarl_model_cache *c, const dsarl_token_batch *b, c
     return DSARL_OK;
 }
 
-// Uploads ids, positions (after what each slot holds), key ranges into the cache and the rows the keys go to.
+// Uploads ids, positions (after what each slot holds), key ranges into the cache, the rows the keys go to and each
+// sequence's last new token: one host block in the layout of the device block p->tokens, one upload (each
+// host-to-device copy waits for the device).
 static int upload_cached_batch(glm5_pass *p, const dsarl_model_cache *c, const dsarl_token_batch *b,
-                               const int32_t *slots, int32_t *last_rows, dsarl_error *err)
+                               const int32_t *slots, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    int64_t T = b->n_tokens;
-    int32_t *host = malloc((size_t)(4 * T) * sizeof(int32_t));
+    int64_t T = b->n_tokens, B = b->n_sequences;
+    int32_t *host = malloc((size_t)(5 * T + B) * sizeof(int32_t));
     if (!host)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld cached tokens", (long long)T);
-    int32_t *pos = host, *ks = host + T, *ke = host + 2 * T, *rows = host + 3 * T, max_keys = 0;
+    memcpy(host, b->tokens, (size_t)T * sizeof(int32_t));
+    int32_t *pos = host + T, *ks = host + 2 * T, *ke = host + 3 * T, *rows = host + 4 * T, *last_rows = host + 5 * T;
+    int32_t max_keys = 0;
     for (int32_t i = 0; i < b->n_sequences; i++) {
         int32_t base = slots[i] * c->max_tokens, lo = b->cu_seqlens[i], hi = b->cu_seqlens[i + 1];
         for (int32_t t = lo; t < hi; t++) {
@@ -52,16 +56,8 @@ static int upload_cached_batch(glm5_pass *p, const dsarl_model_cache *c, const d
         max_keys = ke[hi - 1] - base > max_keys ? ke[hi - 1] - base : max_keys;
         last_rows[i] = hi - 1;
     }
-    const dsarl_device_ops *d = m->dev_ops;
-    int rc = d->copy(m->dev, p->tokens, b->tokens, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, p->positions, pos, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, p->key_start, ks, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, p->key_end, ke, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, p->cache_rows, rows, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err);
+    int rc = m->dev_ops->copy(m->dev, p->tokens, host, (size_t)(5 * T + B) * sizeof(int32_t),
+                              DSARL_COPY_HOST_TO_DEVICE, err);
     free(host);
     p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = c->n_rows,
                                  .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_keys};
@@ -79,22 +75,13 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, B = b->n_sequences;
-    size_t i4 = sizeof(int32_t);
-    int32_t *last_rows_host = malloc((size_t)B * i4), *last_rows;
-    if (!last_rows_host)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld sequences", (long long)B);
-    int rc = upload_cached_batch(p, p->cache, b, slots, last_rows_host, err);
+    const int32_t *last_rows = p->cache_rows + T; // (B) device, uploaded with the batch
+    DSARL_TRY(upload_cached_batch(p, p->cache, b, slots, err));
     // buffers sized now that the top-k width is known (dense attention widens it)
-    if (rc == 0 && !(p->acts = calloc(1, sizeof(glm5_layer_acts))))
-        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
-    if (rc == 0)
-        p->n_acts = 1, rc = glm5_layer_acts_alloc(p, &p->acts[0], err);
-    if (rc == 0)
-        rc = glm5_pass_alloc(p, (size_t)B * i4, (void **)&last_rows, err);
-    if (rc == 0)
-        rc = d->copy(m->dev, last_rows, last_rows_host, (size_t)B * i4, DSARL_COPY_HOST_TO_DEVICE, err);
-    free(last_rows_host);
-    DSARL_TRY(rc);
+    if (!(p->acts = calloc(1, sizeof(glm5_layer_acts))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
+    p->n_acts = 1;
+    DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[0], err));
     DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
     const int32_t *prev_topk = NULL;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
@@ -127,11 +114,13 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
         {(void **)&p.logits, B * V * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
-        {&p.tmp, T * C * e}, {(void **)&p.tokens, T * i4}, {(void **)&p.positions, T * i4},
-        {(void **)&p.key_start, T * i4}, {(void **)&p.key_end, T * i4}, {(void **)&p.cache_rows, T * i4}};
+        {&p.tmp, T * C * e}, {(void **)&p.tokens, (5 * T + B) * i4}};
     int rc = DSARL_OK;
     for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)
         rc = glm5_pass_alloc(&p, plan[i].bytes, plan[i].ptr, err);
+    // ids, positions, key ranges, cache rows, last rows: one block, uploaded at once by upload_cached_batch
+    p.positions = p.tokens + T, p.key_start = p.tokens + 2 * T, p.key_end = p.tokens + 3 * T;
+    p.cache_rows = p.tokens + 4 * T;
     bool wanted[GLM5_MAP_COUNT] = {false}; // the absorbed forward's head-layout maps
     wanted[GLM5_MAP_Q_NOPE_HM] = wanted[GLM5_MAP_Q_ABS] = wanted[GLM5_MAP_LATENT_HM] = wanted[GLM5_MAP_V_TM] = true;
     if (rc == 0)

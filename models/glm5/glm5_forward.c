@@ -328,9 +328,11 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
     if (b->n_sequences < 1 || !b->cu_seqlens || b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_sequences] != T)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: batch cu_seqlens must start at 0 and end at n_tokens (%lld)",
                           (long long)T);
+    // ids, positions and key ranges: one host block in the layout of the device block p->tokens, one upload
     int32_t *host;
-    DSARL_TRY(host_alloc(p, (size_t)(3 * T) * sizeof(int32_t), (void **)&host, err));
-    int32_t *pos = host, *ks = host + T, *ke = host + 2 * T, max_len = 0;
+    DSARL_TRY(host_alloc(p, (size_t)(4 * T) * sizeof(int32_t), (void **)&host, err));
+    memcpy(host, b->tokens, (size_t)T * sizeof(int32_t));
+    int32_t *pos = host + T, *ks = host + 2 * T, *ke = host + 3 * T, max_len = 0;
     for (int32_t s = 0; s < b->n_sequences; s++) {
         int32_t lo = b->cu_seqlens[s], hi = b->cu_seqlens[s + 1];
         if (hi < lo || hi > T)
@@ -340,11 +342,8 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
         for (int32_t t = lo; t < hi; t++)
             pos[t] = t - lo, ks[t] = lo, ke[t] = t + 1;
     }
-    const dsarl_device_ops *d = m->dev_ops;
-    DSARL_TRY(d->copy(m->dev, p->tokens, b->tokens, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
-    DSARL_TRY(d->copy(m->dev, p->positions, pos, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
-    DSARL_TRY(d->copy(m->dev, p->key_start, ks, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
-    DSARL_TRY(d->copy(m->dev, p->key_end, ke, (size_t)T * 4, DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(m->dev_ops->copy(m->dev, p->tokens, host, (size_t)(4 * T) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE,
+                               err));
     // the segments on the host for backends that plan per segment shape (ABI 1.1): the pass's own copy, alive
     // until glm5_pass_free, so the backward sees the same array
     int32_t *cu;
@@ -420,10 +419,11 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, T * i4},
-        {(void **)&p->positions, T * i4}, {(void **)&p->key_start, T * i4}, {(void **)&p->key_end, T * i4}};
+        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    // tokens, positions, key_start, key_end: one block, uploaded at once by upload_batch
+    p->positions = p->tokens + T, p->key_start = p->tokens + 2 * T, p->key_end = p->tokens + 3 * T;
     // the batch decides the form, and the form the activation buffers
     DSARL_TRY(upload_batch(p, batch, err));
     DSARL_TRY(choose_form(p, err));
