@@ -12,7 +12,8 @@
 
 // Backward scratch, sized once per call.
 typedef struct grad_bufs {
-    float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *ilosses, *idloss;
+    float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *idloss;
+    float *ilosses;                                     // (layers, T) per-token indexer KL, summed after the loop
     int32_t *targets;
     void *dx, *dh, *dh2, *dtmp;                         // (T,C)
     void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention (dout_latent, dq_abs: absorbed form only)
@@ -47,7 +48,7 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     struct { void **ptr; size_t bytes; } plan[] = {
         {(void **)&g->dlogits, T * V * f}, {(void **)&g->dlogprobs, T * f}, {(void **)&g->drouter, T * E * f},
         {(void **)&g->dscale, N * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
-        {(void **)&g->ilosses, T * f}, {(void **)&g->idloss, T * f}, {(void **)&g->targets, T * sizeof(int32_t)},
+        {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f}, {(void **)&g->targets, T * sizeof(int32_t)},
         {&g->dx, T * C * e}, {&g->dh, T * C * e}, {&g->dh2, T * C * e}, {&g->dtmp, T * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
         {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
@@ -270,9 +271,10 @@ static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     return linear_dinput(m, dh1, g->dckv, L->kv_a_proj, T, C, dqk, 1.0f, err);
 }
 
-// Indexer KL loss of one full layer: adds coeff * mean_t KL(t) to *loss and its gradient to the indexer weights.
+// Indexer KL loss of one full layer: its per-token losses into g->ilosses row `layer` (summed by backward_pass
+// after the loop, one download), its gradient (coeff / T for every token: g->idloss) into the indexer weights.
 static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
-                              double *loss, dsarl_error *err)
+                              dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
@@ -294,19 +296,7 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
                                    .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
     const int32_t *indices = m->indexer_sparse_loss ? a->topk : NULL;
     DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
-                                               g->ilosses, err));
-    float *host = malloc((size_t)T * sizeof(float));
-    if (!host)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
-    int rc = d->copy(m->dev, host, g->ilosses, (size_t)T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
-    double sum = 0.0;
-    for (int64_t t = 0; t < T; t++)
-        sum += host[t], host[t] = m->indexer_loss_coeff / (float)T; // mean over query tokens
-    *loss += m->indexer_loss_coeff * sum / (double)T;
-    if (rc == 0)
-        rc = d->copy(m->dev, g->idloss, host, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
-    free(host);
-    DSARL_TRY(rc);
+                                               g->ilosses + (L - m->layers) * T, err));
     DSARL_TRY(d->zero(m->dev, g->dik, (size_t)(T * dI) * m->elem, err));
     DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
                                                 g->idloss, g->diq, g->dik, g->iw_grad, err));
@@ -354,8 +344,43 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     return rc;
 }
 
+// dst (n) float32 device = value, through one upload.
+static int upload_constant(dsarl_model *m, float *dst, float value, int64_t n, dsarl_error *err)
+{
+    float *host = malloc((size_t)n * sizeof(float));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
+    for (int64_t i = 0; i < n; i++)
+        host[i] = value;
+    int rc = m->dev_ops->copy(m->dev, dst, host, (size_t)n * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
+    return rc;
+}
+
+// *loss = sum over full layers (last to first, as the backward visits them) of coeff * mean_t KL(t), from the
+// per-layer rows of g->ilosses in one download.
+static int sum_indexer_losses(dsarl_model *m, const grad_bufs *g, int64_t T, double *loss, dsarl_error *err)
+{
+    int64_t L = m->cfg.num_hidden_layers;
+    float *host = malloc((size_t)(L * T) * sizeof(float));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
+    int rc = m->dev_ops->copy(m->dev, host, g->ilosses, (size_t)(L * T) * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
+                              err);
+    for (int64_t i = L - 1; rc == 0 && i >= 0; i--) {
+        if (!m->layers[i].idx_wq_b)
+            continue;
+        double sum = 0.0;
+        for (int64_t t = 0; t < T; t++)
+            sum += host[i * T + t];
+        *loss += m->indexer_loss_coeff * sum / (double)T;
+    }
+    free(host);
+    return rc;
+}
+
 static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32_t *targets,
-                         const float *dlogprobs, float *indexer_loss, dsarl_error *err)
+                         const float *dlogprobs, float *indexer_loss_out, dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
@@ -370,7 +395,9 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
     DSARL_TRY(linear_dinput(m, g->dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, T, C, err));
-    double iloss = 0.0;
+    bool indexer_loss = m->indexer_loss_coeff > 0.0f;
+    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer
+        DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)T, T, err));
     for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
         const glm5_layer *L = &m->layers[i];
         glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i];
@@ -394,12 +421,15 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
         DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->input_norm), g->dh, a->x_in, L->input_norm,
                                       a->rstd1, T, C, err));
         DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, T * C, err));
-        if (L->idx_wq_b && m->indexer_loss_coeff > 0.0f)
-            DSARL_TRY(indexer_loss_layer(p, g, a, L, &iloss, err));
+        if (L->idx_wq_b && indexer_loss)
+            DSARL_TRY(indexer_loss_layer(p, g, a, L, err));
     }
     DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err));
+    double iloss = 0.0;
     if (indexer_loss)
-        *indexer_loss = (float)iloss;
+        DSARL_TRY(sum_indexer_losses(m, g, T, &iloss, err));
+    if (indexer_loss_out)
+        *indexer_loss_out = (float)iloss;
     return d->synchronize(m->dev, err);
 }
 
