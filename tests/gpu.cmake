@@ -45,3 +45,9 @@ if(TARGET dsarl-dsa-cudnn)
            "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" cuda)
   set_tests_properties(seed_recipes_tiny_cuda PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77)
 endif()
+
+# The Hopper wgmma sparse MLA backward (tilelang backend, opt-in) against the reference backend at GLM-5 dims.
+if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
+  dsarl_add_check_test(check_dsa_mla_bwd_sm90 SOURCES check_dsa_mla_bwd_sm90.c LABELS gpu NOFORK TIMEOUT 600
+    LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
+endif()

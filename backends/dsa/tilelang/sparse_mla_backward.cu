@@ -9,7 +9,15 @@
  * shared fp32; each tile's dkv rows (summed over the group's heads first) go to an fp32 accumulator with atomics,
  * which is added to the bf16 dkv once at the end, so dkv is rounded to bf16 once per call. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include "tilelang_common.cuh"
+
+/* The Hopper wgmma backward (sparse_mla_backward_sm90.cu), taken only with DSARL_TILELANG_SM90_BACKWARD=1. */
+extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                 const dsarl_dsa_attention_inputs *in, const int32_t *indices,
+                                                 int32_t topk, const void *out, const float *lse, const void *dout,
+                                                 void *dq, float *dkv_acc, int *used, dsarl_error *err);
 
 #define MLA_THREADS 256
 #define MLA_HEAD_GROUP 16
@@ -134,7 +142,13 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
     int used = 0;
-    DSARL_TRY(tilelang_sparse_mla_backward_wmma(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used, err));
+    const char *sm90 = getenv("DSARL_TILELANG_SM90_BACKWARD"); /* opt-in until verified on a GPU (tilelang.h) */
+    if (sm90 && strcmp(sm90, "1") == 0)
+        DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,
+                                                    err));
+    if (!used)
+        DSARL_TRY(tilelang_sparse_mla_backward_wmma(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,
+                                                    err));
     if (used)
         return tilelang_flush_accumulator(ctx, dkv, acc, acc_n, err);
     tlSharedLimitT(sparse_mla_backward_kernel, shared, err);

@@ -1,0 +1,596 @@
+/* check_dsa_mla_bwd_sm90.c: the Hopper wgmma sparse MLA backward of the tilelang backend
+ * (sparse_mla_backward_sm90.cu, opt-in with DSARL_TILELANG_SM90_BACKWARD=1) against the reference backend on fresh
+ * random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
+ *
+ * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
+ * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
+ * values as float32 host arrays, split over host threads by query rows (each thread its own dkv, summed after).
+ * Cases: 64 and 128 heads; topk 64, 100 (a partial last tile), 256 and 2048; ragged causal packs where early rows
+ * have fewer eligible keys than topk; decode-style ranges into a longer key array (one empty); unsorted slots, -1
+ * holes anywhere, repeated keys within a row (the reductions must sum them), a case where every row draws its 256
+ * slots from 5 keys, and rows with no valid slot. Each case runs twice:
+ *   - the kernel directly (tilelang_sparse_mla_backward_sm90, which must take the shape) into a zeroed fp32
+ *     accumulator: dq (poisoned with NaN first) and the raw key gradient against the reference;
+ *   - the entry point tilelang_sparse_mla_backward with DSARL_TILELANG_SM90_BACKWARD=1 on a dkv pre-filled with
+ *     random bf16 values: dq and dkv = prefill + gradient (rows no slot selects must keep the prefill exactly).
+ * Comparison: max |got - ref| / max |ref| <= 1e-2 (bf16 operands P and dS, bf16 outputs), the normwise relative
+ * error printed beside it; NaN or inf fails. A bigger shape (Tq 512, Tk 8192, H 64, k 2048) checks the new kernel
+ * against the previous (WMMA) kernel through the entry point, and that two launches give the same dq bit for bit
+ * (dkv's fp32 reductions land in any order, so only dq is compared exactly).
+ * DSARL_GPU_BENCH=1 times both kernels at `dsarl bench dsa`'s index pattern (Tq 2048, Tk 8192, H 64, k 2048),
+ * TFLOP/s with FLOP = 2 T k H (3 d_qk + 2 d_v). CK_RUN_CASE=small runs only the quick cases.
+ * Label gpu; exit status 77 (skipped) without a GPU or on a device that is not compute capability 9.0. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+#include "cuda_device.h"
+#include "dsa_reference.h"
+#include "tilelang.h"
+
+/* The kernel under test (sparse_mla_backward_sm90.cu): dq written, the key gradient added into dkv_acc (Tk, 576)
+ * fp32; *used = 0 when it does not take the shape. */
+int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                      const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
+                                      const void *out, const float *lse, const void *dout, void *dq, float *dkv_acc,
+                                      int *used, dsarl_error *err);
+
+#define D_QK 576
+#define D_V 512
+#define REF_THREADS 16
+#define LOG_PREFIX "check_dsa_mla_bwd_sm90"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rand_u64(void) // xorshift64*
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+static float frand(void) { return (float)((double)(rand_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); } // [-1,1)
+
+static int32_t irand(int32_t n) { return (int32_t)(rand_u64() >> 33) % n; } // [0, n)
+
+static float *rand_bf16(int64_t n, float scale)
+{
+    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand() * scale));
+    return a;
+}
+
+static dsarl_device *gpu;
+static dsarl_dsa_context *tl;
+static dsarl_error err;
+
+static void setup(void)
+{
+    dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
+    ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
+    ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
+}
+
+static void teardown(void)
+{
+    tilelang_destroy(tl);
+    cuda_destroy(gpu);
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *d = NULL;
+    ck_assert_int_eq(cuda_alloc(gpu, bytes > 0 ? bytes : 1, &d, &err), 0);
+    return d;
+}
+
+static void *to_gpu_bf16(const float *h, int64_t n)
+{
+    void *d = dev_alloc((size_t)n * 2);
+    ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_BF16, h, (size_t)n, &err), 0);
+    return d;
+}
+
+static int32_t *to_gpu_i32(const int32_t *h, int64_t n)
+{
+    int32_t *d = dev_alloc((size_t)n * 4);
+    ck_assert_int_eq(cuda_copy(gpu, d, h, (size_t)n * 4, DSARL_COPY_HOST_TO_DEVICE, &err), 0);
+    return d;
+}
+
+static float *from_gpu(const void *d, int64_t n, dsarl_dtype dtype)
+{
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_msg(cuda_download_f32(gpu, h, d, dtype, (size_t)n, &err) == 0, "%s", err.message);
+    return h;
+}
+
+/* --- one case: a batch, inputs, indices ------------------------------------------------------------------- */
+
+typedef struct mla_case {
+    int64_t Tq, Tk;
+    int H;
+    int32_t topk;
+    int32_t *start, *end, *idx;     /* host (Tq), (Tq), (Tq, topk) */
+    float *q, *kv;                  /* host, bf16-rounded */
+    dsarl_dsa_batch hbatch, dbatch; /* host / device ranges */
+    dsarl_dsa_attention_inputs hin, din;
+    int32_t *g_idx;
+    void *g_out;                    /* (Tq, H, d_v) bf16: the forward's output, input of the backward */
+    float *g_lse;                   /* (Tq, H) */
+    float *out, *lse, *dout;        /* host copies (out and dout bf16-rounded) */
+    void *g_dout, *g_dq, *g_dkv;    /* (Tq, H, d_v), (Tq, H, d_qk), (Tk, d_qk) bf16 */
+    float *g_acc;                   /* (Tk, d_qk) fp32 key-gradient accumulator for direct kernel calls */
+} mla_case;
+
+static void case_inputs(mla_case *c)
+{
+    int32_t max = 0;
+    for (int64_t t = 0; t < c->Tq; t++)
+        max = c->end[t] - c->start[t] > max ? c->end[t] - c->start[t] : max;
+    c->hbatch = (dsarl_dsa_batch){.struct_size = sizeof(dsarl_dsa_batch), .n_queries = c->Tq, .n_keys = c->Tk,
+                                  .key_start = c->start, .key_end = c->end, .max_keys_per_query = max};
+    c->dbatch = c->hbatch;
+    c->dbatch.key_start = to_gpu_i32(c->start, c->Tq);
+    c->dbatch.key_end = to_gpu_i32(c->end, c->Tq);
+    c->q = rand_bf16(c->Tq * c->H * D_QK, 1.0f);
+    c->kv = rand_bf16(c->Tk * D_QK, 1.0f);
+    /* scale 1/16 as GLM-5 (1/sqrt(256)) times 4 so that the softmax is far from uniform */
+    c->hin = (dsarl_dsa_attention_inputs){.struct_size = sizeof(c->hin), .q = c->q, .kv = c->kv, .n_heads = c->H,
+                                          .d_qk = D_QK, .d_v = D_V, .softmax_scale = 0.25f};
+    c->din = c->hin;
+    c->din.q = to_gpu_bf16(c->q, c->Tq * c->H * D_QK);
+    c->din.kv = to_gpu_bf16(c->kv, c->Tk * D_QK);
+    c->g_idx = to_gpu_i32(c->idx, c->Tq * c->topk);
+    c->g_out = dev_alloc((size_t)(c->Tq * c->H * D_V) * 2);
+    c->g_lse = dev_alloc((size_t)(c->Tq * c->H) * 4);
+    c->dout = rand_bf16(c->Tq * c->H * D_V, 1.0f);
+    c->g_dout = to_gpu_bf16(c->dout, c->Tq * c->H * D_V);
+    c->g_dq = dev_alloc((size_t)(c->Tq * c->H * D_QK) * 2);
+    c->g_dkv = dev_alloc((size_t)(c->Tk * D_QK) * 2);
+    c->g_acc = dev_alloc((size_t)(c->Tk * D_QK) * 4);
+    c->out = c->lse = NULL;
+}
+
+static void case_free(mla_case *c)
+{
+    cuda_free(gpu, (void *)c->dbatch.key_start), cuda_free(gpu, (void *)c->dbatch.key_end);
+    cuda_free(gpu, (void *)c->din.q), cuda_free(gpu, (void *)c->din.kv), cuda_free(gpu, c->g_idx);
+    cuda_free(gpu, c->g_out), cuda_free(gpu, c->g_lse), cuda_free(gpu, c->g_dout), cuda_free(gpu, c->g_dq);
+    cuda_free(gpu, c->g_dkv), cuda_free(gpu, c->g_acc);
+    free(c->start), free(c->end), free(c->idx), free(c->q), free(c->kv), free(c->out), free(c->lse), free(c->dout);
+}
+
+// Fills row t's slots: `valid` distinct keys of [start, end) (capped at the range size) in random order at random
+// slots, the rest -1; with `repeats`, a few valid slots repeat a key.
+static void fill_row(int32_t *row, int32_t topk, int32_t start, int32_t end, int32_t valid, int repeats)
+{
+    int32_t n = end - start;
+    if (valid > n)
+        valid = n;
+    if (valid > topk)
+        valid = topk;
+    for (int32_t i = 0; i < topk; i++)
+        row[i] = -1;
+    // distinct keys: a partial Fisher-Yates shuffle of the range, placed at random free slots
+    int32_t *pool = malloc((size_t)(n > 0 ? n : 1) * 4);
+    for (int32_t i = 0; i < n; i++)
+        pool[i] = start + i;
+    for (int32_t i = 0; i < valid; i++) {
+        int32_t j = i + irand(n - i), tmp = pool[i];
+        pool[i] = pool[j], pool[j] = tmp;
+    }
+    for (int32_t placed = 0; placed < valid;) {
+        int32_t slot = irand(topk);
+        if (row[slot] == -1)
+            row[slot] = pool[placed++];
+    }
+    free(pool);
+    if (repeats && valid > 1)
+        for (int r = 0; r < 3; r++) { /* copy a valid key into another valid slot */
+            int32_t a = irand(topk), b = irand(topk);
+            if (row[a] >= 0 && row[b] >= 0)
+                row[b] = row[a];
+        }
+}
+
+// Causal packed THD with ragged sequences; row t gets min(eligible, topk) keys minus ~10% holes, unsorted.
+static void case_packed(mla_case *c, const int32_t *lengths, int n_seq, int H, int32_t topk)
+{
+    int64_t T = 0;
+    for (int i = 0; i < n_seq; i++)
+        T += lengths[i];
+    c->Tq = c->Tk = T, c->H = H, c->topk = topk;
+    c->start = malloc((size_t)T * 4), c->end = malloc((size_t)T * 4), c->idx = malloc((size_t)(T * topk) * 4);
+    int32_t off = 0;
+    for (int i = 0; i < n_seq; i++) {
+        for (int32_t j = 0; j < lengths[i]; j++) {
+            int64_t t = off + j;
+            c->start[t] = off, c->end[t] = off + j + 1;
+            int32_t eligible = j + 1, want = eligible < topk ? eligible : topk;
+            if (want > 4)
+                want -= irand(want / 10 + 1);
+            fill_row(c->idx + t * topk, topk, c->start[t], c->end[t], want, t % 7 == 3);
+        }
+        off += lengths[i];
+    }
+    fill_row(c->idx + (T - 1) * topk, topk, 0, 0, 0, 0); /* the last row has no valid slot */
+    case_inputs(c);
+}
+
+// Decode-style: every query sees a random window of a longer key array; one window empty, one row with 3 keys.
+static void case_decode(mla_case *c, int64_t Tq, int64_t Tk, int H, int32_t topk)
+{
+    c->Tq = Tq, c->Tk = Tk, c->H = H, c->topk = topk;
+    c->start = malloc((size_t)Tq * 4), c->end = malloc((size_t)Tq * 4), c->idx = malloc((size_t)(Tq * topk) * 4);
+    for (int64_t t = 0; t < Tq; t++) {
+        int32_t a = irand((int32_t)Tk), b = irand((int32_t)Tk);
+        c->start[t] = a < b ? a : b, c->end[t] = (a < b ? b : a) + 1;
+        if (t == Tq / 2)
+            c->end[t] = c->start[t];
+        int32_t n = c->end[t] - c->start[t];
+        int32_t want = t == 1 ? 3 : (n < topk ? n : topk) - irand(topk / 8 + 1);
+        fill_row(c->idx + t * topk, topk, c->start[t], c->end[t], want > 0 ? want : 0, t % 5 == 2);
+    }
+    case_inputs(c);
+}
+
+/* --- the reference, threaded over query rows --------------------------------------------------------------- */
+
+typedef struct ref_job {
+    const mla_case *c;
+    int64_t t0, t1;
+    float *out, *lse; /* forward: (Tq, H, d_v), (Tq, H) */
+    float *dq, *dkv;  /* backward: (Tq, H, d_qk) shared by rows; (Tk, d_qk) this job's own, zeroed */
+    int backward, rc;
+    dsarl_error err;
+} ref_job;
+
+static void *ref_run(void *p)
+{
+    ref_job *j = p;
+    const mla_case *c = j->c;
+    dsarl_dsa_context *ref = NULL;
+    j->rc = dsa_reference_create(NULL, NULL, NULL, &ref, &j->err);
+    if (j->rc)
+        return NULL;
+    dsarl_dsa_batch b = c->hbatch;
+    b.n_queries = j->t1 - j->t0;
+    b.key_start = c->start + j->t0, b.key_end = c->end + j->t0;
+    dsarl_dsa_attention_inputs in = c->hin;
+    in.q = c->q + j->t0 * c->H * D_QK;
+    const int32_t *idx = c->idx + j->t0 * c->topk;
+    if (!j->backward)
+        j->rc = dsa_reference_sparse_mla_forward(ref, &b, &in, idx, c->topk, j->out + j->t0 * c->H * D_V,
+                                                 j->lse + j->t0 * c->H, &j->err);
+    else
+        j->rc = dsa_reference_sparse_mla_backward(ref, &b, &in, idx, c->topk, c->out + j->t0 * c->H * D_V,
+                                                  c->lse + j->t0 * c->H, c->dout + j->t0 * c->H * D_V,
+                                                  j->dq + j->t0 * c->H * D_QK, j->dkv, &j->err);
+    dsa_reference_destroy(ref);
+    return NULL;
+}
+
+/* Runs the reference forward (backward = 0: out, lse) or backward (1: dq, dkv = the summed key gradient). */
+static void reference(const mla_case *c, int backward, float *a, float *b)
+{
+    pthread_t th[REF_THREADS];
+    ref_job jobs[REF_THREADS];
+    int64_t per = (c->Tq + REF_THREADS - 1) / REF_THREADS;
+    int n = 0;
+    for (int64_t t0 = 0; t0 < c->Tq; t0 += per, n++) {
+        jobs[n] = (ref_job){.c = c, .t0 = t0, .t1 = t0 + per < c->Tq ? t0 + per : c->Tq, .backward = backward};
+        if (backward) {
+            jobs[n].dq = a;
+            jobs[n].dkv = calloc((size_t)(c->Tk * D_QK > 0 ? c->Tk * D_QK : 1), sizeof(float));
+            ck_assert_ptr_nonnull(jobs[n].dkv);
+        } else {
+            jobs[n].out = a, jobs[n].lse = b;
+        }
+        ck_assert_int_eq(pthread_create(&th[n], NULL, ref_run, &jobs[n]), 0);
+    }
+    if (backward)
+        memset(b, 0, (size_t)(c->Tk * D_QK) * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(jobs[i].rc == 0, "reference: %s", jobs[i].err.message);
+        if (backward) {
+            for (int64_t e = 0; e < c->Tk * D_QK; e++)
+                b[e] += jobs[i].dkv[e];
+            free(jobs[i].dkv);
+        }
+    }
+}
+
+/* out and lse from the reference forward; out rounded to bf16 as the device stores it. */
+static void case_forward(mla_case *c)
+{
+    int64_t n_out = c->Tq * c->H * D_V;
+    c->out = malloc((size_t)n_out * 4), c->lse = malloc((size_t)(c->Tq * c->H) * 4);
+    reference(c, 0, c->out, c->lse);
+    for (int64_t i = 0; i < n_out; i++)
+        c->out[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(c->out[i]));
+    ck_assert_int_eq(cuda_upload_f32(gpu, c->g_out, DSARL_DTYPE_BF16, c->out, (size_t)n_out, &err), 0);
+    ck_assert_int_eq(cudaMemcpy(c->g_lse, c->lse, (size_t)(c->Tq * c->H) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+/* --- launching and comparing ------------------------------------------------------------------------------ */
+
+// Compares got (device) with want (host); returns the normwise relative error.
+static double compare(const void *got_d, dsarl_dtype dtype, const float *want, int64_t n, double tol,
+                      const char *what)
+{
+    float *got = from_gpu(got_d, n, dtype);
+    double maxref = 1e-30, maxerr = 0.0, num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(isfinite(got[i]), "%s: element %lld is %g, want %g (unwritten or overflow)", what,
+                      (long long)i, got[i], want[i]);
+        maxref = fmax(maxref, fabs(want[i]));
+        maxerr = fmax(maxerr, fabs((double)got[i] - want[i]));
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    double norm = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    printf(LOG_PREFIX ": %-58s norm rel err %.2e, max rel err %.2e (tol %.0e, n %lld)\n", what, norm,
+           maxerr / maxref, tol, (long long)n);
+    ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
+                  tol);
+    free(got);
+    return norm;
+}
+
+static void poison_dq(mla_case *c)
+{
+    ck_assert_int_eq(cudaMemset(c->g_dq, 0xFF, (size_t)(c->Tq * c->H * D_QK) * 2), cudaSuccess); /* bf16 NaN */
+}
+
+/* The backward through the entry point, with the sm90 kernel switched on (sm90 = 1) or off. */
+static void run_entry(mla_case *c, int sm90)
+{
+    if (sm90)
+        setenv("DSARL_TILELANG_SM90_BACKWARD", "1", 1);
+    else
+        unsetenv("DSARL_TILELANG_SM90_BACKWARD");
+    int rc = tilelang_sparse_mla_backward(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
+                                          c->g_dout, c->g_dq, c->g_dkv, &err);
+    unsetenv("DSARL_TILELANG_SM90_BACKWARD");
+    ck_assert_msg(rc == 0, "%s", err.message);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+static void check_case(mla_case *c, const char *what)
+{
+    char name[200];
+    int64_t n_dq = c->Tq * c->H * D_QK, n_kv = c->Tk * D_QK;
+    case_forward(c);
+    float *dq = malloc((size_t)n_dq * 4), *grad = malloc((size_t)(n_kv > 0 ? n_kv : 1) * 4);
+    reference(c, 1, dq, grad);
+
+    // 1. the kernel itself into a zeroed fp32 accumulator
+    int used = 0;
+    poison_dq(c);
+    ck_assert_int_eq(cudaMemset(c->g_acc, 0, (size_t)n_kv * 4), cudaSuccess);
+    ck_assert_msg(tilelang_sparse_mla_backward_sm90(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
+                                                    c->g_dout, c->g_dq, c->g_acc, &used, &err) == 0,
+                  "%s", err.message);
+    ck_assert_msg(used, "the sm90 backward did not take H %d, topk %d", c->H, c->topk);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    snprintf(name, sizeof name, "%s dq", what);
+    compare(c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
+    snprintf(name, sizeof name, "%s dkv gradient (fp32)", what);
+    compare(c->g_acc, DSARL_DTYPE_F32, grad, n_kv, 1e-2, name);
+
+    // 2. the entry point: dkv += gradient on a random prefill of about half the gradient's size
+    double gmax = 0.0;
+    for (int64_t e = 0; e < n_kv; e++)
+        gmax = fmax(gmax, fabs(grad[e]));
+    float *prefill = rand_bf16(n_kv, (float)(0.5 * gmax + 1e-3)), *want = malloc((size_t)(n_kv > 0 ? n_kv : 1) * 4);
+    for (int64_t e = 0; e < n_kv; e++)
+        want[e] = prefill[e] + grad[e];
+    ck_assert_int_eq(cuda_upload_f32(gpu, c->g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
+    poison_dq(c);
+    run_entry(c, 1);
+    snprintf(name, sizeof name, "%s entry dq", what);
+    compare(c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
+    snprintf(name, sizeof name, "%s entry dkv (+=)", what);
+    compare(c->g_dkv, DSARL_DTYPE_BF16, want, n_kv, 1e-2, name);
+    // rows that no slot selects keep their prefill exactly
+    char *touched = calloc((size_t)(c->Tk > 0 ? c->Tk : 1), 1);
+    for (int64_t i = 0; i < c->Tq * c->topk; i++)
+        if (c->idx[i] >= 0)
+            touched[c->idx[i]] = 1;
+    float *got = from_gpu(c->g_dkv, n_kv, DSARL_DTYPE_BF16);
+    int64_t untouched = 0;
+    for (int64_t k = 0; k < c->Tk; k++) {
+        if (touched[k])
+            continue;
+        untouched++;
+        for (int e = 0; e < D_QK; e++)
+            ck_assert_msg(got[k * D_QK + e] == prefill[k * D_QK + e], "%s: dkv row %lld (selected by no slot) "
+                          "column %d is %g, prefill %g", what, (long long)k, e, got[k * D_QK + e],
+                          prefill[k * D_QK + e]);
+    }
+    printf(LOG_PREFIX ": %-58s %lld unselected dkv rows unchanged\n", what, (long long)untouched);
+    free(touched), free(got), free(prefill), free(want), free(dq), free(grad);
+}
+
+START_TEST(test_packed_h64)
+{
+    mla_case c;
+    const int32_t lengths[] = {1, 17, 64, 90, 5};
+    case_packed(&c, lengths, 5, 64, 64);
+    check_case(&c, "pack 1/17/64/90/5 H64 k64");
+    case_free(&c);
+    const int32_t one[] = {300};
+    case_packed(&c, one, 1, 64, 256);
+    check_case(&c, "causal T300 H64 k256");
+    case_free(&c);
+}
+END_TEST
+
+START_TEST(test_packed_h128)
+{
+    mla_case c;
+    const int32_t lengths[] = {33, 120, 2};
+    case_packed(&c, lengths, 3, 128, 100);
+    check_case(&c, "pack 33/120/2 H128 k100 (partial tile)");
+    case_free(&c);
+    const int32_t lengths2[] = {70, 41};
+    case_packed(&c, lengths2, 2, 128, 64);
+    check_case(&c, "pack 70/41 H128 k64");
+    case_free(&c);
+}
+END_TEST
+
+// Every row draws its 256 slots from the same 5 keys (plus holes): many equal keys within a tile, across tiles and
+// across queries, all summed by the reductions.
+START_TEST(test_repeated_keys)
+{
+    mla_case c = {.Tq = 24, .Tk = 40, .H = 64, .topk = 256};
+    c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4), c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
+    const int32_t pool[5] = {3, 17, 18, 30, 39};
+    for (int64_t t = 0; t < c.Tq; t++) {
+        c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
+        for (int32_t i = 0; i < c.topk; i++)
+            c.idx[t * c.topk + i] = irand(8) == 0 ? -1 : pool[irand(5)];
+    }
+    fill_row(c.idx + 5 * c.topk, c.topk, 0, 0, 0, 0); /* one row with no valid slot */
+    case_inputs(&c);
+    check_case(&c, "5 keys x 256 slots Tq24 H64 k256");
+    case_free(&c);
+}
+END_TEST
+
+START_TEST(test_decode_topk2048)
+{
+    mla_case c;
+    case_decode(&c, 20, 3000, 64, 2048);
+    check_case(&c, "decode Tq20 Tk3000 H64 k2048");
+    case_free(&c);
+    case_decode(&c, 12, 2500, 128, 2048);
+    check_case(&c, "decode Tq12 Tk2500 H128 k2048");
+    case_free(&c);
+}
+END_TEST
+
+/* out and lse from the device forward (verified elsewhere), for the shapes too big for the host reference. */
+static void device_forward(mla_case *c)
+{
+    ck_assert_msg(tilelang_sparse_mla_forward(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse, &err) ==
+                      0, "%s", err.message);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The entry point with the new kernel agrees with the WMMA kernel, and dq is the same on two launches.
+START_TEST(test_old_vs_new)
+{
+    mla_case c;
+    case_decode(&c, 512, 8192, 64, 2048);
+    device_forward(&c);
+    int64_t n_dq = c.Tq * c.H * D_QK, n_kv = c.Tk * D_QK;
+    float *prefill = rand_bf16(n_kv, 1.0f);
+    ck_assert_int_eq(cuda_upload_f32(gpu, c.g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
+    poison_dq(&c);
+    run_entry(&c, 0);
+    float *old_dq = from_gpu(c.g_dq, n_dq, DSARL_DTYPE_BF16), *old_dkv = from_gpu(c.g_dkv, n_kv, DSARL_DTYPE_BF16);
+    ck_assert_int_eq(cuda_upload_f32(gpu, c.g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
+    poison_dq(&c);
+    run_entry(&c, 1);
+    compare(c.g_dq, DSARL_DTYPE_BF16, old_dq, n_dq, 1e-2, "new vs wmma Tq512 Tk8192 H64 k2048 dq");
+    compare(c.g_dkv, DSARL_DTYPE_BF16, old_dkv, n_kv, 1e-2, "new vs wmma Tq512 Tk8192 H64 k2048 dkv (+=)");
+    float *first = from_gpu(c.g_dq, n_dq, DSARL_DTYPE_BF16);
+    poison_dq(&c);
+    run_entry(&c, 1);
+    float *second = from_gpu(c.g_dq, n_dq, DSARL_DTYPE_BF16);
+    ck_assert_msg(memcmp(first, second, (size_t)n_dq * 4) == 0, "two launches of the sm90 backward give different dq "
+                  "(a race)");
+    printf(LOG_PREFIX ": two launches give the same dq\n");
+    free(prefill), free(old_dq), free(old_dkv), free(first), free(second);
+    case_free(&c);
+}
+END_TEST
+
+// DSARL_GPU_BENCH=1: both kernels through the entry point at `dsarl bench dsa`'s index pattern (2048 distinct keys
+// spread over 8192), Tq 2048; the new one timed twice (the spread between equal runs).
+START_TEST(test_bench)
+{
+    if (!getenv("DSARL_GPU_BENCH"))
+        return;
+    mla_case c = {.Tq = 2048, .Tk = 8192, .H = 64, .topk = 2048};
+    c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4), c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
+    for (int64_t t = 0; t < c.Tq; t++) {
+        c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
+        for (int32_t i = 0; i < c.topk; i++)
+            c.idx[t * c.topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % c.Tk);
+    }
+    case_inputs(&c);
+    device_forward(&c);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    const double flops = 2.0 * c.Tq * c.topk * c.H * (3.0 * D_QK + 2.0 * D_V);
+    const int sm90[3] = {1, 1, 0}, reps[3] = {5, 5, 2};
+    for (int k = 0; k < 3; k++) {
+        run_entry(&c, sm90[k]); /* warm-up */
+        if (sm90[k])
+            setenv("DSARL_TILELANG_SM90_BACKWARD", "1", 1);
+        cudaEventRecord(a, 0);
+        for (int r = 0; r < reps[k]; r++)
+            ck_assert_int_eq(tilelang_sparse_mla_backward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
+                                                          c.g_dout, c.g_dq, c.g_dkv, &err), 0);
+        cudaEventRecord(b, 0);
+        unsetenv("DSARL_TILELANG_SM90_BACKWARD");
+        ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, a, b);
+        ms /= (float)reps[k];
+        printf(LOG_PREFIX ": BENCH sparse_mla_backward %s Tq2048 Tk8192 H64 k2048: %.3f ms = %.1f TFLOP/s\n",
+               sm90[k] ? "sm90" : "wmma", ms, flops / ms / 1e9);
+    }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    case_free(&c);
+}
+END_TEST
+
+static Suite *mla_bwd_sm90_suite(void)
+{
+    Suite *s = suite_create("dsa_mla_bwd_sm90");
+    TCase *small = tcase_create("small"); /* CK_RUN_CASE=small: the quick cases, e.g. under compute-sanitizer */
+    tcase_add_checked_fixture(small, setup, teardown);
+    tcase_set_timeout(small, 600);
+    tcase_add_test(small, test_packed_h64);
+    tcase_add_test(small, test_packed_h128);
+    tcase_add_test(small, test_repeated_keys);
+    suite_add_tcase(s, small);
+    TCase *large = tcase_create("large");
+    tcase_add_checked_fixture(large, setup, teardown);
+    tcase_set_timeout(large, 600);
+    tcase_add_test(large, test_decode_topk2048);
+    tcase_add_test(large, test_old_vs_new);
+    tcase_add_test(large, test_bench);
+    suite_add_tcase(s, large);
+    return s;
+}
+
+int main(void)
+{
+    int major = 0, minor = 0;
+    if (cuda_visible_devices() == 0 || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) || major != 9 || minor != 0) {
+        printf(LOG_PREFIX ": skipped: no compute capability 9.0 CUDA device is visible\n");
+        return 77;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each figure reaches a redirected log at once, also when a timeout kills us */
+    SRunner *sr = srunner_create(mla_bwd_sm90_suite());
+    srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
