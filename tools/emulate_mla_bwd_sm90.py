@@ -97,7 +97,7 @@ for i in range(n_tiles):
     if i + 1 < n_tiles: keys = gather((i + 1) * 64)
     # C: dKV chunks
     for wg in range(2):
-        chunks = [(4 * wg + n, range(4), True) for n in range(4)] + [(8, [2 * wg, 2 * wg + 1], False)]
+        chunks = [(4 * wg + n, range(4), True) for n in range(4)] + ([(8, range(4), False)] if wg == 0 else [])
         for b, kks, both in chunks:
             c = np.zeros((64, 64))
             for kk in kks:
