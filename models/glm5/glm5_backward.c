@@ -41,13 +41,14 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
     int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
     int64_t inner_rows = T * c->intermediate_size;
-    int64_t moe_rows = N * c->moe_intermediate_size, sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
+    int64_t R = glm5_moe_rows_cap(c, T); // routed rows with padding room (glm5_pass.h)
+    int64_t moe_rows = R * c->moe_intermediate_size, sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
     inner_rows = inner_rows > moe_rows ? inner_rows : moe_rows;
     inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
     size_t e = p->m->elem, f = sizeof(float);
     struct { void **ptr; size_t bytes; } plan[] = {
         {(void **)&g->dlogits, T * V * f}, {(void **)&g->dlogprobs, T * f}, {(void **)&g->drouter, T * E * f},
-        {(void **)&g->dscale, N * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
+        {(void **)&g->dscale, R * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
         {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f}, {(void **)&g->targets, T * sizeof(int32_t)},
         {&g->dx, T * C * e}, {&g->dh, T * C * e}, {&g->dh2, T * C * e}, {&g->dtmp, T * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
@@ -57,7 +58,7 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
         {&g->dkv, T * dqk * e}, {&g->dq, T * H * c->qk_head_dim * e}, {&g->dqr, T * qr * e}, {&g->dqa, T * qr * e},
         {&g->dlat, T * kvr * e}, {&g->dlatn, T * kvr * e}, {&g->dckv, T * dqk * e},
         {&g->s3, stage * e},
-        {&g->dact, inner_rows * e}, {&g->dgu, 2 * inner_rows * e}, {&g->dexp, N * C * e}, {&g->dxin, N * C * e},
+        {&g->dact, inner_rows * e}, {&g->dgu, 2 * inner_rows * e}, {&g->dexp, R * C * e}, {&g->dxin, R * C * e},
         {&g->diq, T * nI * dI * e}, {&g->dik, T * dI * e}, {&g->dik_raw, T * dI * e}, {&g->diw, T * nI * e},
         {&g->dlogits_s, T * V * e}, {&g->drouter_s, T * E * e},
     };
@@ -126,11 +127,20 @@ static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, co
     if (L->mlp_gate_up)
         DSARL_TRY(mlp_backward(m, g, dh2, dy, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, T,
                                L->mlp_inner, err));
-    // routed rows: y[t] += w_r * expert_out_r  ->  d expert_out_r = w_r dy[t], d w_r = <dy[t], expert_out_r>
-    DSARL_TRY(d->gather_rows(m->dev, g->dexp, dy, a->rows, N, C, err));
-    DSARL_TRY(d->row_dot(m->dev, g->dscale, g->dexp, a->expert_out, N, C, err));
-    DSARL_TRY(d->scale_rows(m->dev, g->dexp, a->row_scale, N, C, err));
-    for (int64_t e = 0; e < E; e++) {
+    // routed rows: y[t] += w_r * expert_out_r  ->  d expert_out_r = w_r dy[t], d w_r = <dy[t], expert_out_r>;
+    // padding rows (a->moe_pad: one batched GEMM per product) have w_r = 0, so their gradients are zero and add
+    // nothing to the weight gradients or to dh2
+    int64_t R = a->moe_rows, pad = a->moe_pad;
+    DSARL_TRY(d->gather_rows(m->dev, g->dexp, dy, a->rows, R, C, err));
+    DSARL_TRY(d->row_dot(m->dev, g->dscale, g->dexp, a->expert_out, R, C, err));
+    DSARL_TRY(d->scale_rows(m->dev, g->dexp, a->row_scale, R, C, err));
+    if (pad) {
+        DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, I, C, 1.0f, g->dexp, pad * C, L->experts_down,
+                                          C * I, 0.0f, g->dact, pad * I, E, err));
+        DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, C, I, pad, 1.0f, g->dexp, pad * C, a->act, pad * I,
+                                          1.0f, glm5_grad_of(m, L->experts_down), C * I, E, err));
+    }
+    for (int64_t e = 0; e < E && !pad; e++) {
         int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
         if (n == 0)
             continue;
@@ -140,8 +150,14 @@ static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, co
         DSARL_TRY(d->gemm(m->dev, true, false, C, I, n, 1.0f, glm5_at(m, g->dexp, first * C),
                           glm5_at(m, a->act, first * I), 1.0f, glm5_grad_of(m, w_down), err));
     }
-    DSARL_TRY(d->swiglu_backward(m->dev, g->dgu, g->dact, a->gate_up, N, I, err));
-    for (int64_t e = 0; e < E; e++) {
+    DSARL_TRY(d->swiglu_backward(m->dev, g->dgu, g->dact, a->gate_up, R, I, err));
+    if (pad) {
+        DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, 2 * I, C, pad, 1.0f, g->dgu, pad * 2 * I, a->expert_in,
+                                          pad * C, 1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C, E, err));
+        DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, C, 2 * I, 1.0f, g->dgu, pad * 2 * I,
+                                          L->experts_gate_up, 2 * I * C, 0.0f, g->dxin, pad * C, E, err));
+    }
+    for (int64_t e = 0; e < E && !pad; e++) {
         int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
         if (n == 0)
             continue;
@@ -151,7 +167,7 @@ static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, co
         DSARL_TRY(d->gemm(m->dev, false, false, n, C, 2 * I, 1.0f, glm5_at(m, g->dgu, first * 2 * I), w_gu, 0.0f,
                           glm5_at(m, g->dxin, first * C), err));
     }
-    DSARL_TRY(d->scatter_add_rows(m->dev, dh2, g->dxin, a->rows, NULL, N, C, err));
+    DSARL_TRY(d->scatter_add_rows(m->dev, dh2, g->dxin, a->rows, NULL, R, C, err));
     // routing weights back to their (token, slot), then through the router: droute_w[t*K + k] = dscale[its row],
     // a gather of float32 values on the device (no round trip through the host)
     DSARL_TRY(d->gather_rows(m->dev, g->droute_w, g->dscale, a->slot_inv, N, glm5_f32_units(m), err));

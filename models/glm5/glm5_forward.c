@@ -64,7 +64,7 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     int64_t T = p->T;
     size_t e = p->m->elem, f = sizeof(float), i4 = sizeof(int32_t);
     int64_t H = c->num_attention_heads, C = c->hidden_size, dqk = c->kv_lora_rank + c->qk_rope_head_dim;
-    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K;
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, R = glm5_moe_rows_cap(c, T);
     int64_t nI = c->index_n_heads, dI = c->index_head_dim;
     int64_t dense = max2(c->intermediate_size, c->moe_intermediate_size), sh = c->moe_intermediate_size *
                                                                               c->n_shared_experts;
@@ -84,17 +84,19 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
         {(void **)&a->iw_scaled, T * nI * f},
         {(void **)&a->topk, T * (int64_t)p->topk_width * i4},
-        {&a->gate_up, max2(T * dense, N * c->moe_intermediate_size) * 2 * e},
-        {&a->act, max2(T * dense, N * c->moe_intermediate_size) * e},
+        {&a->gate_up, max2(T * dense, R * c->moe_intermediate_size) * 2 * e},
+        {&a->act, max2(T * dense, R * c->moe_intermediate_size) * e},
         {&a->sh_gate_up, T * 2 * sh * e}, {&a->sh_act, T * sh * e},
-        {&a->expert_in, N * C * e}, {&a->expert_out, N * C * e},
+        {&a->expert_in, R * C * e}, {&a->expert_out, R * C * e},
         {(void **)&a->router_logits, T * E * f}, {(void **)&a->router_probs, T * E * f},
-        {(void **)&a->route_idx, N * i4}, {(void **)&a->route_w, N * f},
-        {(void **)&a->rows, 3 * N * i4}, {(void **)&a->row_scale, N * f},
+        {(void **)&a->route_idx, N * i4}, {(void **)&a->route_w, (N + 1) * f},
+        {(void **)&a->rows, (2 * R + N) * i4}, {(void **)&a->row_scale, R * f},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].p, err));
-    a->slot = a->rows + N, a->slot_inv = a->rows + 2 * N; // one block: one upload per MoE layer
+    a->slot = a->rows + R, a->slot_inv = a->rows + 2 * R; // one block: one upload per MoE layer
+    // route_w[N] = 0: the routing weight of padding rows (moe_route_forward writes the first N)
+    DSARL_TRY(p->m->dev_ops->zero(p->m->dev, a->route_w + N, sizeof(float), err));
     DSARL_TRY(host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
     return DSARL_OK;
 }
@@ -130,20 +132,30 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
                                    (float)c->routed_scaling_factor, err));
     // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes. One download (the expert
     // ids) and one upload (rows, slot, slot_inv: one block) per layer, each a wait for the device.
+    int64_t R = glm5_moe_rows_cap(c, T);
     int32_t *idx, *rows;
     int64_t *fill;
     DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&idx, err));
-    DSARL_TRY(host_alloc(p, (size_t)(3 * N) * sizeof(int32_t), (void **)&rows, err));
+    DSARL_TRY(host_alloc(p, (size_t)(2 * R + N) * sizeof(int32_t), (void **)&rows, err));
     DSARL_TRY(host_alloc(p, (size_t)E * sizeof(int64_t), (void **)&fill, err));
     DSARL_TRY(d->copy(m->dev, idx, a->route_idx, (size_t)N * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
-    int32_t *slot = rows + N, *slot_inv = rows + 2 * N;
-    int64_t *count = a->count;
+    int32_t *slot = rows + R, *slot_inv = rows + 2 * R;
+    int64_t *count = a->count, largest = 0;
     memset(count, 0, (size_t)(E + 1) * sizeof(int64_t));
     for (int64_t i = 0; i < N; i++)
         count[idx[i] + 1]++;
-    for (int64_t e = 0; e < E; e++)
+    for (int64_t e = 0; e < E; e++) {
+        largest = count[e + 1] > largest ? count[e + 1] : largest;
         count[e + 1] += count[e]; // count[e] = first row of expert e
-    memcpy(fill, count, (size_t)E * sizeof(int64_t));
+    }
+    // small groups (decode): expert e's rows at e * pad, the rest of its pad rows read token 0 with weight 0
+    // (route_w[N]), so one batched GEMM covers every expert
+    a->moe_pad = largest <= GLM5_MOE_PAD_MAX ? largest : 0;
+    a->moe_rows = a->moe_pad ? E * a->moe_pad : N;
+    for (int64_t e = 0; e < E; e++)
+        fill[e] = a->moe_pad ? e * a->moe_pad : count[e];
+    for (int64_t r = 0; r < a->moe_rows; r++)
+        rows[r] = 0, slot[r] = (int32_t)N;
     for (int64_t t = 0; t < T; t++)
         for (int64_t k = 0; k < K; k++) {
             int64_t r = fill[idx[t * K + k]]++;
@@ -151,26 +163,34 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
             slot[r] = (int32_t)(t * K + k);
             slot_inv[t * K + k] = (int32_t)r;
         }
-    DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)(3 * N) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)(2 * R + N) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE,
+                      err));
     // row_scale[r] = route_w[slot[r]] on the device: a gather of float32 values moved as rows of 4 bytes (one or
     // two storage elements), a bit copy
-    DSARL_TRY(d->gather_rows(m->dev, a->row_scale, a->route_w, a->slot, N, glm5_f32_units(m), err));
-    DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, N, C, err));
-    for (int64_t e = 0; e < E; e++) {
+    int64_t rows_used = a->moe_rows, pad = a->moe_pad;
+    DSARL_TRY(d->gather_rows(m->dev, a->row_scale, a->route_w, a->slot, rows_used, glm5_f32_units(m), err));
+    DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, rows_used, C, err));
+    if (pad)
+        DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, 2 * I, C, 1.0f, a->expert_in, pad * C,
+                                          L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, pad * 2 * I, E, err));
+    for (int64_t e = 0; e < E && !pad; e++) {
         int64_t first = count[e], n = count[e + 1] - count[e];
         if (n > 0)
             DSARL_TRY(glm5_linear(m, glm5_at(m, a->gate_up, first * 2 * I), glm5_at(m, a->expert_in, first * C),
                                   glm5_at(m, L->experts_gate_up, e * 2 * I * C), n, C, 2 * I, err));
     }
-    DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, N, I, err));
-    for (int64_t e = 0; e < E; e++) {
+    DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, rows_used, I, err));
+    if (pad)
+        DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, C, I, 1.0f, a->act, pad * I, L->experts_down,
+                                          C * I, 0.0f, a->expert_out, pad * C, E, err));
+    for (int64_t e = 0; e < E && !pad; e++) {
         int64_t first = count[e], n = count[e + 1] - count[e];
         if (n > 0)
             DSARL_TRY(glm5_linear(m, glm5_at(m, a->expert_out, first * C), glm5_at(m, a->act, first * I),
                                   glm5_at(m, L->experts_down, e * C * I), n, I, C, err));
     }
     DSARL_TRY(d->zero(m->dev, y, (size_t)(T * C) * m->elem, err));
-    DSARL_TRY(d->scatter_add_rows(m->dev, y, a->expert_out, a->rows, a->row_scale, N, C, err));
+    DSARL_TRY(d->scatter_add_rows(m->dev, y, a->expert_out, a->rows, a->row_scale, rows_used, C, err));
     if (L->mlp_gate_up) { // shared experts see the same normed input and add to the routed sum
         DSARL_TRY(swiglu_mlp(m, p->tmp, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, T,
                              L->mlp_inner, err));

@@ -32,11 +32,13 @@ typedef struct glm5_layer_acts {
     float *router_logits, *router_probs;       // (T, E)
     int32_t *route_idx;                        // (T, K)
     float *route_w;                            // (T, K)
-    int32_t *rows;                             // (N) token of each routed row, grouped by expert
-    int32_t *slot, *slot_inv;                  // (N) t*K + k of each routed row, and the row of each t*K + k
-                                               // (rows, slot, slot_inv: one device block of 3N)
-    float *row_scale;                          // (N) its routing weight
-    int64_t *count;                            // host (E+1): first row of each expert
+    int32_t *rows;                             // (R) token of each routed row, grouped by expert
+    int32_t *slot, *slot_inv;                  // (R) t*K + k of each routed row (N: a padding row), and (N) the
+                                               // row of each t*K + k (rows, slot, slot_inv: one device block)
+    float *row_scale;                          // (R) its routing weight (0 for padding rows)
+    int64_t *count;                            // host (E+1): first row of each expert (without padding)
+    int64_t moe_rows;                          // R: routed rows N, or E * moe_pad with padding
+    int64_t moe_pad;                           // rows per expert when padded (one batched GEMM), else 0
 } glm5_layer_acts;
 
 /* The head-layout gathers of glm5_heads.c: each moves a whole (T, H, d) tensor between token-major and head-major
@@ -120,6 +122,17 @@ int glm5_absorb_queries(glm5_pass *p, const glm5_layer *L, const void *q, void *
  * glm5_absorb_queries; maps LATENT_HM and V_TM. */
 int glm5_values_from_latent(glm5_pass *p, const glm5_layer *L, const void *out_latent, void *attn, void *stage_in,
                             void *stage_out, dsarl_error *err);
+
+/* Expert groups of at most this many rows run as one batched GEMM over every expert, each padded to the largest
+ * group (decode: a few rows per expert, where 2 x E latency-bound GEMMs cost far more than the padding rows). */
+#define GLM5_MOE_PAD_MAX 64
+
+/* Row capacity of the routed-expert buffers for T tokens: N = T * top_k, or E * GLM5_MOE_PAD_MAX if larger. */
+static inline int64_t glm5_moe_rows_cap(const glm5_config *c, int64_t T)
+{
+    int64_t N = T * c->num_experts_per_tok, padded = c->n_routed_experts * (int64_t)GLM5_MOE_PAD_MAX;
+    return N > padded ? N : padded;
+}
 
 /* Storage elements per float32 value: gather_rows moves float32 arrays as rows of this many elements (4 bytes). */
 static inline int64_t glm5_f32_units(const dsarl_model *m)
