@@ -123,15 +123,28 @@ int glm5_absorb_queries(glm5_pass *p, const glm5_layer *L, const void *q, void *
 int glm5_values_from_latent(glm5_pass *p, const glm5_layer *L, const void *out_latent, void *attn, void *stage_in,
                             void *stage_out, dsarl_error *err);
 
-/* Expert groups of at most this many rows run as one batched GEMM over every expert, each padded to the largest
- * group (decode: a few rows per expert, where 2 x E latency-bound GEMMs cost far more than the padding rows). */
+/* Routed experts run as one batched GEMM over every expert, each group padded to the largest, when the largest
+ * group has at most GLM5_MOE_PAD_MAX rows (decode: a few rows per expert, where 2 x E latency-bound GEMMs cost far
+ * more than the padding rows) or the padding adds at most 1/GLM5_MOE_PAD_WASTE of the rows (training with
+ * balanced routing: one launch instead of E, whose host-side cost rivals a 1K-row expert GEMM); else per expert. */
 #define GLM5_MOE_PAD_MAX 64
+#define GLM5_MOE_PAD_WASTE 4
 
-/* Row capacity of the routed-expert buffers for T tokens: N = T * top_k, or E * GLM5_MOE_PAD_MAX if larger. */
+/* Rows per expert of the padded layout for T tokens whose largest expert group has `largest` rows, or 0. */
+static inline int64_t glm5_moe_pad(const glm5_config *c, int64_t T, int64_t largest)
+{
+    int64_t N = T * c->num_experts_per_tok, E = c->n_routed_experts;
+    return largest <= GLM5_MOE_PAD_MAX || E * largest * GLM5_MOE_PAD_WASTE <= N * (GLM5_MOE_PAD_WASTE + 1) ? largest
+                                                                                                        : 0;
+}
+
+/* Row capacity of the routed-expert buffers for T tokens: the most glm5_moe_pad can ask for, at least N. */
 static inline int64_t glm5_moe_rows_cap(const glm5_config *c, int64_t T)
 {
-    int64_t N = T * c->num_experts_per_tok, padded = c->n_routed_experts * (int64_t)GLM5_MOE_PAD_MAX;
-    return N > padded ? N : padded;
+    int64_t N = T * c->num_experts_per_tok, E = c->n_routed_experts;
+    int64_t waste = (N * (GLM5_MOE_PAD_WASTE + 1) / GLM5_MOE_PAD_WASTE / E) * E, small = E * GLM5_MOE_PAD_MAX;
+    waste = waste > N ? waste : N;
+    return waste > small ? waste : small;
 }
 
 /* Storage elements per float32 value: gather_rows moves float32 arrays as rows of this many elements (4 bytes). */
