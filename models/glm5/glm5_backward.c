@@ -345,10 +345,13 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
                           dsarl_error *err)
 {
     glm5_pass p;
-    grad_bufs g;
+    grad_bufs g = {0};
     int rc = glm5_pass_forward(m, batch, false, &p, err);
-    if (rc == 0) // only targets and log-probs of grad_bufs are used here; the rest is small next to activations
-        rc = alloc_grad_bufs(&p, &g, err);
+    // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
+    if (rc == 0)
+        rc = glm5_pass_alloc(&p, (size_t)p.T * sizeof(int32_t), (void **)&g.targets, err);
+    if (rc == 0)
+        rc = glm5_pass_alloc(&p, (size_t)p.T * sizeof(float), (void **)&g.dlogprobs, err);
     if (rc == 0)
         rc = upload_targets(&p, &g, targets, err);
     if (rc == 0)

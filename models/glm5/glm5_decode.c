@@ -119,8 +119,9 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)
         rc = glm5_pass_alloc(&p, plan[i].bytes, plan[i].ptr, err);
     // ids, positions, key ranges, cache rows, last rows: one block, uploaded at once by upload_cached_batch
-    p.positions = p.tokens + T, p.key_start = p.tokens + 2 * T, p.key_end = p.tokens + 3 * T;
-    p.cache_rows = p.tokens + 4 * T;
+    if (rc == 0)
+        p.positions = p.tokens + T, p.key_start = p.tokens + 2 * T, p.key_end = p.tokens + 3 * T,
+        p.cache_rows = p.tokens + 4 * T;
     bool wanted[GLM5_MAP_COUNT] = {false}; // the absorbed forward's head-layout maps
     wanted[GLM5_MAP_Q_NOPE_HM] = wanted[GLM5_MAP_Q_ABS] = wanted[GLM5_MAP_LATENT_HM] = wanted[GLM5_MAP_V_TM] = true;
     if (rc == 0)

@@ -325,11 +325,13 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
     int64_t T = p->T, C = c->hidden_size;
     size_t e = m->elem;
     float eps = (float)c->rms_norm_eps;
-    DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    if (p->save) // the layer's inputs are read only by the backward
+        DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
     DSARL_TRY(d->rmsnorm_forward(m->dev, a->h1, a->rstd1, p->x, L->input_norm, T, C, eps, err));
     DSARL_TRY(attention_forward(p, a, L, prev_topk, p->tmp, err));
     DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, T * C, err));
-    DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    if (p->save)
+        DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
     DSARL_TRY(d->rmsnorm_forward(m->dev, a->h2, a->rstd2, p->x, L->post_attention_norm, T, C, eps, err));
     // the MLP writes to h_final (free until the final norm): tmp is the shared experts' scratch
     void *y = p->h_final;
@@ -434,6 +436,7 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     for (int32_t s = 0; m->dense_attention && batch->cu_seqlens && s < batch->n_sequences; s++)
         if (batch->cu_seqlens[s + 1] - batch->cu_seqlens[s] > p->topk_width)
             p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
+    p->save = save;
     p->recompute = save && m->activation_recompute;
     p->n_acts = save && !p->recompute ? c->num_hidden_layers : 1;
     size_t e = m->elem, i4 = sizeof(int32_t);

@@ -65,6 +65,7 @@ typedef struct glm5_pass {
                                                // eligible key, so the headwise ops get NULL indices (dense)
     int n_acts;                                // 1 (inference, recompute) or num_hidden_layers (training)
     glm5_layer_acts *acts;
+    bool save;                                 // a backward follows: layers keep what it reads (x_in, x_mid)
     bool recompute;                            // training with activation recompute: layers rerun in backward
     void **x_saved;                            // recompute: (layers) each layer's input (T,C)
     int32_t **topk_saved;                      // recompute: (layers) each layer's top-k (T, topk_width)
