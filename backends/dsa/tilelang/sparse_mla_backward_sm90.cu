@@ -35,6 +35,11 @@
  * HGMMA.64x256x16.F32.BF16 x 4 (dQ), REDG.E.ADD.F32x4 for the key gradient; no LDL/STL; no C7520 serialisation.
  * A CPU emulation of this block's shared-memory layouts and descriptor arithmetic (tools/emulate_mla_bwd_sm90.py,
  * canonical SW128 K-/MN-major reads) matches a float64 reference at bf16 rounding (2.7e-3 dq, 2.2e-3 dkv).
+ * Prediction for `dsarl bench dsa` (T 8192, H 64, k 2048; 5.9e12 FLOP, 7.5 ms at the 785 TFLOP/s GEMM ceiling): the
+ * products are about 6000 tensor-core cycles per tile (the floor), so the likely limit is the key-gradient
+ * reductions: 8192 x 2048 x 576 fp32 = 38.7 GB sent to L2 as red.v4, 13-19 ms at 2-3 TB/s: 300-450 TFLOP/s if they
+ * overlap the products, 200-250 if they do not. Far below that: look first at the reductions (time the kernel with
+ * the red.global.add removed), then at the four barriers per tile and phase A's shared-memory-bound m64n64 steps.
  * UNVERIFIED ON A GPU as of 2026-11-30: opt-in with DSARL_TILELANG_SM90_BACKWARD=1 until the next session has run
  * tests/check_dsa_mla_bwd_sm90.c on the H200. */
 #include <math.h>
