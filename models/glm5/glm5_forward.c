@@ -150,7 +150,7 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
     }
     // small or balanced groups (glm5_moe_pad): expert e's rows at e * pad, the rest of its pad rows read token 0
     // with weight 0 (route_w[N]), so one batched GEMM covers every expert
-    a->moe_pad = glm5_moe_pad(c, T, largest);
+    a->moe_pad = glm5_moe_pad(m, T, largest);
     a->moe_rows = a->moe_pad ? E * a->moe_pad : N;
     for (int64_t e = 0; e < E; e++)
         fill[e] = a->moe_pad ? e * a->moe_pad : count[e];

@@ -76,6 +76,8 @@ struct dsarl_model {
     bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
     glm5_attention_form attention_form; /* ...dsa_attention_form: absorbed, headwise, or auto (the backend's) */
     bool activation_recompute;   /* policy.megatron_cfg.activation_checkpointing: keep only layer inputs */
+    bool launch_bound;           /* device calls cost far more than small GEMMs (any device but the host "cpu"):
+                                  * small expert groups are padded into one batched GEMM (glm5_moe_pad) */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
     float *inv_freq;             /* device (rope_dim/2) */

@@ -124,19 +124,20 @@ int glm5_absorb_queries(glm5_pass *p, const glm5_layer *L, const void *q, void *
 int glm5_values_from_latent(glm5_pass *p, const glm5_layer *L, const void *out_latent, void *attn, void *stage_in,
                             void *stage_out, dsarl_error *err);
 
-/* Routed experts run as one batched GEMM over every expert, each group padded to the largest, when the largest
- * group has at most GLM5_MOE_PAD_MAX rows (decode: a few rows per expert, where 2 x E latency-bound GEMMs cost far
- * more than the padding rows) or the padding adds at most 1/GLM5_MOE_PAD_WASTE of the rows (training with
- * balanced routing: one launch instead of E, whose host-side cost rivals a 1K-row expert GEMM); else per expert. */
+/* Routed experts run as one batched GEMM over every expert, each group padded to the largest, when the padding adds
+ * at most 1/GLM5_MOE_PAD_WASTE of the rows (balanced routing: one launch instead of E) or, on a launch-bound device,
+ * when the largest group has at most GLM5_MOE_PAD_MAX rows (decode: a few rows per expert, where 2 x E latency-bound
+ * GEMMs cost far more than the padding rows; on the host BLAS the padding rows would be real work); else per
+ * expert. The host device's per-expert results are then the reference for a GPU's padded ones. */
 #define GLM5_MOE_PAD_MAX 64
 #define GLM5_MOE_PAD_WASTE 4
 
 /* Rows per expert of the padded layout for T tokens whose largest expert group has `largest` rows, or 0. */
-static inline int64_t glm5_moe_pad(const glm5_config *c, int64_t T, int64_t largest)
+static inline int64_t glm5_moe_pad(const dsarl_model *m, int64_t T, int64_t largest)
 {
-    int64_t N = T * c->num_experts_per_tok, E = c->n_routed_experts;
-    return largest <= GLM5_MOE_PAD_MAX || E * largest * GLM5_MOE_PAD_WASTE <= N * (GLM5_MOE_PAD_WASTE + 1) ? largest
-                                                                                                        : 0;
+    int64_t N = T * m->cfg.num_experts_per_tok, E = m->cfg.n_routed_experts;
+    bool small = m->launch_bound && largest <= GLM5_MOE_PAD_MAX;
+    return small || E * largest * GLM5_MOE_PAD_WASTE <= N * (GLM5_MOE_PAD_WASTE + 1) ? largest : 0;
 }
 
 /* Row capacity of the routed-expert buffers for T tokens: the most glm5_moe_pad can ask for, at least N. */
