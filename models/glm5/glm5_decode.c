@@ -122,10 +122,8 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     if (rc == 0)
         p.positions = p.tokens + T, p.key_start = p.tokens + 2 * T, p.key_end = p.tokens + 3 * T,
         p.cache_rows = p.tokens + 4 * T;
-    bool wanted[GLM5_MAP_COUNT] = {false}; // the absorbed forward's head-layout maps
-    wanted[GLM5_MAP_Q_NOPE_HM] = wanted[GLM5_MAP_Q_ABS] = wanted[GLM5_MAP_LATENT_HM] = wanted[GLM5_MAP_V_TM] = true;
-    if (rc == 0)
-        rc = glm5_head_maps_upload(&p, wanted, err);
+    if (rc == 0) // the absorbed form's head-layout maps (kept by the model while the batch size stays)
+        rc = glm5_head_maps_prepare(&p, err);
     if (rc == 0)
         rc = run_cached(&p, b, slots, logits, err);
     glm5_pass_free(&p);

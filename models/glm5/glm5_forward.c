@@ -398,28 +398,21 @@ static int choose_form(glm5_pass *p, dsarl_error *err)
     return DSARL_OK;
 }
 
-// The head-major staging and the head-layout maps the form needs (the backward's too when save), in one upload
-// before any layer runs.
+// The head-major staging the form needs (the backward's too when save) and the head-layout maps, before any layer.
 static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, H = c->num_attention_heads;
-    bool absorbed = p->form == DSARL_DSA_FORM_ABSORBED, indexer_loss = save && m->indexer_loss_coeff > 0.0f;
-    bool wanted[GLM5_MAP_COUNT] = {false};
     // the headwise form absorbs queries only for the indexer loss (it distils the absorbed attention)
-    wanted[GLM5_MAP_Q_NOPE_HM] = wanted[GLM5_MAP_Q_ABS] = absorbed || indexer_loss;
-    wanted[GLM5_MAP_LATENT_HM] = wanted[GLM5_MAP_V_TM] = absorbed;
-    wanted[GLM5_MAP_V_HM] = wanted[GLM5_MAP_LATENT_TM] = wanted[GLM5_MAP_DQ_ABS_HM] = wanted[GLM5_MAP_DQ] =
-        absorbed && save;
-    wanted[GLM5_MAP_K_HEADS] = !absorbed;
+    bool absorbed = p->form == DSARL_DSA_FORM_ABSORBED, indexer_loss = save && m->indexer_loss_coeff > 0.0f;
     int64_t stage = absorbed || indexer_loss ? H * T * glm5_head_stage(c) : 0;
     DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_in, err));
     DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_out, err));
     if (!absorbed) // kv_b_proj's output, then the shared rope key
         DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * H * (c->qk_nope_head_dim + c->v_head_dim) +
                                               T * c->qk_rope_head_dim) * m->elem, &p->kv_heads, err));
-    return glm5_head_maps_upload(p, wanted, err);
+    return glm5_head_maps_prepare(p, err);
 }
 
 int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)

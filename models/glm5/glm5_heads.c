@@ -4,8 +4,9 @@
  * A batched GEMM wants each head's operand as a matrix with its own leading dimension, so the token-major tensors
  * (T, H, d) are moved to head-major (H, T, d) and back by gather_rows. The gather's rows are "units" of u elements,
  * u the gcd of every head width, so one gather moves (or assembles from two parts) a whole tensor: unit i of the
- * output is unit map[i] of the source. The maps depend only on T and the config, so a pass uploads them once, in
- * one copy, before any layer runs (a host-to-device copy waits for queued work on the GPU). */
+ * output is unit map[i] of the source. The maps depend only on T and the config: the model keeps them for the last
+ * T, built and uploaded in one copy before a pass's first layer when T changes (a host-to-device copy waits for
+ * queued work on the GPU). */
 #include <stdlib.h>
 #include "glm5_pass.h"
 
@@ -90,40 +91,69 @@ static void fill_map(const map_plan *pl, int64_t T, int64_t H, int32_t *out)
         }
 }
 
-int glm5_head_maps_upload(glm5_pass *p, const bool *wanted, dsarl_error *err)
+// Every map for one token count, in one device block (kept by the model: the maps depend only on T and the config,
+// and a training step's passes, or a run of decode steps, share T).
+struct glm5_head_maps {
+    int64_t T;
+    int32_t *dev;
+    int64_t at[GLM5_MAP_COUNT];
+};
+
+void glm5_head_maps_free(dsarl_model *m)
 {
-    dsarl_model *m = p->m;
+    if (!m->head_maps)
+        return;
+    m->dev_ops->free(m->dev, m->head_maps->dev);
+    free(m->head_maps);
+    m->head_maps = NULL;
+}
+
+// Builds every map for T tokens and uploads them in one copy (a host-to-device copy waits for the device).
+static int build_maps(dsarl_model *m, int64_t T, dsarl_error *err)
+{
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads, u = glm5_head_unit(c);
-    map_plan pl[GLM5_MAP_COUNT];
-    plans(c, T, u, pl);
-    int64_t total = 0, at[GLM5_MAP_COUNT];
-    for (int k = 0; k < GLM5_MAP_COUNT; k++) {
-        at[k] = total;
-        if (wanted[k] && !p->head_maps[k])
-            total += map_units(&pl[k], T, H);
-    }
+    int64_t H = c->num_attention_heads, u = glm5_head_unit(c);
     // sources are at most (T, H, kv_lora + v + nope + rope) plus a rope part: every unit index fits when this does
     int64_t widest = c->kv_lora_rank + c->qk_nope_head_dim + c->qk_rope_head_dim + c->v_head_dim;
     if (T * H * (widest + c->qk_rope_head_dim) / u > INT32_MAX)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: %lld tokens x %lld heads is too large for the int32 rows "
                           "of the head-layout gathers", (long long)T, (long long)H);
-    if (total == 0)
-        return DSARL_OK;
-    int32_t *host = malloc((size_t)total * sizeof(int32_t)), *dev;
-    if (!host)
+    map_plan pl[GLM5_MAP_COUNT];
+    plans(c, T, u, pl);
+    struct glm5_head_maps *hm = calloc(1, sizeof *hm);
+    if (!hm)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for the head-layout maps");
+    int64_t total = 0;
     for (int k = 0; k < GLM5_MAP_COUNT; k++)
-        if (wanted[k] && !p->head_maps[k])
-            fill_map(&pl[k], T, H, host + at[k]);
-    int rc = glm5_pass_alloc(p, (size_t)total * sizeof(int32_t), (void **)&dev, err);
+        hm->at[k] = total, total += map_units(&pl[k], T, H);
+    int32_t *host = malloc((size_t)total * sizeof(int32_t));
+    int rc = host ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for the head-layout maps");
+    for (int k = 0; rc == 0 && k < GLM5_MAP_COUNT; k++)
+        fill_map(&pl[k], T, H, host + hm->at[k]);
     if (rc == 0)
-        rc = m->dev_ops->copy(m->dev, dev, host, (size_t)total * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err);
+        rc = m->dev_ops->alloc(m->dev, (size_t)total * sizeof(int32_t), (void **)&hm->dev, err);
+    if (rc == 0)
+        rc = m->dev_ops->copy(m->dev, hm->dev, host, (size_t)total * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err);
     free(host);
-    DSARL_TRY(rc);
+    if (rc) {
+        if (hm->dev)
+            m->dev_ops->free(m->dev, hm->dev);
+        free(hm);
+        return rc;
+    }
+    glm5_head_maps_free(m);
+    hm->T = T;
+    m->head_maps = hm;
+    return DSARL_OK;
+}
+
+int glm5_head_maps_prepare(glm5_pass *p, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    if (!m->head_maps || m->head_maps->T != p->T)
+        DSARL_TRY(build_maps(m, p->T, err));
     for (int k = 0; k < GLM5_MAP_COUNT; k++)
-        if (wanted[k] && !p->head_maps[k])
-            p->head_maps[k] = dev + at[k];
+        p->head_maps[k] = m->head_maps->dev + m->head_maps->at[k];
     return DSARL_OK;
 }
 
@@ -132,7 +162,7 @@ int glm5_head_gather(glm5_pass *p, glm5_head_map k, void *out, const void *src, 
     dsarl_model *m = p->m;
     const glm5_config *c = &m->cfg;
     if (!p->head_maps[k])
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: head-layout map %d was not uploaded for this pass", (int)k);
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: head-layout map %d was not prepared for this pass", (int)k);
     int64_t u = glm5_head_unit(c);
     map_plan pl[GLM5_MAP_COUNT];
     plans(c, p->T, u, pl);

@@ -154,6 +154,7 @@ void glm5_model_free(dsarl_model *m)
     if (m->grads)
         m->dev_ops->free(m->dev, m->grads);
     glm5_optim_free(m);
+    glm5_head_maps_free(m);
     json_decref(m->hf_config);
     free(m->params);
     free(m->layers);

@@ -86,6 +86,7 @@ struct dsarl_model {
     dsarl_dtype storage;         /* the device's storage dtype for weights and activations */
     size_t elem;                 /* its size in bytes */
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
+    struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
 };
 
 /* base advanced by n elements of the model's storage dtype. */
@@ -137,6 +138,9 @@ static inline void *glm5_grad_of(const dsarl_model *m, const void *w)
 {
     return (char *)m->grads + ((const char *)w - (const char *)m->weights);
 }
+
+/* Frees the head-layout maps glm5_heads.c keeps between passes. */
+void glm5_head_maps_free(dsarl_model *model);
 
 /* Allocates (first call) and zeroes the gradient buffer. */
 int glm5_zero_grad(dsarl_model *model, dsarl_error *err);

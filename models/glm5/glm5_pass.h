@@ -76,7 +76,8 @@ typedef struct glm5_pass {
     void *head_in, *head_out;                  // head-major staging (H, T, glm5_head_stage(cfg)) each
     void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T, then
                                                // (T, rope) room for the shared rope key (k_heads' second part)
-    int32_t *head_maps[GLM5_MAP_COUNT];        // device rows of the head-layout gathers, NULL until uploaded
+    int32_t *head_maps[GLM5_MAP_COUNT];        // device rows of the head-layout gathers (the model's), NULL until
+                                               // glm5_head_maps_prepare
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device
     dsarl_dsa_batch batch;                     // host_cu_seqlens: the pass's own copy (kept for the backward)
@@ -108,8 +109,8 @@ static inline int64_t glm5_head_stage(const glm5_config *c)
     return c->qk_head_dim > s ? c->qk_head_dim : s;
 }
 
-/* Uploads (one host-to-device copy) the maps flagged in wanted (GLM5_MAP_COUNT) that p does not hold yet. */
-int glm5_head_maps_upload(glm5_pass *p, const bool *wanted, dsarl_error *err);
+/* Points p->head_maps at the model's maps for p->T, building and uploading them (one copy) when T changed. */
+int glm5_head_maps_prepare(glm5_pass *p, dsarl_error *err);
 
 /* out = the gather of src by map k (uploaded before). */
 int glm5_head_gather(glm5_pass *p, glm5_head_map k, void *out, const void *src, dsarl_error *err);
