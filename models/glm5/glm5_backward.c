@@ -27,6 +27,14 @@ typedef struct grad_bufs {
     void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
 } grad_bufs;
 
+// targets (T) int32 and dlogprobs (T) float32: one block, so the backward uploads both in one copy.
+static int alloc_targets(glm5_pass *p, grad_bufs *g, dsarl_error *err)
+{
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * p->T) * sizeof(int32_t), (void **)&g->targets, err));
+    g->dlogprobs = (float *)(g->targets + p->T);
+    return DSARL_OK;
+}
+
 static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
@@ -47,9 +55,9 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
     size_t e = p->m->elem, f = sizeof(float);
     struct { void **ptr; size_t bytes; } plan[] = {
-        {(void **)&g->dlogits, T * V * f}, {(void **)&g->dlogprobs, T * f}, {(void **)&g->drouter, T * E * f},
+        {(void **)&g->dlogits, T * V * f}, {(void **)&g->drouter, T * E * f},
         {(void **)&g->dscale, R * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
-        {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f}, {(void **)&g->targets, T * sizeof(int32_t)},
+        {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f},
         {&g->dx, T * C * e}, {&g->dh, T * C * e}, {&g->dh2, T * C * e}, {&g->dtmp, T * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
         {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
@@ -64,6 +72,7 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    DSARL_TRY(alloc_targets(p, g, err));
     // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
     g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {
@@ -331,14 +340,28 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     return linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
 }
 
-static int upload_targets(glm5_pass *p, grad_bufs *g, const int32_t *targets, dsarl_error *err)
+// Uploads the targets (checked against the vocabulary) and, when dlogprobs is not NULL, the log-prob gradients
+// after them (g->targets and g->dlogprobs share one block: one copy).
+static int upload_targets(glm5_pass *p, grad_bufs *g, const int32_t *targets, const float *dlogprobs,
+                          dsarl_error *err)
 {
-    for (int64_t t = 0; t < p->T; t++)
+    int64_t T = p->T;
+    for (int64_t t = 0; t < T; t++)
         if (targets[t] >= p->m->cfg.vocab_size)
             return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: target id %d at position %lld is outside the vocabulary "
                               "[0, %lld)", targets[t], (long long)t, (long long)p->m->cfg.vocab_size);
-    return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)p->T * sizeof(int32_t),
-                               DSARL_COPY_HOST_TO_DEVICE, err);
+    if (!dlogprobs)
+        return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)T * sizeof(int32_t),
+                                   DSARL_COPY_HOST_TO_DEVICE, err);
+    int32_t *host = malloc((size_t)(2 * T) * sizeof(int32_t));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld targets", (long long)T);
+    memcpy(host, targets, (size_t)T * sizeof(int32_t));
+    memcpy(host + T, dlogprobs, (size_t)T * sizeof(float));
+    int rc = p->m->dev_ops->copy(p->m->dev, g->targets, host, (size_t)(2 * T) * sizeof(int32_t),
+                                 DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
+    return rc;
 }
 
 int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
@@ -349,11 +372,9 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     int rc = glm5_pass_forward(m, batch, false, &p, err);
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
-        rc = glm5_pass_alloc(&p, (size_t)p.T * sizeof(int32_t), (void **)&g.targets, err);
+        rc = alloc_targets(&p, &g, err);
     if (rc == 0)
-        rc = glm5_pass_alloc(&p, (size_t)p.T * sizeof(float), (void **)&g.dlogprobs, err);
-    if (rc == 0)
-        rc = upload_targets(&p, &g, targets, err);
+        rc = upload_targets(&p, &g, targets, NULL, err);
     if (rc == 0)
         rc = m->dev_ops->logprobs_forward(m->dev, g.dlogprobs, p.logits, g.targets, p.T, m->cfg.vocab_size, err);
     if (rc == 0)
@@ -404,8 +425,7 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, C = c->hidden_size, V = c->vocab_size;
-    DSARL_TRY(upload_targets(p, g, targets, err));
-    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(upload_targets(p, g, targets, dlogprobs, err));
     DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
     int rc = 0;
     const void *dlogits = storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
