@@ -263,6 +263,34 @@ START_TEST(test_logprobs_match_logits)
 }
 END_TEST
 
+/* batch.logit_scale (1 / sampling temperature): logits, log-probs and every gradient follow the scaled LM head. */
+START_TEST(test_tempered_logits_and_gradients)
+{
+    const float scale = 1.0f / 0.7f;
+    float plain[T * 48], scaled[T * 48], lp[T];
+    ck_assert_int_eq(ops->forward_logits(model, &batch, plain, &err), 0);
+    batch.logit_scale = scale;
+    ck_assert_int_eq(ops->forward_logits(model, &batch, scaled, &err), 0);
+    ck_assert_int_eq(ops->forward_logprobs(model, &batch, targets, lp, &err), 0);
+    for (int t = 0; t < T; t++) {
+        double z = 0;
+        for (int v = 0; v < 48; v++) {
+            ck_assert_double_eq_tol(scaled[t * 48 + v], scale * plain[t * 48 + v], 1e-5);
+            z += exp((double)scale * plain[t * 48 + v]);
+        }
+        double want = targets[t] < 0 ? 0.0 : scale * plain[t * 48 + targets[t]] - log(z);
+        ck_assert_double_eq_tol(lp[t], want, 1e-5);
+    }
+    fd_stats st = {0};
+    fd_check(0, 0, 2, &st);
+    batch.logit_scale = 0.0f;
+    fprintf(stderr, "tempered LM loss: %d elements checked, %d skipped at kinks, worst relative error %.3g (%s)\n",
+            st.checked, st.skipped, st.worst, st.worst_name);
+    ck_assert_msg(st.failed == 0, "%d elements disagree; worst %s", st.failed, st.worst_name);
+    ck_assert_int_gt(st.checked, 4 * st.skipped);
+}
+END_TEST
+
 START_TEST(test_activation_recompute_same_gradients)
 {
     model->indexer_loss_coeff = 0.25f;
@@ -290,6 +318,7 @@ static Suite *glm5_grad_suite(void)
     tcase_add_test(tc, test_logprobs_match_logits);
     tcase_add_test(tc, test_lm_loss_never_reaches_indexer);
     tcase_add_test(tc, test_lm_gradients_every_parameter);
+    tcase_add_test(tc, test_tempered_logits_and_gradients);
     tcase_add_test(tc, test_indexer_loss_sparse);
     tcase_add_test(tc, test_indexer_loss_dense_warmup);
     tcase_add_test(tc, test_activation_recompute_same_gradients);

@@ -237,6 +237,34 @@ START_TEST(test_micro_run_metrics)
 }
 END_TEST
 
+/* Sampling at temperature 0.5 (both samplers record log-probs of the tempered distribution): the trainer scales its
+ * logits by 1 / temperature (dsarl_token_batch.logit_scale), so its log-probs still match generation's. Unscaled,
+ * the micro model's logits give token_mult_prob_error ~1.1 here. */
+START_TEST(test_tempered_logprobs_match_generation)
+{
+    use_builtin_sampler = _i;
+    char *work = make_work_dir();
+    static const char *const extra[] = {"grpo.max_num_steps=2", "checkpointing.enabled=false",
+                                        "policy.generation.temperature=0.5"};
+    grpo_run_summary sum = run_ok(work, extra, 3);
+    json_t *rows = read_metrics(sum.exp_dir);
+    size_t checked = 0;
+    for (size_t s = 0; s < json_array_size(rows); s++) {
+        json_t *row = json_array_get(rows, s);
+        if (!json_object_get(row, "train/token_mult_prob_error"))
+            continue;
+        double err_mult = metric(row, "train/token_mult_prob_error");
+        ck_assert_msg(fabs(err_mult - 1.0) <= 1e-5, "temperature 0.5: token_mult_prob_error %.9g", err_mult);
+        ck_assert_msg(fabs(metric(row, "train/gen_kl_error")) <= 1e-5, "temperature 0.5: gen_kl_error");
+        checked++;
+    }
+    ck_assert_uint_eq(checked, 2);
+    json_decref(rows);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
 static void assert_files_equal(const char *a, const char *b)
 {
     void *da, *db;
@@ -391,6 +419,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_micro_run_metrics, 0, 2);
+    tcase_add_loop_test(tc, test_tempered_logprobs_match_generation, 0, 2);
     tcase_add_test(tc, test_resume_is_bit_identical);
     tcase_add_test(tc, test_corrupt_checkpoint_skipped);
     tcase_add_loop_test(tc, test_bad_recipe_refused_before_run, 0, (int)DSARL_ARRAY_LEN(bad_cases));

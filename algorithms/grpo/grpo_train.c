@@ -235,9 +235,6 @@ static int read_options(trainer *tr, dsarl_error *err)
         }
     }
 #undef CHECK
-    if (t != 1.0)
-        dsarl_log(DSARL_LOG_WARN, "policy.generation.temperature = %g: the trainer's log-probs are not temperature "
-                  "scaled, so token_mult_prob_error measures the scaling too", t);
     return DSARL_OK;
 }
 
@@ -596,8 +593,9 @@ static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p
     for (int64_t s = s0; s <= s1; s++)
         cu[s - s0] = p->cu[s] - p->cu[s0];
     int64_t base = p->cu[s0];
+    // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
     dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->cu[s1] - base, .n_sequences = (int32_t)(s1 - s0),
-                           .tokens = p->tokens + base, .cu_seqlens = cu};
+                           .tokens = p->tokens + base, .cu_seqlens = cu, .logit_scale = 1.0f / tr->opt.temperature};
     int rc = tr->ctx->model_ops->forward_logprobs(model, &b, p->targets + base, out + base, err);
     free(cu);
     return rc;
@@ -642,7 +640,8 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
     if (rc == DSARL_OK) {
         grpo_loss_metrics_add(m, &mb);
         dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = in.n_tokens, .n_sequences = (int32_t)(s1 - s0),
-                               .tokens = p->tokens + base, .cu_seqlens = cu32};
+                               .tokens = p->tokens + base, .cu_seqlens = cu32,
+                               .logit_scale = 1.0f / tr->opt.temperature};
         float il = 0.0f;
         rc = ops->backward(tr->model, &b, p->targets + base, p->grad + base, &il, err);
         *indexer_loss += il;

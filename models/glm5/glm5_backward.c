@@ -427,6 +427,9 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
     int64_t T = p->T, C = c->hidden_size, V = c->vocab_size;
     DSARL_TRY(upload_targets(p, g, targets, dlogprobs, err));
     DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
+    if (p->logit_scale != 1.0f) // logits = scale * h W^T: the factor carries into dlogits of the product
+        DSARL_TRY(d->convert(m->dev, g->dlogits, DSARL_DTYPE_F32, g->dlogits, DSARL_DTYPE_F32, T * V, p->logit_scale,
+                             err));
     int rc = 0;
     const void *dlogits = storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
     DSARL_TRY(rc);

@@ -421,7 +421,7 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     const glm5_config *c = &m->cfg;
     int64_t T = batch->n_tokens, C = c->hidden_size, V = c->vocab_size;
     memset(p, 0, sizeof(*p));
-    p->m = m, p->T = T;
+    p->m = m, p->T = T, p->logit_scale = dsarl_token_batch_logit_scale(batch);
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
@@ -473,8 +473,9 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     }
     float eps = (float)c->rms_norm_eps;
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->x, m->final_norm, T, C, eps, err));
-    // LM-head logits in float32 (log-softmax over a large vocabulary needs it)
-    return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, 1.0f, p->h_final, m->lm_head, 0.0f, p->logits, err);
+    // LM-head logits in float32 (log-softmax over a large vocabulary needs it), times the batch's logit factor
+    return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
+                                   p->logits, err);
 }
 
 int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *logits, dsarl_error *err)

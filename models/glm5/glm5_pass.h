@@ -60,6 +60,7 @@ typedef struct glm5_pass {
     dsarl_model *m;
     int64_t T;
     int32_t topk_width;                        // index_topk, or the longest sequence under dense attention
+    float logit_scale;                         // LM-head logit factor (1 / temperature; dsarl_token_batch)
     dsarl_dsa_form form;                       // attention form of this pass (cached decode: always absorbed)
     bool every_key_selected;                   // no range is wider than topk_width: each top-k row lists every
                                                // eligible key, so the headwise ops get NULL indices (dense)

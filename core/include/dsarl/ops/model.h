@@ -6,6 +6,8 @@
 #ifndef DSARL_OPS_MODEL_H
 #define DSARL_OPS_MODEL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "dsarl/ops/device.h"
 #include "dsarl/ops/dsa.h"
@@ -37,7 +39,19 @@ typedef struct dsarl_token_batch {
     int32_t n_sequences;         /* B */
     const int32_t *tokens;       /* (T) */
     const int32_t *cu_seqlens;   /* (B + 1) prefix sums of sequence lengths, cu_seqlens[0] = 0 */
+    /* ABI 1.1: factor on the LM-head logits of forward_logits, forward_logprobs and backward: 1 / the sampling
+     * temperature, as NeMo RL's policy divides logits by the generation temperature so that training log-probs
+     * match the sampler's. 0 (or a struct_size that does not cover it) means 1. Cached decode ignores it: the
+     * generation engine applies its own temperature. */
+    float logit_scale;
 } dsarl_token_batch;
+
+/* The logit factor of a batch from any 1.x caller (see dsarl_token_batch.logit_scale). */
+static inline float dsarl_token_batch_logit_scale(const dsarl_token_batch *b)
+{
+    bool covered = b->struct_size >= offsetof(dsarl_token_batch, logit_scale) + sizeof(b->logit_scale);
+    return covered && b->logit_scale > 0.0f ? b->logit_scale : 1.0f;
+}
 
 /* One optimizer step's hyper-parameters (AdamW, torch.optim.AdamW / Megatron Adam with decoupled weight decay).
  * The caller applies the LR schedule and gradient clipping: lr is this step's rate, grad_scale the clip factor
