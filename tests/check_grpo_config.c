@@ -16,7 +16,13 @@
 #include "recipe_internal.h"
 #include "schema.h"
 
-static const dsarl_schema_table grpo_table = {"algorithm/grpo", grpo_recipe_keys, GRPO_N_RECIPE_KEYS};
+/* The grpo key table as the schema sees it (grpo_recipe_keys builds it on first use). */
+static const dsarl_schema_table *grpo_table(void)
+{
+    static dsarl_schema_table table = {"algorithm/grpo", NULL, 0};
+    table.keys = grpo_recipe_keys(&table.n_keys);
+    return &table;
+}
 
 /* Loads the base recipe, applies the overrides, resolves and validates against the grpo keys; returns the recipe
  * (caller frees) and the status of grpo_config_from_recipe in *rc. */
@@ -28,7 +34,7 @@ static dsarl_recipe *load_base(const char *const *overrides, int n, grpo_config 
         ck_assert_msg(dsarl_recipe_override(r, overrides[i], i + 1, err) == 0, "override %s: %s", overrides[i],
                       err->message);
     ck_assert_msg(dsarl_recipe_resolve(r, err) == 0, "%s", err->message);
-    *rc = dsarl_schema_validate(r, &grpo_table, 1, NULL, err);
+    *rc = dsarl_schema_validate(r, grpo_table(), 1, NULL, err);
     if (*rc == 0)
         *rc = grpo_config_from_recipe(dsarl_recipe_root(r), cfg, err);
     return r;
@@ -48,7 +54,7 @@ START_TEST(test_shipped_recipes_validate)
         dsarl_error err = {0};
         ck_assert_msg(dsarl_recipe_load_file(path, &r, &err) == 0, "%s: %s", files[i], err.message);
         ck_assert_msg(dsarl_recipe_resolve(r, &err) == 0, "%s: %s", files[i], err.message);
-        ck_assert_msg(dsarl_schema_validate(r, &grpo_table, 1, NULL, &err) == 0, "%s: %s", files[i], err.message);
+        ck_assert_msg(dsarl_schema_validate(r, grpo_table(), 1, NULL, &err) == 0, "%s: %s", files[i], err.message);
         grpo_config cfg;
         ck_assert_msg(grpo_config_from_recipe(dsarl_recipe_root(r), &cfg, &err) == 0, "%s: %s", files[i], err.message);
         if (strstr(files[i], "glm5.2-tiny")) {
@@ -58,7 +64,7 @@ START_TEST(test_shipped_recipes_validate)
             ck_assert(cfg.loss.reference_policy_kl_penalty == 0.0 && cfg.skip_reference_policy_logprobs);
             ck_assert(cfg.loss.ratio_clip_max == 0.28 && cfg.loss.ratio_clip_min == 0.2);
             ck_assert(cfg.lr_schedule.lr == 3e-4 && cfg.lr_schedule.warmup_iters == 10);
-            ck_assert(cfg.lr_schedule.decay_style == GRPO_LR_COSINE && cfg.lr_schedule.decay_iters == 200);
+            ck_assert(cfg.lr_schedule.decay_style == DSARL_LR_COSINE && cfg.lr_schedule.decay_iters == 200);
         }
         if (strstr(files[i], "6K-colocated")) {
             ck_assert(cfg.loss.use_importance_sampling_correction);
@@ -76,7 +82,7 @@ START_TEST(test_shipped_recipes_validate)
             ck_assert(cfg.advantage.use_leave_one_out_baseline && cfg.advantage.normalize_rewards);
             ck_assert(isinf(cfg.advantage.advantage_clip_low) && isinf(cfg.advantage.advantage_clip_high));
             ck_assert_int_eq(cfg.reward_shaping.max_response_length, 512);
-            ck_assert(cfg.max_grad_norm == 1.0 && cfg.lr_schedule.decay_style == GRPO_LR_CONSTANT);
+            ck_assert(cfg.lr_schedule.max_grad_norm == 1.0 && cfg.lr_schedule.decay_style == DSARL_LR_CONSTANT);
             ck_assert(!cfg.skip_reference_policy_logprobs);
         }
         dsarl_recipe_free(r);
@@ -93,7 +99,7 @@ START_TEST(test_declared_defaults_match_loader)
     dsarl_recipe *a = NULL, *b = NULL;
     ck_assert_int_eq(dsarl_recipe_load_string("policy:\n  max_total_sequence_length: 512\n", "a.yaml", &a, &err), 0);
     ck_assert_int_eq(dsarl_recipe_load_string("policy:\n  max_total_sequence_length: 512\n", "b.yaml", &b, &err), 0);
-    ck_assert_msg(dsarl_schema_validate(a, &grpo_table, 1, NULL, &err) == 0, "%s", err.message);
+    ck_assert_msg(dsarl_schema_validate(a, grpo_table(), 1, NULL, &err) == 0, "%s", err.message);
     ck_assert_int_eq(grpo_config_load(dsarl_recipe_root(a), &from_schema, &err), 0);
     ck_assert_int_eq(grpo_config_load(dsarl_recipe_root(b), &from_loader, &err), 0);
     grpo_config_defaults(&want);
@@ -120,7 +126,7 @@ START_TEST(test_declared_defaults_match_loader)
         ck_assert(!c[i]->reward_shaping.has_stop_properly_penalty_coef);
         ck_assert_int_eq(c[i]->reward_shaping.max_response_length, 512);
         ck_assert_int_eq(c[i]->train_global_batch_size, 512);
-        ck_assert(c[i]->max_grad_norm == 1.0);
+        ck_assert(c[i]->lr_schedule.max_grad_norm == 1.0);
         ck_assert(c[i]->lr_schedule.lr == 5e-6 && c[i]->lr_schedule.min_lr == 5e-7);
         ck_assert(c[i]->lr_schedule.warmup_init == 5e-7 && c[i]->lr_schedule.warmup_iters == 13);
         ck_assert_int_eq(c[i]->lr_schedule.decay_iters, c[i]->max_num_steps);
@@ -160,24 +166,25 @@ START_TEST(test_key_table)
         "loss_fn.sequence_level_importance_ratios", "loss_fn.token_level_loss", "loss_fn.force_on_policy_ratio",
         "loss_fn.use_kl_in_reward", "loss_fn.use_cispo", "loss_fn.disable_ppo_ratio",
         "loss_fn.positive_example_nll_weight", "algorithm.name"};
-    for (size_t i = 0; i < GRPO_N_RECIPE_KEYS; i++) {
-        ck_assert_msg(grpo_recipe_keys[i].path && grpo_recipe_keys[i].doc && grpo_recipe_keys[i].doc[0],
+    size_t n_keys;
+    const dsarl_key_spec *keys = grpo_recipe_keys(&n_keys);
+    for (size_t i = 0; i < n_keys; i++) {
+        ck_assert_msg(keys[i].path && keys[i].doc && keys[i].doc[0],
                       "key %zu has no path or doc", i);
         for (size_t j = 0; j < i; j++)
-            ck_assert_msg(strcmp(grpo_recipe_keys[i].path, grpo_recipe_keys[j].path) != 0, "%s declared twice",
-                          grpo_recipe_keys[i].path);
+            ck_assert_msg(strcmp(keys[i].path, keys[j].path) != 0, "%s declared twice", keys[i].path);
     }
     for (size_t k = 0; k < sizeof nemo_keys / sizeof nemo_keys[0]; k++) {
         bool found = false;
-        for (size_t i = 0; i < GRPO_N_RECIPE_KEYS && !found; i++)
-            found = strcmp(grpo_recipe_keys[i].path, nemo_keys[k]) == 0;
+        for (size_t i = 0; i < n_keys && !found; i++)
+            found = strcmp(keys[i].path, nemo_keys[k]) == 0;
         ck_assert_msg(found, "NeMo RL key %s is not declared", nemo_keys[k]);
     }
     // A typo inside the owned sections fails with a suggestion.
     dsarl_recipe *r = NULL;
     dsarl_error err = {0};
     ck_assert_int_eq(dsarl_recipe_load_string("loss_fn:\n  ratio_clip_mx: 0.3\n", "typo.yaml", &r, &err), 0);
-    ck_assert_int_ne(dsarl_schema_validate(r, &grpo_table, 1, NULL, &err), 0);
+    ck_assert_int_ne(dsarl_schema_validate(r, grpo_table(), 1, NULL, &err), 0);
     ck_assert_msg(strstr(err.message, "ratio_clip_max") && strstr(err.message, "typo.yaml:2"), "%s", err.message);
     dsarl_recipe_free(r);
 }
@@ -356,7 +363,7 @@ START_TEST(test_good_combinations_accepted)
         if (i == 5)
             ck_assert(cfg.skip_reference_policy_logprobs);
         if (i == 6)
-            ck_assert(cfg.max_grad_norm == 0.0 && cfg.lr_schedule.decay_style == GRPO_LR_COSINE);
+            ck_assert(cfg.lr_schedule.max_grad_norm == 0.0 && cfg.lr_schedule.decay_style == DSARL_LR_COSINE);
         dsarl_recipe_free(r);
     }
 }
@@ -387,7 +394,9 @@ START_TEST(test_plugin_run)
     ck_assert_ptr_nonnull(registered);
     ck_assert_str_eq(registered->name, "grpo");
     ck_assert_str_eq(registered->keys[0].path, "algorithm.name");
-    ck_assert_uint_gt(registered->n_keys, GRPO_N_RECIPE_KEYS); /* + the loop's, logger, checkpoint, ... keys */
+    size_t n_grpo_keys;
+    grpo_recipe_keys(&n_grpo_keys);
+    ck_assert_uint_gt(registered->n_keys, n_grpo_keys); /* + the loop's, logger, checkpoint, ... keys */
     const dsarl_algorithm_ops *ops = (const dsarl_algorithm_ops *)registered;
 
     int rc;

@@ -1,6 +1,7 @@
 /* check_optim.c: AdamW (device adamw_update, model optimizer_step) against a hand-written AdamW in double and
  * against torch.optim.AdamW; the global gradient norm; buffers left alone; optimizer state save/load resuming
- * bit-identically; the recipe's optimizer keys and their refusals. */
+ * bit-identically; the recipe's optimizer keys and their refusals; the shared learning-rate schedule and clip factor
+ * against values derived by hand, its key table, reader and each refusal. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -410,6 +411,198 @@ START_TEST(test_recipe_keys)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------------------------
+ * Learning-rate schedule and gradient clip (dsarl_lr_schedule). */
+
+static void assert_lr(const dsarl_lr_schedule *s, int64_t step, double want)
+{
+    double got = dsarl_lr_at(s, step);
+    ck_assert_msg(fabs(got - want) <= 1e-12 + 1e-9 * want, "lr at step %lld: got %.12g want %.12g", (long long)step,
+                  got, want);
+}
+
+/* lr 1e-3, min 1e-4, warm-up from 0 over 10 steps, decay to step 110:
+ *   warm-up: step 0 -> 0, 5 -> 5e-4, 10 -> 1e-3 (the last warm-up step reaches the peak)
+ *   linear: step 60 is half way ((60 - 10) / 100) -> 1e-4 + 0.5 * 9e-4 = 5.5e-4; step 35 (a quarter) ->
+ *           1e-4 + 0.75 * 9e-4 = 7.75e-4; step 110 -> 1e-4; after -> 1e-4 (the min_lr floor)
+ *   cosine: step 60 -> coeff 0.5 (cos(pi/2) + 1) = 0.5 -> 5.5e-4; step 35 (a quarter) -> coeff
+ *           0.5 (cos(pi/4) + 1) = 0.8535533906 -> 1e-4 + 0.8535533906 * 9e-4 = 8.682e-4
+ *   constant: the peak after warm-up, forever. */
+START_TEST(test_lr_schedule_by_hand)
+{
+    dsarl_lr_schedule s = {.struct_size = sizeof s, .lr = 1e-3, .min_lr = 1e-4, .warmup_init = 0.0,
+                           .warmup_iters = 10, .decay_iters = 110, .decay_style = DSARL_LR_LINEAR};
+    assert_lr(&s, 0, 0.0);
+    assert_lr(&s, 5, 5e-4);
+    assert_lr(&s, 10, 1e-3);
+    assert_lr(&s, 35, 7.75e-4);
+    assert_lr(&s, 60, 5.5e-4);
+    assert_lr(&s, 110, 1e-4);
+    assert_lr(&s, 500, 1e-4);
+    s.decay_style = DSARL_LR_COSINE;
+    assert_lr(&s, 60, 5.5e-4);
+    assert_lr(&s, 35, 1e-4 + 0.8535533905932737 * 9e-4);
+    assert_lr(&s, 110, 1e-4);
+    assert_lr(&s, 111, 1e-4);
+    s.decay_style = DSARL_LR_CONSTANT;
+    assert_lr(&s, 11, 1e-3);
+    assert_lr(&s, 100000, 1e-3);
+    // Warm-up from lr_warmup_init (the tiny recipes: 1e-4 -> 1e-3 over 2 steps): 1e-4, 5.5e-4, 1e-3.
+    dsarl_lr_schedule tiny = {.struct_size = sizeof tiny, .lr = 1e-3, .min_lr = 1e-3, .warmup_init = 1e-4,
+                              .warmup_iters = 2, .decay_iters = 1000, .decay_style = DSARL_LR_CONSTANT};
+    assert_lr(&tiny, 0, 1e-4);
+    assert_lr(&tiny, 1, 5.5e-4);
+    assert_lr(&tiny, 2, 1e-3);
+    // No warm-up: linear decay starts at the peak.
+    dsarl_lr_schedule nowarm = {.struct_size = sizeof nowarm, .lr = 2.0, .min_lr = 0.0, .warmup_iters = 0,
+                                .decay_iters = 4, .decay_style = DSARL_LR_LINEAR};
+    assert_lr(&nowarm, 0, 2.0);
+    assert_lr(&nowarm, 1, 1.5);
+    assert_lr(&nowarm, 4, 0.0);
+}
+END_TEST
+
+/* clip factor = min(1, max_norm / (norm + 1e-6)): norm 2, max 1 -> 1 / 2.000001; norm 0.5 -> 1; max 0 -> off. */
+START_TEST(test_grad_clip_by_hand)
+{
+    double scale;
+    ck_assert_int_eq(dsarl_grad_clip_scale(2.0, 1.0, &scale, &err), 0);
+    ck_assert(fabs(scale - 1.0 / 2.000001) < 1e-15);
+    ck_assert_int_eq(dsarl_grad_clip_scale(3.0, 0.3, &scale, &err), 0);
+    ck_assert(fabs(scale - 0.3 / 3.000001) < 1e-15);
+    ck_assert_int_eq(dsarl_grad_clip_scale(0.5, 1.0, &scale, &err), 0);
+    ck_assert(scale == 1.0);
+    ck_assert_int_eq(dsarl_grad_clip_scale(1e9, 0.0, &scale, &err), 0);
+    ck_assert(scale == 1.0);
+    ck_assert_int_eq(dsarl_grad_clip_scale(NAN, 1.0, &scale, &err), DSARL_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "gradient norm"));
+    ck_assert_int_eq(dsarl_grad_clip_scale(INFINITY, 1.0, &scale, &err), DSARL_E_INVALID);
+}
+END_TEST
+
+static const dsarl_lr_schedule test_defaults = {.struct_size = sizeof(dsarl_lr_schedule), .lr = 5.0e-6,
+                                                .min_lr = 5.0e-7, .warmup_init = 5.0e-7, .warmup_iters = 13,
+                                                .decay_iters = 1, .decay_style = DSARL_LR_CONSTANT,
+                                                .max_grad_norm = 1.0};
+
+/* Reads (and, when validate, checks) a schedule from yaml with test_defaults and 100 steps. */
+static int schedule_from(const char *yaml, bool validate, dsarl_lr_schedule *s)
+{
+    dsarl_recipe *r = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string(yaml, "sched.yaml", &r, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    int rc = dsarl_lr_schedule_from_recipe(dsarl_recipe_root(r), &test_defaults, 100, s, &err);
+    if (rc == 0 && validate)
+        rc = dsarl_lr_schedule_validate(dsarl_recipe_root(r), s, "algo.max_num_steps", &err);
+    dsarl_recipe_free(r);
+    return rc;
+}
+
+START_TEST(test_lr_schedule_recipe)
+{
+    dsarl_lr_schedule s;
+    // Absent keys: the caller's defaults, decay over the caller's step count, clip = policy.max_grad_norm default.
+    ck_assert_int_eq(schedule_from("a: 1\n", true, &s), 0);
+    ck_assert(s.struct_size == sizeof s && s.lr == 5e-6 && s.min_lr == 5e-7 && s.warmup_init == 5e-7);
+    ck_assert(s.warmup_iters == 13 && s.decay_iters == 100 && s.decay_style == DSARL_LR_CONSTANT);
+    ck_assert(s.max_grad_norm == 1.0);
+    ck_assert_int_eq(schedule_from("policy: {max_grad_norm: 0.5, megatron_cfg: {optimizer: {lr: 3.0e-4, "
+                                   "min_lr: 1.0e-5}, scheduler: {lr_decay_style: cosine, lr_decay_iters: 200, "
+                                   "lr_warmup_iters: 10, lr_warmup_init: 0.0}}}\n", true, &s), 0);
+    ck_assert(s.lr == 3e-4 && s.min_lr == 1e-5 && s.warmup_init == 0.0 && s.warmup_iters == 10);
+    ck_assert(s.decay_iters == 200 && s.decay_style == DSARL_LR_COSINE && s.max_grad_norm == 0.5);
+    // clip_grad wins over policy.max_grad_norm; a null max_grad_norm turns clipping off; null decay = the steps.
+    ck_assert_int_eq(schedule_from("policy: {max_grad_norm: 0.5, megatron_cfg: {optimizer: {clip_grad: 2.0}, "
+                                   "scheduler: {lr_decay_style: linear}}}\n", true, &s), 0);
+    ck_assert(s.max_grad_norm == 2.0 && s.decay_style == DSARL_LR_LINEAR);
+    ck_assert_int_eq(schedule_from("policy: {max_grad_norm: null, megatron_cfg: {scheduler: {lr_decay_iters: null}}}"
+                                   "\n", true, &s), 0);
+    ck_assert(s.max_grad_norm == 0.0 && s.decay_iters == 100);
+
+    static const struct {
+        const char *yaml, *key, *words;
+        int code;
+    } bad[] = {
+        {"policy: {megatron_cfg: {scheduler: {lr_decay_style: WSD}}}\n", "scheduler.lr_decay_style",
+         "'WSD' is not supported yet; use constant, linear or cosine", DSARL_E_UNSUPPORTED},
+        {"policy: {megatron_cfg: {scheduler: {lr_decay_style: step}}}\n", "scheduler.lr_decay_style",
+         "must be constant, linear, cosine, inverse-square-root or WSD, got 'step'", DSARL_E_INVALID},
+        {"policy: {max_grad_norm: -1.0}\n", "policy.max_grad_norm", "must be >= 0 or null (no clipping), got -1",
+         DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {optimizer: {clip_grad: -2.0}}}\n", "optimizer.clip_grad",
+         "must be >= 0 or null (no clipping), got -2", DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {optimizer: {lr: 0.0}}}\n", "optimizer.lr", "must be a finite number > 0, got 0",
+         DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {optimizer: {lr: .inf}}}\n", "optimizer.lr", "must be a finite number > 0, got inf",
+         DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {optimizer: {min_lr: 1.0e-5}}}\n", "optimizer.min_lr",
+         "must be in [0, lr = 5e-06], got 1e-05", DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {optimizer: {min_lr: -1.0}}}\n", "optimizer.min_lr", "must be in [0, lr = 5e-06]",
+         DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {scheduler: {lr_warmup_init: 1.0}}}\n", "scheduler.lr_warmup_init",
+         "must be in [0, lr = 5e-06], got 1", DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {scheduler: {lr_warmup_iters: -1}}}\n", "scheduler.lr_warmup_iters",
+         "must be >= 0, got -1", DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {scheduler: {lr_decay_iters: 0}}}\n", "scheduler.lr_decay_iters",
+         "must be > 0 (lr_decay_iters), got 0", DSARL_E_INVALID},
+        {"policy: {megatron_cfg: {scheduler: {lr_warmup_iters: 100}}}\n", "scheduler.lr_warmup_iters",
+         "(100) must be smaller than the decay length 100 (Megatron's scheduler requires it)", DSARL_E_INVALID},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(schedule_from(bad[i].yaml, true, &s), bad[i].code);
+        ck_assert_msg(strstr(err.message, bad[i].key) && strstr(err.message, bad[i].words) &&
+                          strstr(err.message, "sched.yaml:1"),
+                      "case %zu: %s", i, err.message);
+    }
+    // A decay length of 0 that comes from the step count names the step-count key the caller gave.
+    dsarl_recipe *r = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string("a: 1\n", "sched.yaml", &r, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    dsarl_lr_schedule no_warmup = test_defaults;
+    no_warmup.warmup_iters = 0;
+    ck_assert_int_eq(dsarl_lr_schedule_from_recipe(dsarl_recipe_root(r), &no_warmup, 0, &s, &err), 0);
+    ck_assert_int_eq(dsarl_lr_schedule_validate(dsarl_recipe_root(r), &s, "algo.max_num_steps", &err),
+                     DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "algo.max_num_steps") && strstr(err.message, "must be > 0"), "%s", err.message);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
+/* The key table writes its default strings from the caller's defaults, as the hand-written tables spelt them. */
+START_TEST(test_lr_schedule_keys)
+{
+    dsarl_lr_schedule_key_table table;
+    size_t n = 0;
+    dsarl_lr_schedule d = test_defaults;
+    d.decay_style = DSARL_LR_COSINE;
+    const dsarl_key_spec *k = dsarl_lr_schedule_keys(&d, "algo.max_num_steps", &table, &n);
+    ck_assert_int_eq(n, DSARL_LR_SCHEDULE_N_KEYS);
+    static const char *const want[][2] = {
+        {"policy.max_grad_norm", "1.0"},
+        {"policy.megatron_cfg.optimizer.lr", "5.0e-6"},
+        {"policy.megatron_cfg.optimizer.min_lr", "5.0e-7"},
+        {"policy.megatron_cfg.optimizer.clip_grad", "null"},
+        {"policy.megatron_cfg.scheduler.lr_decay_style", "cosine"},
+        {"policy.megatron_cfg.scheduler.lr_decay_iters", "null"},
+        {"policy.megatron_cfg.scheduler.lr_warmup_iters", "13"},
+        {"policy.megatron_cfg.scheduler.lr_warmup_init", "5.0e-7"},
+    };
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(k[i].path, want[i][0]);
+        ck_assert_str_eq(k[i].default_value, want[i][1]);
+        ck_assert(k[i].doc && k[i].doc[0]);
+    }
+    ck_assert_ptr_nonnull(strstr(k[5].doc, "null = algo.max_num_steps"));
+    d.warmup_init = 0.0;
+    d.lr = 3.0e-4;
+    d.max_grad_norm = 0.25;
+    k = dsarl_lr_schedule_keys(&d, "x", &table, &n);
+    ck_assert_str_eq(k[7].default_value, "0.0");
+    ck_assert_str_eq(k[1].default_value, "0.0003");
+    ck_assert_str_eq(k[0].default_value, "0.25");
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -419,6 +612,10 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, test_optimizer_state_round_trip_bit_identical);
     tcase_add_test(tc, test_device_adamw_matches_torch);
     tcase_add_test(tc, test_recipe_keys);
+    tcase_add_test(tc, test_lr_schedule_by_hand);
+    tcase_add_test(tc, test_grad_clip_by_hand);
+    tcase_add_test(tc, test_lr_schedule_recipe);
+    tcase_add_test(tc, test_lr_schedule_keys);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

@@ -406,7 +406,7 @@ START_TEST(test_recipe_values)
     ck_assert(cfg.max_num_steps == 60 && cfg.max_num_epochs == 1 && cfg.val_period == 10 && cfg.val_batches == 8 &&
               cfg.val_global_batch_size == 32 && cfg.val_micro_batch_size == 1 && cfg.val_at_start &&
               cfg.seed == 42);
-    ck_assert(cfg.lr_schedule.decay_iters == 60 && cfg.max_grad_norm == 1.0);
+    ck_assert(cfg.lr_schedule.decay_iters == 60 && cfg.lr_schedule.max_grad_norm == 1.0);
     dsarl_recipe_free(r);
     static const struct {
         const char *yaml, *where;

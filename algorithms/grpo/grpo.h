@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "dsarl/error.h"
+#include "dsarl/optimizer.h"
 #include "dsarl/plugin.h"
 #include "dsarl/recipe.h"
 
@@ -76,18 +77,6 @@ typedef struct grpo_reward_shaping {
     double stop_properly_penalty_coef;
 } grpo_reward_shaping;
 
-typedef enum grpo_lr_decay_style { GRPO_LR_CONSTANT = 0, GRPO_LR_LINEAR, GRPO_LR_COSINE } grpo_lr_decay_style;
-
-/* Megatron OptimizerParamScheduler keys (policy.megatron_cfg.optimizer / .scheduler). */
-typedef struct grpo_lr_schedule {
-    double lr;                 /* peak ("max") learning rate */
-    double min_lr;             /* floor of the decay */
-    double warmup_init;        /* lr at step 0 of the warm-up (lr_warmup_init) */
-    int64_t warmup_iters;      /* linear warm-up length in optimizer steps; 0 = none */
-    int64_t decay_iters;       /* the decay reaches min_lr at this step */
-    grpo_lr_decay_style decay_style;
-} grpo_lr_schedule;
-
 /* Everything the GRPO algorithm reads from a recipe. Strings point into the recipe (valid while it lives). */
 typedef struct grpo_config {
     int64_t num_prompts_per_step;
@@ -113,8 +102,7 @@ typedef struct grpo_config {
     grpo_reward_shaping reward_shaping;
     grpo_loss_config loss;
     int64_t train_global_batch_size;       /* policy.train_global_batch_size: samples per optimizer step */
-    double max_grad_norm;                  /* policy.megatron_cfg.optimizer.clip_grad (policy.max_grad_norm); 0 = off */
-    grpo_lr_schedule lr_schedule;
+    dsarl_lr_schedule lr_schedule;         /* policy.megatron_cfg.optimizer / scheduler, clip_grad (dsarl/optimizer.h) */
 } grpo_config;
 
 /* NeMo RL's defaults (grpo_math_1B.yaml) for every field. */
@@ -132,10 +120,9 @@ int grpo_config_validate(const dsarl_node *root, const grpo_config *cfg, dsarl_e
 int grpo_config_from_recipe(const dsarl_node *root, grpo_config *cfg, dsarl_error *err);
 
 /* The recipe keys of algorithm/grpo: `grpo` and `loss_fn` are owned sections; every NeMo RL key is declared
- * (the ones dsarl does not implement are IGNORED or refused by grpo_config_validate when set). Entries with a
- * NULL path never occur; the count is fixed so the ops table can be a static initializer. */
-#define GRPO_N_RECIPE_KEYS 86
-extern const dsarl_key_spec grpo_recipe_keys[GRPO_N_RECIPE_KEYS];
+ * (the ones dsarl does not implement are IGNORED or refused by grpo_config_validate when set), then the shared
+ * schedule keys (dsarl_lr_schedule_keys) with GRPO's defaults. One static table, built on the first call. */
+const dsarl_key_spec *grpo_recipe_keys(size_t *n);
 
 /* ------------------------------------------------------------------------------------------------------------
  * Rewards and advantages (section 3.2 and the DAPO options of 3.5). */
@@ -258,16 +245,5 @@ int grpo_clipped_pg_loss(const grpo_loss_config *cfg, const grpo_loss_inputs *in
  * the gradient an ordinary derivative of the returned loss (what the finite-difference tests check). */
 int grpo_clipped_pg_loss_detached(const grpo_loss_config *cfg, const grpo_loss_inputs *in, const float *lp_detached,
                                   double *loss, float *grad_lp_theta, grpo_loss_metrics *metrics, dsarl_error *err);
-
-/* ------------------------------------------------------------------------------------------------------------
- * Optimizer schedule (Megatron's OptimizerParamScheduler) and gradient clipping. */
-
-/* Learning rate for the optimizer step that follows `step` completed steps: linear warm-up from warmup_init to
- * lr over warmup_iters, then constant, or linear / cosine decay to min_lr at decay_iters, min_lr after. */
-double grpo_lr_at(const grpo_lr_schedule *s, int64_t step);
-
-/* Megatron's clip_grad_norm factor: min(1, max_norm / (grad_norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
- * Fails when grad_norm is NaN or infinite (the step would corrupt the weights). */
-int grpo_grad_clip_scale(double grad_norm, double max_norm, double *scale, dsarl_error *err);
 
 #endif /* DSARL_GRPO_H */

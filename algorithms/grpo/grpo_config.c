@@ -38,9 +38,9 @@ void grpo_config_defaults(grpo_config *cfg)
                  .kl_type = GRPO_KL_K3, .kl_input_clamp_value = 20.0, .kl_output_clamp_value = 10.0,
                  .truncation_ratio = INFINITY, .token_level_loss = true},
         .train_global_batch_size = 512,
-        .max_grad_norm = 1.0,
-        .lr_schedule = {.lr = 5.0e-6, .min_lr = 5.0e-7, .warmup_init = 5.0e-7, .warmup_iters = 13,
-                        .decay_iters = 1000000, .decay_style = GRPO_LR_CONSTANT},
+        .lr_schedule = {.struct_size = sizeof(dsarl_lr_schedule), .lr = 5.0e-6, .min_lr = 5.0e-7,
+                        .warmup_init = 5.0e-7, .warmup_iters = 13, .decay_iters = 1000000,
+                        .decay_style = DSARL_LR_CONSTANT, .max_grad_norm = 1.0},
     };
 }
 
@@ -185,34 +185,10 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
     // NeMo forces the skip when beta == 0: the reference model is not even built.
     cfg->skip_reference_policy_logprobs = skip_ref || loss->reference_policy_kl_penalty == 0.0;
 
-    // policy: batch, gradient clipping, learning-rate schedule.
+    // policy: batch, then gradient clipping and the learning-rate schedule (shared with SFT: dsarl/optimizer.h).
     DSARL_TRY(dsarl_recipe_int_or(root, "policy.train_global_batch_size", d.train_global_batch_size,
                                   &cfg->train_global_batch_size, err));
-    // clip_grad (NeMo's YAML: ${policy.max_grad_norm}) wins when set; null anywhere means no clipping.
-    double max_grad_norm;
-    DSARL_TRY(nullable_double(root, "policy.max_grad_norm",
-                              dsarl_node_get(root, "policy.max_grad_norm") ? 0.0 : d.max_grad_norm, &max_grad_norm, err));
-    DSARL_TRY(nullable_double(root, "policy.megatron_cfg.optimizer.clip_grad", max_grad_norm, &cfg->max_grad_norm, err));
-
-    grpo_lr_schedule *lr = &cfg->lr_schedule;
-    DSARL_TRY(dsarl_recipe_double_or(root, "policy.megatron_cfg.optimizer.lr", d.lr_schedule.lr, &lr->lr, err));
-    DSARL_TRY(dsarl_recipe_double_or(root, "policy.megatron_cfg.optimizer.min_lr", d.lr_schedule.min_lr, &lr->min_lr,
-                                     err));
-    DSARL_TRY(dsarl_recipe_double_or(root, "policy.megatron_cfg.scheduler.lr_warmup_init", d.lr_schedule.warmup_init,
-                                     &lr->warmup_init, err));
-    DSARL_TRY(dsarl_recipe_int_or(root, "policy.megatron_cfg.scheduler.lr_warmup_iters", d.lr_schedule.warmup_iters,
-                                  &lr->warmup_iters, err));
-    DSARL_TRY(dsarl_recipe_int_or(root, "policy.megatron_cfg.scheduler.lr_decay_iters", cfg->max_num_steps,
-                                  &lr->decay_iters, err));
-    static const char *const style_names[] = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
-    int style;
-    DSARL_TRY(parse_choice(root, "policy.megatron_cfg.scheduler.lr_decay_style", "constant", style_names, 5, &style,
-                           err));
-    if (style > GRPO_LR_COSINE)
-        return dsarl_recipe_fail(root, "policy.megatron_cfg.scheduler.lr_decay_style", err, DSARL_E_UNSUPPORTED,
-                                 "'%s' is not supported yet; use constant, linear or cosine", style_names[style]);
-    lr->decay_style = (grpo_lr_decay_style)style;
-    return DSARL_OK;
+    return dsarl_lr_schedule_from_recipe(root, &d.lr_schedule, cfg->max_num_steps, &cfg->lr_schedule, err);
 }
 
 /* Shorthands for the refusals below: an invalid value, or a NeMo RL feature dsarl does not implement yet. */
@@ -411,34 +387,7 @@ static int validate_optimizer(const dsarl_node *root, const grpo_config *cfg, ds
                "(%lld) must divide the %lld rollouts of a step (grpo.num_prompts_per_step * "
                "grpo.num_generations_per_prompt), or samples would be dropped or no optimizer step would run",
                (long long)cfg->train_global_batch_size, (long long)rollouts);
-    // policy.max_grad_norm first: clip_grad usually interpolates it, and the user set the source.
-    double max_grad_norm;
-    DSARL_TRY(nullable_double(root, "policy.max_grad_norm", 0.0, &max_grad_norm, err));
-    if (!(max_grad_norm >= 0.0))
-        REFUSE("policy.max_grad_norm", "must be >= 0 or null (no clipping), got %g", max_grad_norm);
-    if (!(cfg->max_grad_norm >= 0.0))
-        REFUSE("policy.megatron_cfg.optimizer.clip_grad", "must be >= 0 or null (no clipping), got %g",
-               cfg->max_grad_norm);
-    const grpo_lr_schedule *s = &cfg->lr_schedule;
-    if (!(s->lr > 0.0) || !isfinite(s->lr))
-        REFUSE("policy.megatron_cfg.optimizer.lr", "must be a finite number > 0, got %g", s->lr);
-    if (!(s->min_lr >= 0.0) || s->min_lr > s->lr)
-        REFUSE("policy.megatron_cfg.optimizer.min_lr", "must be in [0, lr = %g], got %g", s->lr, s->min_lr);
-    if (!(s->warmup_init >= 0.0) || s->warmup_init > s->lr)
-        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_init", "must be in [0, lr = %g], got %g", s->lr,
-               s->warmup_init);
-    if (s->warmup_iters < 0)
-        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_iters", "must be >= 0, got %lld", (long long)s->warmup_iters);
-    const char *decay_key = is_set(root, "policy.megatron_cfg.scheduler.lr_decay_iters")
-                                ? "policy.megatron_cfg.scheduler.lr_decay_iters"
-                                : "grpo.max_num_steps";
-    if (s->decay_iters < 1)
-        REFUSE(decay_key, "must be > 0 (lr_decay_iters), got %lld", (long long)s->decay_iters);
-    if (s->warmup_iters >= s->decay_iters)
-        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_iters",
-               "(%lld) must be smaller than the decay length %lld (Megatron's scheduler requires it)",
-               (long long)s->warmup_iters, (long long)s->decay_iters);
-    return DSARL_OK;
+    return dsarl_lr_schedule_validate(root, &cfg->lr_schedule, "grpo.max_num_steps", err);
 }
 
 int grpo_config_validate(const dsarl_node *root, const grpo_config *cfg, dsarl_error *err)

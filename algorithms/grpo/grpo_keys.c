@@ -11,14 +11,17 @@
  *   - keys that only tune those features or NeMo's machinery (async_grpo's knobs, adv_estimator.minus_baseline /
  *     reward_weights, calculate_advantages_on_gpu, deduplicate_multimodal_data, debug_payload_metrics) are
  *     DSARL_KEY_IGNORED: accepted, reported as unused.
- * The policy.* keys are the ones the optimizer schedule and the batch checks read; the model plugin may declare
- * them too. */
+ * The policy.* keys are the ones the batch checks read, then the learning-rate schedule and gradient-clip keys
+ * shared with SFT (dsarl_lr_schedule_keys, with grpo_config_defaults' values: NeMo RL's grpo_math base warms up
+ * over 13 steps from 5e-7); the model plugin may declare them too. */
+#include <pthread.h>
+#include <string.h>
 #include "grpo.h"
 
 #define N DSARL_KEY_NULLABLE
 #define IGN DSARL_KEY_IGNORED
 
-const dsarl_key_spec grpo_recipe_keys[GRPO_N_RECIPE_KEYS] = {
+static const dsarl_key_spec grpo_math_keys[] = {
     {"algorithm.name", DSARL_KEY_STRING, "grpo", "algorithm plugin that runs the job", 0},
 
     {"grpo", DSARL_KEY_MAP, NULL, "GRPO loop, advantage and DAPO settings (NeMo RL's grpo section)", DSARL_KEY_OWNED},
@@ -114,14 +117,25 @@ const dsarl_key_spec grpo_recipe_keys[GRPO_N_RECIPE_KEYS] = {
 
     {"policy.train_global_batch_size", DSARL_KEY_INT, "512", "samples per optimizer step", 0},
     {"policy.max_total_sequence_length", DSARL_KEY_INT, "512", "prompt + response tokens", 0},
-    {"policy.max_grad_norm", DSARL_KEY_FLOAT, "1.0", "gradient-norm clip; 0 = off", N},
-    {"policy.megatron_cfg.optimizer.lr", DSARL_KEY_FLOAT, "5.0e-6", "peak learning rate", 0},
-    {"policy.megatron_cfg.optimizer.min_lr", DSARL_KEY_FLOAT, "5.0e-7", "learning rate at the end of the decay", 0},
-    {"policy.megatron_cfg.optimizer.clip_grad", DSARL_KEY_FLOAT, "null",
-     "gradient-norm clip; null = policy.max_grad_norm", N},
-    {"policy.megatron_cfg.scheduler.lr_decay_style", DSARL_KEY_STRING, "constant", "constant | linear | cosine", 0},
-    {"policy.megatron_cfg.scheduler.lr_decay_iters", DSARL_KEY_INT, "null",
-     "optimizer steps to reach min_lr; null = grpo.max_num_steps", N},
-    {"policy.megatron_cfg.scheduler.lr_warmup_iters", DSARL_KEY_INT, "13", "linear warm-up steps", 0},
-    {"policy.megatron_cfg.scheduler.lr_warmup_init", DSARL_KEY_FLOAT, "5.0e-7", "learning rate at warm-up step 0", 0},
 };
+
+static dsarl_lr_schedule_key_table schedule_keys;
+static dsarl_key_spec all_keys[DSARL_ARRAY_LEN(grpo_math_keys) + DSARL_LR_SCHEDULE_N_KEYS];
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void join_keys(void)
+{
+    grpo_config d;
+    grpo_config_defaults(&d);
+    size_t n;
+    const dsarl_key_spec *sched = dsarl_lr_schedule_keys(&d.lr_schedule, "grpo.max_num_steps", &schedule_keys, &n);
+    memcpy(all_keys, grpo_math_keys, sizeof grpo_math_keys);
+    memcpy(all_keys + DSARL_ARRAY_LEN(grpo_math_keys), sched, n * sizeof *sched);
+}
+
+const dsarl_key_spec *grpo_recipe_keys(size_t *n)
+{
+    pthread_once(&keys_once, join_keys);
+    *n = DSARL_ARRAY_LEN(all_keys);
+    return all_keys;
+}

@@ -37,7 +37,8 @@ static int grpo_init(const dsarl_host *host, dsarl_error *err)
 {
     size_t n = 0, k;
     const dsarl_key_spec *t;
-    n = append_keys(n, grpo_recipe_keys, GRPO_N_RECIPE_KEYS);
+    t = grpo_recipe_keys(&k);
+    n = append_keys(n, t, k);
     n = append_keys(n, grpo_train_keys, grpo_train_n_keys);
     t = dsarl_metrics_keys(&k);
     n = append_keys(n, t, k);

@@ -684,10 +684,10 @@ static int train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_er
         }
         double norm, scale;
         DSARL_TRY(ops->grad_norm(tr->model, &norm, err));
-        DSARL_TRY(grpo_grad_clip_scale(norm, tr->cfg.max_grad_norm, &scale, err));
+        DSARL_TRY(dsarl_grad_clip_scale(norm, tr->cfg.lr_schedule.max_grad_norm, &scale, err));
         dsarl_optimizer_params op = tr->adam;
         op.struct_size = sizeof op;
-        op.lr = grpo_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
+        op.lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
         op.grad_scale = scale;
         DSARL_TRY(ops->optimizer_step(tr->model, &op, err));
         /* slice sums are normalised per slice; averaging them gives the step's metric */

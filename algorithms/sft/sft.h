@@ -4,8 +4,8 @@
  * (sft.answer_format around the example's ground truth, "Answer: {}" so a warm-started model writes what the math
  * environment rewards) and EOS. The loss is the mean negative log-likelihood of the answer tokens over the global
  * batch: every microbatch contributes sum(-logp) / (answer tokens in the global batch), so gradient accumulation
- * over microbatches gives exactly the global-batch mean. One AdamW step per global batch, with grpo's LR schedule
- * and gradient clipping. Validation: the same loss on val_batches batches, and greedy decoding (no KV cache) with
+ * over microbatches gives exactly the global-batch mean. One AdamW step per global batch, with the shared LR schedule
+ * and gradient clipping (dsarl/optimizer.h). Validation: the same loss on val_batches batches, and greedy decoding (no KV cache) with
  * exact match of the decoded answer. Checkpoints and automatic resume through dsarl/checkpoint.h; nothing in the
  * loop draws random numbers except the dataloader's order (a function of the seed and the epoch), so a resumed
  * CPU run is bit-identical to an uninterrupted one. */
@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include "dsarl/dataset.h"
 #include "dsarl/ops/algorithm.h"
+#include "dsarl/optimizer.h"
 #include "dsarl/tokenizer.h"
-#include "grpo.h"
 
 /* Everything SFT reads from a recipe (strings borrow from it). */
 typedef struct sft_config {
@@ -38,8 +38,7 @@ typedef struct sft_config {
     bool shuffle;                  /* data.shuffle */
     const char *tokenizer_name;    /* policy.tokenizer.name (or policy.model_name) */
     const char *chat_template;     /* policy.tokenizer.chat_template; NULL = the tokenizer's default */
-    double max_grad_norm;          /* policy.megatron_cfg.optimizer.clip_grad / policy.max_grad_norm; 0 = off */
-    grpo_lr_schedule lr_schedule;  /* policy.megatron_cfg.optimizer / scheduler */
+    dsarl_lr_schedule lr_schedule; /* policy.megatron_cfg.optimizer / scheduler, clip_grad; no warm-up by default */
 } sft_config;
 
 /* The keys of algorithm/sft: the owned sft section plus the policy/data keys it reads, the checkpointing,

@@ -1,7 +1,6 @@
 /* sft_config.c: the recipe keys of algorithm/sft (NeMo RL's sft section names and defaults from
  * examples/configs/sft.yaml) and their checks, all made before any model is built. */
 #include <inttypes.h>
-#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include "dsarl/checkpoint.h"
@@ -32,20 +31,21 @@ static const dsarl_key_spec sft_own_keys[] = {
     {"policy.train_global_batch_size", DSARL_KEY_INT, "32", "samples per optimizer step", 0},
     {"policy.train_micro_batch_size", DSARL_KEY_INT, "1", "samples per forward/backward (gradient accumulation)", 0},
     {"policy.max_total_sequence_length", DSARL_KEY_INT, "1024", "prompt + answer tokens; longer samples are cut", 0},
-    {"policy.max_grad_norm", DSARL_KEY_FLOAT, "1.0", "gradient-norm clip; 0 or null = off", N},
-    {"policy.megatron_cfg.optimizer.lr", DSARL_KEY_FLOAT, "5.0e-6", "peak learning rate", 0},
-    {"policy.megatron_cfg.optimizer.min_lr", DSARL_KEY_FLOAT, "5.0e-7", "learning rate at the end of the decay", 0},
-    {"policy.megatron_cfg.optimizer.clip_grad", DSARL_KEY_FLOAT, "null",
-     "gradient-norm clip; null = policy.max_grad_norm", N},
-    {"policy.megatron_cfg.scheduler.lr_decay_style", DSARL_KEY_STRING, "constant", "constant | linear | cosine", 0},
-    {"policy.megatron_cfg.scheduler.lr_decay_iters", DSARL_KEY_INT, "null",
-     "steps until min_lr; null = sft.max_num_steps", N},
-    {"policy.megatron_cfg.scheduler.lr_warmup_iters", DSARL_KEY_INT, "0", "linear warm-up steps", 0},
-    {"policy.megatron_cfg.scheduler.lr_warmup_init", DSARL_KEY_FLOAT, "0.0", "learning rate at warm-up step 0", 0},
+};
+
+/* After the shared schedule keys (see join_keys), so `dsarl config keys` lists them in the usual order. */
+static const dsarl_key_spec sft_tail_keys[] = {
     {"policy.generation.max_new_tokens", DSARL_KEY_INT, "32", "greedy validation decode length", 0},
     {"data.shuffle", DSARL_KEY_BOOL, "true", "reshuffle the training samples every epoch", 0},
 };
 
+/* SFT's schedule defaults: Megatron's lr / min_lr / clip, no warm-up (NeMo RL's sft.yaml); a null lr_decay_iters
+ * decays over sft.max_num_steps (decay_iters here is never read). */
+static const dsarl_lr_schedule sft_schedule_defaults = {
+    .struct_size = sizeof(dsarl_lr_schedule), .lr = 5.0e-6, .min_lr = 5.0e-7, .warmup_init = 0.0, .warmup_iters = 0,
+    .decay_iters = 60, .decay_style = DSARL_LR_CONSTANT, .max_grad_norm = 1.0};
+
+static dsarl_lr_schedule_key_table schedule_keys;
 static dsarl_key_spec all_keys[512];
 static size_t n_all_keys;
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
@@ -61,6 +61,9 @@ static void join_keys(void)
     size_t n;
     const dsarl_key_spec *t;
     append(sft_own_keys, DSARL_ARRAY_LEN(sft_own_keys));
+    t = dsarl_lr_schedule_keys(&sft_schedule_defaults, "sft.max_num_steps", &schedule_keys, &n);
+    append(t, n);
+    append(sft_tail_keys, DSARL_ARRAY_LEN(sft_tail_keys));
     t = dsarl_checkpoint_keys(&n);
     append(t, n);
     t = dsarl_optimizer_keys(&n);
@@ -79,50 +82,6 @@ const dsarl_key_spec *sft_recipe_keys(size_t *n)
 }
 
 #define REFUSE(path, ...) return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, __VA_ARGS__)
-
-static bool is_set(const dsarl_node *root, const char *path)
-{
-    const dsarl_node *n = dsarl_node_get(root, path);
-    return n && dsarl_node_kind(n) != DSARL_NODE_NULL;
-}
-
-// The LR schedule and clipping: grpo's reader (same Megatron keys), then SFT's own decay default and checks.
-static int read_optimizer(const dsarl_node *root, sft_config *cfg, dsarl_error *err)
-{
-    grpo_config g;
-    grpo_config_defaults(&g);
-    DSARL_TRY(grpo_config_load(root, &g, err));
-    cfg->max_grad_norm = g.max_grad_norm;
-    cfg->lr_schedule = g.lr_schedule;
-    grpo_lr_schedule *s = &cfg->lr_schedule;
-    if (!is_set(root, "policy.megatron_cfg.scheduler.lr_decay_iters"))
-        s->decay_iters = cfg->max_num_steps;
-    if (!is_set(root, "policy.megatron_cfg.scheduler.lr_warmup_iters"))
-        s->warmup_iters = 0;
-    if (!is_set(root, "policy.megatron_cfg.scheduler.lr_warmup_init"))
-        s->warmup_init = 0.0;
-    if (!(cfg->max_grad_norm >= 0.0))
-        REFUSE("policy.megatron_cfg.optimizer.clip_grad", "must be >= 0 or null (no clipping), got %g",
-               cfg->max_grad_norm);
-    if (!(s->lr > 0.0) || !isfinite(s->lr))
-        REFUSE("policy.megatron_cfg.optimizer.lr", "must be a finite number > 0, got %g", s->lr);
-    if (!(s->min_lr >= 0.0) || s->min_lr > s->lr)
-        REFUSE("policy.megatron_cfg.optimizer.min_lr", "must be in [0, lr = %g], got %g", s->lr, s->min_lr);
-    if (!(s->warmup_init >= 0.0) || s->warmup_init > s->lr)
-        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_init", "must be in [0, lr = %g], got %g", s->lr,
-               s->warmup_init);
-    if (s->warmup_iters < 0)
-        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_iters", "must be >= 0, got %" PRId64, s->warmup_iters);
-    if (s->decay_iters < 1)
-        REFUSE(is_set(root, "policy.megatron_cfg.scheduler.lr_decay_iters")
-                   ? "policy.megatron_cfg.scheduler.lr_decay_iters"
-                   : "sft.max_num_steps",
-               "must be > 0 (the LR decay length), got %" PRId64, s->decay_iters);
-    if (s->warmup_iters > 0 && s->warmup_iters >= s->decay_iters)
-        REFUSE("policy.megatron_cfg.scheduler.lr_warmup_iters",
-               "(%" PRId64 ") must be smaller than the decay length %" PRId64, s->warmup_iters, s->decay_iters);
-    return DSARL_OK;
-}
 
 int sft_config_from_recipe(const dsarl_node *root, sft_config *cfg, dsarl_error *err)
 {
@@ -172,5 +131,7 @@ int sft_config_from_recipe(const dsarl_node *root, sft_config *cfg, dsarl_error 
     if (!cfg->tokenizer_name)
         REFUSE("policy.tokenizer.name", "is needed (\"byte\" for the byte tokenizer, or a tokenizer.json path) when "
                "policy.model_name is null");
-    return read_optimizer(root, cfg, err);
+    DSARL_TRY(dsarl_lr_schedule_from_recipe(root, &sft_schedule_defaults, cfg->max_num_steps, &cfg->lr_schedule,
+                                            err));
+    return dsarl_lr_schedule_validate(root, &cfg->lr_schedule, "sft.max_num_steps", err);
 }

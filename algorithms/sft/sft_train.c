@@ -352,8 +352,8 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     if (rc == 0)
         rc = ops->grad_norm(tr->model, &norm, err);
     if (rc == 0)
-        rc = grpo_grad_clip_scale(norm, tr->cfg.max_grad_norm, &scale, err);
-    double lr = grpo_lr_at(&tr->cfg.lr_schedule, tr->step);
+        rc = dsarl_grad_clip_scale(norm, tr->cfg.lr_schedule.max_grad_norm, &scale, err);
+    double lr = dsarl_lr_at(&tr->cfg.lr_schedule, tr->step);
     if (rc == 0) {
         tr->adam.lr = lr;
         tr->adam.grad_scale = scale;
@@ -414,7 +414,7 @@ static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
         if (validated && tr->val_set)
             snprintf(val, sizeof val, ", val loss %.4f accuracy %.3f", tr->val_loss, tr->val_accuracy);
         dsarl_log(DSARL_LOG_INFO, "sft step %" PRId64 "/%" PRId64 ": loss %.4f, lr %.3g, %.2f s, ETA %.0f s%s",
-                  tr->step, tr->total_steps, tr->train_loss, grpo_lr_at(&tr->cfg.lr_schedule, tr->step - 1), step_s,
+                  tr->step, tr->total_steps, tr->train_loss, dsarl_lr_at(&tr->cfg.lr_schedule, tr->step - 1), step_s,
                   eta, val);
         if (stop) {
             dsarl_log(DSARL_LOG_INFO, "sft: stop requested: stopped after step %" PRId64, tr->step);
