@@ -16,16 +16,6 @@
 #include "graph.h"
 #include "tilelang.h"
 
-static int64_t next_pow2(int64_t x)
-{
-    int64_t p = 1;
-    while (p < x)
-        p <<= 1;
-    return p;
-}
-
-static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
 // Builds every chunk's plan; fails (with cuDNN's reason in err) when the dims have no engine.
 static int paged_plans(cudnn_dsa *c, const dsarl_dsa_batch *batch, const dsarl_dsa_attention_inputs *in,
                        int32_t topk, int64_t *max_workspace, dsarl_error *err)

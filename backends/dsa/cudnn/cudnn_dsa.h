@@ -25,6 +25,7 @@
 #ifndef DSARL_DSA_CUDNN_H
 #define DSARL_DSA_CUDNN_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "dsarl/ops/dsa.h"
 
@@ -91,6 +92,18 @@ struct cudnn_dsa {
 };
 
 static inline cudnn_dsa *cdn_ctx(dsarl_dsa_context *ctx) { return (cudnn_dsa *)(void *)ctx; }
+
+/* The smallest power of two >= x (plans are built for power-of-two sizes, so a few serve every batch). */
+static inline int64_t next_pow2(int64_t x)
+{
+    int64_t p = 1;
+    while (p < x)
+        p <<= 1;
+    return p;
+}
+
+/* x rounded up to 256 bytes: workspace carving keeps every tensor cuDNN-aligned. */
+static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* --- context (context.c) --------------------------------------------------------------------------------------- */
 int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,

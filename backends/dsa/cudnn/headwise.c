@@ -24,16 +24,6 @@ typedef struct group {
     cdn_plan *plan;
 } group;
 
-static int64_t next_pow2(int64_t x)
-{
-    int64_t p = 1;
-    while (p < x)
-        p <<= 1;
-    return p;
-}
-
-static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
 static int check_inputs(const char *op, const cudnn_dsa *c, const dsarl_dsa_batch *batch,
                         const dsarl_dsa_headwise_inputs *in, const int32_t *indices, int32_t topk, dsarl_error *err)
 {
