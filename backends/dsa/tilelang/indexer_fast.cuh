@@ -32,4 +32,37 @@ static __device__ __forceinline__ float indexer_key_value(uint32_t k)
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+/* Orders the kk chosen (key, index) pairs in shared memory by a bitonic sort over n slots (n a power of two >= kk):
+ * descending by key, ties by ascending index; slots [kk, n) are padded first so they sort last. Every thread of the
+ * block calls it (it synchronises), tid / nthreads being its place in the block. */
+__device__ __forceinline__ void indexer_sort_chosen(uint32_t *sort_key, int32_t *sort_idx, int kk, int n, int tid,
+                                                    int nthreads)
+{
+    for (int i = kk + tid; i < n; i += nthreads) {
+        sort_key[i] = 0u;
+        sort_idx[i] = INT32_MAX;
+    }
+    __syncthreads();
+    for (int size = 2; size <= n; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = tid; i < n; i += nthreads) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const bool descending = (i & size) == 0;
+                    const uint32_t ki = sort_key[i], kj = sort_key[j];
+                    const int32_t ii = sort_idx[i], ij = sort_idx[j];
+                    const bool j_first = kj > ki || (kj == ki && ij < ii); /* j ranks before i */
+                    if (j_first == descending) {
+                        sort_key[i] = kj;
+                        sort_key[j] = ki;
+                        sort_idx[i] = ij;
+                        sort_idx[j] = ii;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
 #endif /* DSARL_TILELANG_INDEXER_FAST_CUH */

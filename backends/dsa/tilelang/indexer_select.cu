@@ -184,31 +184,7 @@ static __global__ void __launch_bounds__(THREADS)
     int size_pow2 = 1;
     while (size_pow2 < kk)
         size_pow2 <<= 1;
-    for (int i = kk + tid; i < size_pow2; i += THREADS) { /* padding sorts last */
-        sort_key[i] = 0u;
-        sort_idx[i] = INT32_MAX;
-    }
-    __syncthreads();
-    for (int size = 2; size <= size_pow2; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = tid; i < size_pow2; i += THREADS) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    const bool descending = (i & size) == 0;
-                    const uint32_t ki = sort_key[i], kj = sort_key[j];
-                    const int32_t ii = sort_idx[i], ij = sort_idx[j];
-                    const bool j_first = kj > ki || (kj == ki && ij < ii); /* j ranks before i */
-                    if (j_first == descending) {
-                        sort_key[i] = kj;
-                        sort_key[j] = ki;
-                        sort_idx[i] = ij;
-                        sort_idx[j] = ii;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
+    indexer_sort_chosen(sort_key, sort_idx, kk, size_pow2, tid, THREADS);
     float *score_row = scores + t * topk;
     for (int i = tid; i < topk; i += THREADS) {
         out[i] = i < kk ? sort_idx[i] : -1;

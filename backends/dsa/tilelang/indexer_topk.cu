@@ -276,32 +276,7 @@ static __global__ void indexer_topk_kernel(int32_t *indices, float *scores, cons
             }
             taken += total;
         }
-        for (int i = kk + tid; i < sort_size; i += blockDim.x) { /* padding sorts last */
-            sort_key[i] = 0;
-            sort_idx[i] = INT32_MAX;
-        }
-        __syncthreads();
-        // Bitonic sort, descending by key, ties by ascending index.
-        for (int size = 2; size <= sort_size; size <<= 1) {
-            for (int stride = size >> 1; stride > 0; stride >>= 1) {
-                for (int i = tid; i < sort_size; i += blockDim.x) {
-                    int j = i ^ stride;
-                    if (j > i) {
-                        bool descending = (i & size) == 0;
-                        uint32_t ki = sort_key[i], kj = sort_key[j];
-                        int32_t ii = sort_idx[i], ij = sort_idx[j];
-                        bool j_first = kj > ki || (kj == ki && ij < ii); /* j ranks before i */
-                        if (j_first == descending) {
-                            sort_key[i] = kj;
-                            sort_key[j] = ki;
-                            sort_idx[i] = ij;
-                            sort_idx[j] = ii;
-                        }
-                    }
-                }
-                __syncthreads();
-            }
-        }
+        indexer_sort_chosen(sort_key, sort_idx, kk, sort_size, tid, blockDim.x);
         for (int i = tid; i < topk; i += blockDim.x) {
             indices[t * topk + i] = i < kk ? sort_idx[i] : -1;
             if (scores)
