@@ -245,6 +245,55 @@ static void flip_byte(const char *path, long offset)
     fclose(f);
 }
 
+/* dsarl_checkpoint_resume: nothing to resume in an empty directory (step -1, loader untouched); after a save, the
+ * newest step's weights, trainer state and "train" loader position come back. */
+START_TEST(test_resume_restores_model_state_and_loader)
+{
+    char dir[64], step_dir[512], want[128];
+    make_temp_dir(dir, sizeof dir);
+    dsarl_checkpoint_config cfg = config_for(dir);
+    dsarl_arithmetic_config ac;
+    dsarl_arithmetic_config_default(&ac);
+    dsarl_dataset *ds;
+    ck_assert_msg(dsarl_dataset_arithmetic(&ac, DSARL_SPLIT_TRAIN, &ds, &err) == 0, "%s", err.message);
+    dsarl_dataloader *dl;
+    ck_assert_int_eq(dsarl_dataloader_create(ds, 4, 1, 1, 5, &dl, &err), 0);
+    fixture a, b;
+    fixture_open(&a, 31);
+    fixture_open(&b, 77);
+    dsarl_trainer_state got;
+    ck_assert_msg(dsarl_checkpoint_resume(dir, ops, b.model, dl, &got, step_dir, sizeof step_dir, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(got.step, -1);
+    ck_assert_int_eq(dsarl_dataloader_get_state(dl).epoch, 0);
+    ck_assert_int_eq(dsarl_dataloader_get_state(dl).cursor, 0);
+
+    dsarl_rng rng;
+    dsarl_rng_init(&rng, 8, 0);
+    train_step(&a, &rng);
+    dsarl_trainer_state st = sample_state(1);
+    ck_assert_int_eq(dsarl_checkpoint_save(&cfg, ops, a.model, &st, NULL, NULL, 0, &err), 0);
+    ck_assert_msg(dsarl_checkpoint_resume(dir, ops, b.model, dl, &got, step_dir, sizeof step_dir, &err) == 0, "%s",
+                  err.message);
+    snprintf(want, sizeof want, "%s/step_1", dir);
+    ck_assert_str_eq(step_dir, want);
+    assert_state_equal(&st, &got);
+    dsarl_dataloader_state pos = dsarl_dataloader_get_state(dl);
+    ck_assert_int_eq(pos.epoch, 2);
+    ck_assert_int_eq(pos.cursor, 18);
+    int64_t na, nb;
+    float *wa = flat_weights(&a, &na), *wb = flat_weights(&b, &nb);
+    ck_assert_int_eq(na, nb);
+    ck_assert_msg(memcmp(wa, wb, (size_t)na * sizeof(float)) == 0, "resumed weights differ from the saved ones");
+    free(wa), free(wb);
+    fixture_close(&a);
+    fixture_close(&b);
+    dsarl_dataloader_free(dl);
+    dsarl_dataset_free(ds);
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(test_damaged_checkpoints_skipped)
 {
     char dir[64];
@@ -465,6 +514,7 @@ static Suite *checkpoint_suite(void)
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_add_test(tc, test_round_trip_bit_exact_and_resume);
+    tcase_add_test(tc, test_resume_restores_model_state_and_loader);
     tcase_add_test(tc, test_damaged_checkpoints_skipped);
     tcase_add_test(tc, test_keep_top_k);
     tcase_add_test(tc, test_crc32_and_schedule);

@@ -109,15 +109,11 @@ static int trainer_resume(sft_trainer *tr, dsarl_error *err)
     if (!tr->ckpt.enabled)
         return DSARL_OK;
     char dir[4096];
-    int64_t step;
-    DSARL_TRY(dsarl_checkpoint_find_latest(tr->ckpt.checkpoint_dir, dir, sizeof dir, &step, err));
-    if (step < 0)
-        return DSARL_OK;
     dsarl_trainer_state st;
-    DSARL_TRY(dsarl_checkpoint_load(dir, tr->ops, tr->model, &st, err));
-    dsarl_dataloader_state ls;
-    DSARL_TRY(dsarl_trainer_state_get_loader(&st, "train", &ls, err));
-    DSARL_TRY(dsarl_dataloader_set_state(tr->loader, ls, err));
+    DSARL_TRY(dsarl_checkpoint_resume(tr->ckpt.checkpoint_dir, tr->ops, tr->model, tr->loader, &st, dir, sizeof dir,
+                                      err));
+    if (st.step < 0)
+        return DSARL_OK;
     tr->step = st.step;
     tr->consumed_samples = st.consumed_samples;
     tr->train_time_s = st.total_train_time_s;

@@ -772,6 +772,22 @@ int dsarl_checkpoint_load(const char *step_dir, const dsarl_model_ops *ops, dsar
     return rc;
 }
 
+int dsarl_checkpoint_resume(const char *checkpoint_dir, const dsarl_model_ops *ops, dsarl_model *model,
+                            dsarl_dataloader *loader, dsarl_trainer_state *state, char *step_dir, size_t size,
+                            dsarl_error *err)
+{
+    memset(state, 0, sizeof *state);
+    state->step = -1;
+    int64_t step;
+    DSARL_TRY(dsarl_checkpoint_find_latest(checkpoint_dir, step_dir, size, &step, err));
+    if (step < 0)
+        return DSARL_OK;
+    DSARL_TRY(dsarl_checkpoint_load(step_dir, ops, model, state, err));
+    dsarl_dataloader_state position;
+    DSARL_TRY(dsarl_trainer_state_get_loader(state, "train", &position, err));
+    return dsarl_dataloader_set_state(loader, position, err);
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * keep_top_k. */
 

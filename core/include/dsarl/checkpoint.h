@@ -134,6 +134,13 @@ DSARL_API int dsarl_checkpoint_read_state(const char *step_dir, dsarl_trainer_st
 DSARL_API int dsarl_checkpoint_load(const char *step_dir, const dsarl_model_ops *ops, dsarl_model *model,
                                     dsarl_trainer_state *state, dsarl_error *err);
 
+/* Resumes a run from the newest complete step_N under checkpoint_dir (dsarl_checkpoint_find_latest, then
+ * dsarl_checkpoint_load) and sets loader to the saved position of the "train" dataloader. *state receives the
+ * trainer state and step_dir (size bytes) the step's path; state->step = -1 when there is nothing to resume. */
+DSARL_API int dsarl_checkpoint_resume(const char *checkpoint_dir, const dsarl_model_ops *ops, dsarl_model *model,
+                                      dsarl_dataloader *loader, dsarl_trainer_state *state, char *step_dir,
+                                      size_t size, dsarl_error *err);
+
 /* Deletes step_N directories beyond keep_top_k: ranked by metric_name (higher_is_better) when set, steps without
  * the metric ranked last, else by step; the newest step is always kept. */
 DSARL_API int dsarl_checkpoint_prune(const dsarl_checkpoint_config *cfg, dsarl_error *err);
