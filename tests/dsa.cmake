@@ -19,3 +19,9 @@ if(TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_dsa_headwise SOURCES check_dsa_headwise.c LABELS unit
                        LIBS dsarl-dsa-reference-objects TIMEOUT 300)
 endif()
+
+# The cudnn backend's environment switches: malformed values refused before cuDNN or a GPU is touched (runs in CI).
+if(TARGET dsarl-dsa-cudnn-objects)
+  dsarl_add_check_test(check_dsa_cudnn_env SOURCES check_dsa_cudnn_env.c LABELS unit
+    LIBS dsarl-dsa-cudnn-objects dsarl-dsa-tilelang-objects dsarl-device-cuda-objects)
+endif()

@@ -1,5 +1,6 @@
 /* context.c: the backend's state (cuDNN handle, the tilelang context it hands over to, plan cache, workspace from
  * the cuda device) and preferred_form. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,24 @@
                                    cudaGetErrorString(cdn_rc_));                                                \
     } while (0)
 
+/* *out = the environment variable name as a whole number in [1, max], or fallback when it is unset; anything
+ * else is refused with one sentence naming the variable. */
+static int env_positive(const char *name, int64_t fallback, int64_t max, int64_t *out, dsarl_error *err)
+{
+    const char *text = getenv(name);
+    *out = fallback;
+    if (!text)
+        return DSARL_OK;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || v < 1 || v > max)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn: environment variable %s is '%s'; it must be a whole "
+                          "number from 1 to %lld, or unset", name, text, (long long)max);
+    *out = v;
+    return DSARL_OK;
+}
+
 int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
                dsarl_dsa_context **out, dsarl_error *err)
 {
@@ -26,6 +45,10 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the cudnn DSA backend runs on the cuda device only; "
                           "runtime.device=%s needs dsa_kernel_backend=reference",
                           device_ops->common.name ? device_ops->common.name : "(unnamed)");
+    int64_t max_segment, cap;
+    // benchmarks and tests move the segment bound; tests shrink the dP cap to run one segment per launch
+    DSARL_TRY(env_positive("DSARL_CUDNN_MAX_SEGMENT", CDN_MAX_SEGMENT, INT32_MAX, &max_segment, err));
+    DSARL_TRY(env_positive("DSARL_CUDNN_DP_CAP", CDN_DP_WORKSPACE_CAP, INT64_MAX, &cap, err));
     size_t version = cudnnGetVersion();
     if (version < 91900)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the cudnn DSA backend needs cuDNN 9.19 or newer at run time, "
@@ -37,14 +60,10 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
     c->device_ops = device_ops;
     c->dev = dev;
     c->f32 = device_ops && dev && device_ops->storage_dtype(dev) == DSARL_DTYPE_F32;
-    c->max_segment = CDN_MAX_SEGMENT;
-    const char *max_segment = getenv("DSARL_CUDNN_MAX_SEGMENT"); // benchmarks and tests move the bound
-    if (max_segment && atoi(max_segment) > 0)
-        c->max_segment = atoi(max_segment);
+    c->max_segment = (int32_t)max_segment;
+    c->dp_workspace_cap = cap;
     const char *paged = getenv("DSARL_CUDNN_PAGED_FORWARD"); // measure the paged graph where tilelang is faster
     c->paged_forced = paged && strcmp(paged, "1") == 0;
-    const char *cap = getenv("DSARL_CUDNN_DP_CAP"); // tests shrink it to run one segment per launch
-    c->dp_workspace_cap = cap && atoll(cap) > 0 ? atoll(cap) : CDN_DP_WORKSPACE_CAP;
     cudnnHandle_t handle = NULL;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
