@@ -361,7 +361,7 @@ static int measure_ceilings(model_bench *m, int iters, dsarl_error *err)
     printf("ceilings (this run): %s GEMM %d^3 %.1f TFLOP/s; device copy %.0f GB/s (read + write); %s\n",
            dsarl_dtype_name(st), m->ceiling_n, m->gemm_tflops, m->copy_gbs,
            b->ev.create ? "CUDA events" : "wall clock");
-    printf("json: {\"impl\": \"dsarl\", \"op\": \"ceilings\", \"gemm_tflops\": %.1f, \"copy_gbs\": %.0f}\n",
+    printf("json: {\"impl\": \"dsarl\", \"op\": \"ceilings\", \"gemm_tflops\": %.6g, \"copy_gbs\": %.6g}\n",
            m->gemm_tflops, m->copy_gbs);
     return DSARL_OK;
 }
@@ -647,7 +647,7 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
            "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"indexer_params\": %" PRId64 ", "
            "\"batch\": %" PRId64 ", \"seq\": %" PRId64 ", \"tokens\": %" PRId64 ", \"ms\": %.3f, \"fwd_ms\": %.3f, "
            "\"fwdbwd_ms\": %.3f, \"opt_ms\": %.3f, \"tokens_per_s\": %.1f, \"flops_per_step\": %.0f, "
-           "\"tflops\": %.2f, \"gemm_ceiling_tflops\": %.1f, \"copy_gbs\": %.0f, \"mfu\": %.4f, \"loss\": %.6f, "
+           "\"tflops\": %.6g, \"gemm_ceiling_tflops\": %.6g, \"copy_gbs\": %.6g, \"mfu\": %.6g, \"loss\": %.6f, "
            "\"first_loss\": %.6f}\n",
            o->device, o->backend, f.trainable, f.lm_params, f.index_params, o->batch, o->seq, o->batch * o->seq,
            sum.step_ms, sum.fwd_ms, sum.fwdbwd_ms, sum.opt_ms, tok_s, flops, tflops, m->gemm_tflops, m->copy_gbs,
@@ -716,7 +716,7 @@ static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *
     printf("json: {\"impl\": \"dsarl\", \"op\": \"generate\", \"device\": \"%s\", \"backend\": \"%s\", "
            "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"batch\": %" PRId64 ", \"prompt_len\": %" PRId64
            ", \"new_tokens\": %" PRId64 ", \"ms\": %.6f, \"tokens_per_s\": %.1f, \"floor_tokens_per_s\": %.0f, "
-           "\"tflops\": %.3f, \"gemm_ceiling_tflops\": %.1f, \"copy_gbs\": %.0f}\n",
+           "\"tflops\": %.6g, \"gemm_ceiling_tflops\": %.6g, \"copy_gbs\": %.6g}\n",
            o->device, o->backend, f.trainable, f.lm_params, o->batch, o->prompt_len, o->new_tokens, ms, tok_s,
            floor_tok_s, flops / ms / 1e9, m->gemm_tflops, m->copy_gbs);
     return DSARL_OK;
