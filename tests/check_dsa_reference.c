@@ -17,43 +17,7 @@
 #include <time.h>
 
 #include "dsa_reference.h"
-
-/* ------------------------------------------------------------------------------------------------------------
- * Test-only random numbers (splitmix64), independent of dsarl's own generator. */
-
-static uint64_t test_seed;
-
-typedef struct rng {
-    uint64_t state;
-} rng;
-
-static uint64_t rng_next(rng *r) {
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-// A generator for one test: the run's seed mixed with a per-test stream number.
-static rng rng_for(uint64_t stream) {
-    rng r = {test_seed * 0x2545F4914F6CDD1DULL + stream * 0x9E3779B97F4A7C15ULL};
-    rng_next(&r);
-    return r;
-}
-
-// Uniform in [-1, 1).
-static float rng_sym(rng *r) { return (float)((double)(rng_next(r) >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
-
-// Uniform integer in [0, n).
-static int32_t rng_below(rng *r, int32_t n) { return (int32_t)(rng_next(r) % (uint64_t)n); }
-
-static float *random_floats(rng *r, int64_t n, float amplitude) {
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_ptr_nonnull(x);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = amplitude * rng_sym(r);
-    return x;
-}
+#include "dsa_test_util.h"
 
 static double *to_double(const float *x, int64_t n) {
     double *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
@@ -61,52 +25,6 @@ static double *to_double(const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         y[i] = x[i];
     return y;
-}
-
-/* ------------------------------------------------------------------------------------------------------------
- * Batches. */
-
-typedef struct test_batch {
-    dsarl_dsa_batch b;
-    int32_t *key_start;  // (Tq)
-    int32_t *key_end;    // (Tq)
-} test_batch;
-
-static void batch_alloc(test_batch *tb, int64_t n_queries, int64_t n_keys) {
-    memset(tb, 0, sizeof(*tb));
-    tb->key_start = calloc((size_t)(n_queries > 0 ? n_queries : 1), sizeof(int32_t));
-    tb->key_end = calloc((size_t)(n_queries > 0 ? n_queries : 1), sizeof(int32_t));
-    ck_assert(tb->key_start != NULL && tb->key_end != NULL);
-    tb->b.struct_size = sizeof(dsarl_dsa_batch);
-    tb->b.n_queries = n_queries;
-    tb->b.n_keys = n_keys;
-    tb->b.key_start = tb->key_start;
-    tb->b.key_end = tb->key_end;
-}
-
-static void batch_set_max(test_batch *tb) {
-    int32_t max = 0;
-    for (int64_t t = 0; t < tb->b.n_queries; t++)
-        if (tb->key_end[t] - tb->key_start[t] > max)
-            max = tb->key_end[t] - tb->key_start[t];
-    tb->b.max_keys_per_query = max;
-}
-
-// Causal packed THD: query t of sequence i sees [cu_seqlens[i], t + 1).
-static void batch_packed(test_batch *tb, const int32_t *lengths, int n_seq) {
-    int64_t total = 0;
-    for (int i = 0; i < n_seq; i++)
-        total += lengths[i];
-    batch_alloc(tb, total, total);
-    int32_t t = 0;
-    for (int i = 0; i < n_seq; i++) {
-        int32_t first = t;
-        for (int32_t j = 0; j < lengths[i]; j++, t++) {
-            tb->key_start[t] = first;
-            tb->key_end[t] = t + 1;
-        }
-    }
-    batch_set_max(tb);
 }
 
 // Decode style: n_queries queries with arbitrary ranges into a longer key array; query 1 has an empty range and
@@ -126,54 +44,6 @@ static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_ke
         tb->key_end[t] = end;
     }
     batch_set_max(tb);
-}
-
-static void batch_free(test_batch *tb) {
-    free(tb->key_start);
-    free(tb->key_end);
-}
-
-// Random selections: per row a random subset of distinct keys of the range (up to topk; sometimes one fewer, to
-// have -1 slots in rows longer than topk), scattered over random slots with -1 elsewhere. If empty_row >= 0 that
-// row is all -1.
-static int32_t *random_indices(rng *r, const test_batch *tb, int32_t topk, int64_t empty_row) {
-    int64_t tq = tb->b.n_queries;
-    int32_t *indices = malloc((size_t)(tq * topk) * sizeof(int32_t));
-    int32_t *pool = malloc((size_t)(tb->b.n_keys > 0 ? tb->b.n_keys : 1) * sizeof(int32_t));
-    int32_t *slots = malloc((size_t)topk * sizeof(int32_t));
-    ck_assert(indices != NULL && pool != NULL && slots != NULL);
-    for (int64_t t = 0; t < tq; t++) {
-        int32_t n = tb->key_end[t] - tb->key_start[t];
-        int32_t k = n < topk ? n : topk;
-        if (k > 1 && rng_below(r, 3) == 0)
-            k--;
-        if (t == empty_row)
-            k = 0;
-        for (int32_t i = 0; i < n; i++)
-            pool[i] = tb->key_start[t] + i;
-        for (int32_t i = 0; i < k; i++) {  // partial Fisher-Yates: pool[0..k) is a uniform k-subset
-            int32_t j = i + rng_below(r, n - i);
-            int32_t tmp = pool[i];
-            pool[i] = pool[j];
-            pool[j] = tmp;
-        }
-        for (int32_t i = 0; i < topk; i++)
-            slots[i] = i;
-        for (int32_t i = 0; i < topk; i++) {
-            int32_t j = i + rng_below(r, topk - i);
-            int32_t tmp = slots[i];
-            slots[i] = slots[j];
-            slots[j] = tmp;
-        }
-        int32_t *row = indices + t * topk;
-        for (int32_t i = 0; i < topk; i++)
-            row[i] = -1;
-        for (int32_t i = 0; i < k; i++)
-            row[slots[i]] = pool[i];
-    }
-    free(pool);
-    free(slots);
-    return indices;
 }
 
 // (Tq, Tk) multiplicity of each key in each row of indices.
