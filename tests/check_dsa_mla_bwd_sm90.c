@@ -1,17 +1,18 @@
 /* check_dsa_mla_bwd_sm90.c: the Hopper wgmma sparse MLA backward of the tilelang backend
- * (sparse_mla_backward_sm90.cu, opt-in with DSARL_TILELANG_SM90_BACKWARD=1) against the reference backend on fresh
+ * (sparse_mla_backward_sm90.cu, the default; DSARL_TILELANG_NO_SM90=1 takes the WMMA kernel) against the reference
+ * backend on fresh
  * random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
  *
  * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
  * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
  * values as float32 host arrays, split over host threads by query rows (each thread its own dkv, summed after).
- * Cases: 64 and 128 heads; topk 64, 100 (a partial last tile), 256 and 2048; ragged causal packs where early rows
+ * Cases: 64, 128, 16 and 80 heads (16 and 80 pad their last group of 64), 8 heads declined; topk 64, 100 (a partial last tile), 256 and 2048; ragged causal packs where early rows
  * have fewer eligible keys than topk; decode-style ranges into a longer key array (one empty); unsorted slots, -1
  * holes anywhere, repeated keys within a row (the reductions must sum them), a case where every row draws its 256
  * slots from 5 keys, and rows with no valid slot. Each case runs twice:
  *   - the kernel directly (tilelang_sparse_mla_backward_sm90, which must take the shape) into a zeroed fp32
  *     accumulator: dq (poisoned with NaN first) and the raw key gradient against the reference;
- *   - the entry point tilelang_sparse_mla_backward with DSARL_TILELANG_SM90_BACKWARD=1 on a dkv pre-filled with
+ *   - the entry point tilelang_sparse_mla_backward (the sm90 kernel: its default) on a dkv pre-filled with
  *     random bf16 values: dq and dkv = prefill + gradient (rows no slot selects must keep the prefill exactly).
  * Comparison: max |got - ref| / max |ref| <= 1e-2 (bf16 operands P and dS, bf16 outputs), the normwise relative
  * error printed beside it; NaN or inf fails. A bigger shape (Tq 512, Tk 8192, H 64, k 2048) checks the new kernel
@@ -355,12 +356,12 @@ static void poison_dq(mla_case *c)
 static void run_entry(mla_case *c, int sm90)
 {
     if (sm90)
-        setenv("DSARL_TILELANG_SM90_BACKWARD", "1", 1);
+        unsetenv("DSARL_TILELANG_NO_SM90");
     else
-        unsetenv("DSARL_TILELANG_SM90_BACKWARD");
+        setenv("DSARL_TILELANG_NO_SM90", "1", 1);
     int rc = tilelang_sparse_mla_backward(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
                                           c->g_dout, c->g_dq, c->g_dkv, &err);
-    unsetenv("DSARL_TILELANG_SM90_BACKWARD");
+    unsetenv("DSARL_TILELANG_NO_SM90");
     ck_assert_msg(rc == 0, "%s", err.message);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }
@@ -445,6 +446,29 @@ START_TEST(test_packed_h128)
     const int32_t lengths2[] = {70, 41};
     case_packed(&c, lengths2, 2, 128, 64);
     check_case(&c, "pack 70/41 H128 k64");
+    case_free(&c);
+}
+END_TEST
+
+// Head counts that are not whole groups of 64: the padded rows must add nothing to dKV and never be stored to dq;
+// under 16 real heads in the last group the kernel declines.
+START_TEST(test_padded_heads)
+{
+    mla_case c;
+    const int32_t lengths[] = {33, 70, 2};
+    case_packed(&c, lengths, 3, 16, 64);
+    check_case(&c, "pack 33/70/2 H16 k64 (one padded group)");
+    case_free(&c);
+    const int32_t lengths2[] = {41, 90};
+    case_packed(&c, lengths2, 2, 80, 100);
+    check_case(&c, "pack 41/90 H80 k100 (64 + padded 16)");
+    case_free(&c);
+    const int32_t lengths3[] = {20};
+    case_packed(&c, lengths3, 1, 8, 16);
+    int used = 1;
+    ck_assert_msg(tilelang_sparse_mla_backward_sm90(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
+                                                    c.g_dout, c.g_dq, c.g_acc, &used, &err) == 0, "%s", err.message);
+    ck_assert_msg(!used, "the sm90 backward took 8 heads (a last group under 16 heads must go to the WMMA kernel)");
     case_free(&c);
 }
 END_TEST
@@ -538,14 +562,14 @@ START_TEST(test_bench)
     const int sm90[3] = {1, 1, 0}, reps[3] = {5, 5, 2};
     for (int k = 0; k < 3; k++) {
         run_entry(&c, sm90[k]); /* warm-up */
-        if (sm90[k])
-            setenv("DSARL_TILELANG_SM90_BACKWARD", "1", 1);
+        if (!sm90[k])
+            setenv("DSARL_TILELANG_NO_SM90", "1", 1);
         cudaEventRecord(a, 0);
         for (int r = 0; r < reps[k]; r++)
             ck_assert_int_eq(tilelang_sparse_mla_backward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
                                                           c.g_dout, c.g_dq, c.g_dkv, &err), 0);
         cudaEventRecord(b, 0);
-        unsetenv("DSARL_TILELANG_SM90_BACKWARD");
+        unsetenv("DSARL_TILELANG_NO_SM90");
         ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, a, b);
@@ -566,6 +590,7 @@ static Suite *mla_bwd_sm90_suite(void)
     tcase_set_timeout(small, 600);
     tcase_add_test(small, test_packed_h64);
     tcase_add_test(small, test_packed_h128);
+    tcase_add_test(small, test_padded_heads);
     tcase_add_test(small, test_repeated_keys);
     suite_add_tcase(s, small);
     TCase *large = tcase_create("large");

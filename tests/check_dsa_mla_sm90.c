@@ -3,7 +3,7 @@
  *
  * Inputs are drawn in float32 and rounded to bf16 once; the reference (double accumulation) runs on those values as
  * float32 host arrays, split over host threads by query rows so that topk 2048 stays affordable. Cases: 64 and 128
- * heads; topk 64, 100 (a partial last tile), 128, 256 and 2048; ragged causal packs where early rows have fewer
+ * heads, 16 and 80 (their last group of 64 padded), 8 declined; topk 64, 100 (a partial last tile), 128, 256 and 2048; ragged causal packs where early rows have fewer
  * eligible keys than topk; decode-style ranges into a longer key array (one empty); unsorted slots, -1 holes
  * anywhere, repeated keys, rows with only a few valid keys and one row with none. out and lse are poisoned (NaN)
  * before every launch. Comparison: ||out - ref|| / ||ref|| and max |out - ref| / max |ref| (bf16 outputs, 1e-2),
@@ -352,6 +352,29 @@ START_TEST(test_packed_h128)
 }
 END_TEST
 
+// Head counts that are not whole groups of 64: the last group is padded with zero rows that must never be stored
+// (a stray store lands in the next token's heads and fails the comparison); under 16 real heads the kernel declines.
+START_TEST(test_padded_heads)
+{
+    mla_case c;
+    const int32_t lengths[] = {33, 70, 2};
+    case_packed(&c, lengths, 3, 16, 64);
+    check_case(&c, "pack 33/70/2 H16 k64 (one padded group)");
+    case_free(&c);
+    const int32_t lengths2[] = {41, 90};
+    case_packed(&c, lengths2, 2, 80, 100);
+    check_case(&c, "pack 41/90 H80 k100 (64 + padded 16)");
+    case_free(&c);
+    const int32_t lengths3[] = {20};
+    case_packed(&c, lengths3, 1, 8, 16);
+    int used = 1;
+    ck_assert_msg(tilelang_sparse_mla_forward_sm90(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse, &used,
+                                                   &err) == 0, "%s", err.message);
+    ck_assert_msg(!used, "the sm90 kernel took 8 heads (a last group under 16 heads must go to the WMMA kernel)");
+    case_free(&c);
+}
+END_TEST
+
 START_TEST(test_decode_topk2048)
 {
     mla_case c;
@@ -463,6 +486,7 @@ static Suite *mla_sm90_suite(void)
     tcase_set_timeout(small, 600);
     tcase_add_test(small, test_packed_h64);
     tcase_add_test(small, test_packed_h128);
+    tcase_add_test(small, test_padded_heads);
     suite_add_tcase(s, small);
     TCase *large = tcase_create("large");
     tcase_add_checked_fixture(large, setup, teardown);

@@ -7,8 +7,11 @@ static void describe_tilelang(void (*emit)(void *ctx, const char *line), void *c
     emit(ctx, "indexer_topk: bf16 with 8/16/32/64 heads and 16-multiple dims: query tiles scored on mma.sync "
               "tensor cores into a chunked workspace, then an exact radix select per row (key order without scores, "
               "descending with scores); else fused row-wise scores + select; ties to the lower index");
-    emit(ctx, "sparse_mla: gathered KV tiles in shared memory, WMMA tensor cores for bf16 and 16-multiple dims "
-              "(CUDA cores otherwise), online softmax; dkv via fp32 atomics");
+    emit(ctx, "sparse_mla: bf16 at 576/512 on sm_90, heads in groups of 64 (a last group of 16 or more padded): "
+              "wgmma kernels, one block per (query, 64 heads), the next key tile gathered while the current one "
+              "computes, dkv summed over the heads in the tensor cores and added with 16-byte fp32 reductions");
+    emit(ctx, "sparse_mla, other shapes: gathered KV tiles in shared memory, WMMA tensor cores for bf16 and "
+              "16-multiple dims (CUDA cores otherwise), online softmax; dkv via fp32 atomics");
 }
 
 const dsarl_dsa_ops dsarl_dsa_tilelang_ops = {

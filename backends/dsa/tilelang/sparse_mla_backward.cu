@@ -13,7 +13,8 @@
 #include <string.h>
 #include "tilelang_common.cuh"
 
-/* The Hopper wgmma backward (sparse_mla_backward_sm90.cu), taken only with DSARL_TILELANG_SM90_BACKWARD=1. */
+/* The Hopper wgmma backward (sparse_mla_backward_sm90.cu): taken for the shapes it serves unless
+ * DSARL_TILELANG_NO_SM90 is set. */
 extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                                  const dsarl_dsa_attention_inputs *in, const int32_t *indices,
                                                  int32_t topk, const void *out, const float *lse, const void *dout,
@@ -142,10 +143,7 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
     int used = 0;
-    const char *sm90 = getenv("DSARL_TILELANG_SM90_BACKWARD"); /* opt-in until verified on a GPU (tilelang.h) */
-    if (sm90 && strcmp(sm90, "1") == 0)
-        DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,
-                                                    err));
+    DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used, err));
     if (!used)
         DSARL_TRY(tilelang_sparse_mla_backward_wmma(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,
                                                     err));

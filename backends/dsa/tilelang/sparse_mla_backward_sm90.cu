@@ -35,19 +35,15 @@
  * HGMMA.64x256x16.F32.BF16 x 4 (dQ), REDG.E.ADD.F32x4 for the key gradient; no LDL/STL; no C7520 serialisation.
  * A CPU emulation of this block's shared-memory layouts and descriptor arithmetic (tools/emulate_mla_bwd_sm90.py,
  * canonical SW128 K-/MN-major reads) matches a float64 reference at bf16 rounding (2.7e-3 dq, 2.2e-3 dkv).
- * Prediction for `dsarl bench dsa` (T 8192, H 64, k 2048; 5.9e12 FLOP, 7.5 ms at the 785 TFLOP/s GEMM ceiling): the
- * products are about 6000 tensor-core cycles per tile (the floor), so the likely limit is the key-gradient
- * reductions: 8192 x 2048 x 576 fp32 = 38.7 GB sent to L2 as red.v4, 13-19 ms at 2-3 TB/s: 300-450 TFLOP/s if they
- * overlap the products, 200-250 if they do not. Far below that: look first at the reductions (time the kernel with
- * the red.global.add removed), then at the four barriers per tile and phase A's shared-memory-bound m64n64 steps.
- * UNVERIFIED ON A GPU as of 2026-11-30: opt-in with DSARL_TILELANG_SM90_BACKWARD=1 until the next session has run
- * tests/check_dsa_mla_bwd_sm90.c on the H200. */
+ * Heads that are not whole groups of 64 pad the last group with zero rows (lse +inf there, so P and dS are 0 and
+ * add nothing to dKV; their dq rows are not stored); it must hold at least 16 real heads (sm90_head_groups).
+ * Measured on the H200 (`dsarl bench dsa`, T 8192, H 64, k 2048; 5.9e12 FLOP, 7.5 ms at the GEMM ceiling):
+ * 21.0 ms = 282 TFLOP/s, against 192 ms for the WMMA kernel; docs/performance.md has the run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include "sparse_mla_sm90.cuh"
 
-#define BW_HEADS 64                                 /* heads per block */
 #define BW_THREADS 256                              /* two warpgroups */
 #define BW_DO SM90_TILE_BYTES                       /* dO: 8 column blocks after Q's 9 */
 #define BW_KV (BW_DO + 8 * SM90_BLOCK_BYTES)        /* the key tile */
@@ -120,32 +116,37 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
     int *keys = (int *)(delta_s + 64);         // [2 buffers][64 slots]: the tile's key, -1 when invalid
 
     const int64_t t = blockIdx.x;
-    const int h0 = blockIdx.y * BW_HEADS, tid = threadIdx.x;
+    const int h0 = blockIdx.y * SM90_HEAD_GROUP, tid = threadIdx.x;
     const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; // this thread's two rows of every accumulator
     const int cq = 2 * (lane & 3);                       // its column pair within each 8-column group
     const int32_t *sel = indices + t * topk;
     const int n_tiles = (topk + SM90_KEYS - 1) / SM90_KEYS;
 
-    { // Q (64 heads x 576) and dO (64 heads x 512): row tid / 4
-        const int row = tid >> 2;
-        const char *src_q = (const char *)(q + (t * n_heads + h0 + row) * SM90_DQK);
-        const char *src_o = (const char *)(dout + (t * n_heads + h0 + row) * SM90_DV);
+    { // Q (64 heads x 576) and dO (64 heads x 512): row tid / 4; rows past n_heads (a partial last group) are zero
+        const int row = tid >> 2, live = h0 + row < n_heads, h = live ? h0 + row : 0;
+        const char *src_q = (const char *)(q + (t * n_heads + h) * SM90_DQK);
+        const char *src_o = (const char *)(dout + (t * n_heads + h) * SM90_DV);
 #pragma unroll
         for (int k = 0; k < SM90_CHUNKS / 4; k++) {
             const int chunk = (tid & 3) + 4 * k;
-            cp_async16(q_s + tile_offset(row, chunk), src_q + chunk * 16, 16);
+            cp_async16(q_s + tile_offset(row, chunk), src_q + chunk * 16, live ? 16 : 0);
         }
 #pragma unroll
         for (int k = 0; k < SM90_DV / 32; k++) {
             const int chunk = (tid & 3) + 4 * k;
-            cp_async16(do_s + tile_offset(row, chunk), src_o + chunk * 16, 16);
+            cp_async16(do_s + tile_offset(row, chunk), src_o + chunk * 16, live ? 16 : 0);
         }
     }
     gather_rows<BW_THREADS, true>(kv_s, keys, kv, sel, 0, topk, n_keys, tid);
     cp_async_commit();
     // Delta and lse (log2 units) per head, one warp per head, while the copies land
-    for (int h = tid >> 5; h < BW_HEADS; h += BW_THREADS / 32) {
+    for (int h = tid >> 5; h < SM90_HEAD_GROUP; h += BW_THREADS / 32) {
+        if (h0 + h >= n_heads) { // padding row: lse +inf makes P and dS 0, so it adds nothing to dKV
+            if (lane == 0)
+                delta_s[h] = 0.0f, lse_s[h] = INFINITY;
+            continue;
+        }
         const uint4 *o = (const uint4 *)(out + (t * n_heads + h0 + h) * SM90_DV);
         const uint4 *d = (const uint4 *)(dout + (t * n_heads + h0 + h) * SM90_DV);
         float s = dot8_bf16(o[lane], d[lane]) + dot8_bf16(o[lane + 32], d[lane + 32]);
@@ -272,10 +273,10 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             float c[32]; // dKV[key r0 | r1][64 b + 8 j + cq + {0,1}] = c[4 j + {0,1 | 2,3}]
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BW_HEADS / 16; kk++)
+            for (int kk = 0; kk < SM90_HEAD_GROUP / 16; kk++)
                 wgmma_m64n64k16_bf16<1, 1>(c, desc_dst + kk * 128, desc_qn + boff + kk * 128, kk > 0);
 #pragma unroll
-            for (int kk = 0; kk < BW_HEADS / 16; kk++)
+            for (int kk = 0; kk < SM90_HEAD_GROUP / 16; kk++)
                 wgmma_m64n64k16_bf16<1, 1>(c, desc_pt + kk * 128, desc_don + boff + kk * 128, 1);
             wgmma_commit();
             wgmma_wait_all();
@@ -287,7 +288,7 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             float c[32];
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BW_HEADS / 16; kk++)
+            for (int kk = 0; kk < SM90_HEAD_GROUP / 16; kk++)
                 wgmma_m64n64k16_bf16<1, 1>(c, desc_dst + kk * 128, desc_qn + boff + kk * 128, kk > 0);
             wgmma_commit();
             wgmma_wait_all();
@@ -307,11 +308,14 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             xch[i * 128 + tid - 128] = dqr[i];
     }
     __syncthreads();
+    const bool live0 = h0 + r0 < n_heads, live1 = h0 + r1 < n_heads; // padding rows are not written
     bf16 *dq0 = dq + (t * n_heads + h0 + r0) * SM90_DQK + cq, *dq1 = dq + (t * n_heads + h0 + r1) * SM90_DQK + cq;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
-        *(__nv_bfloat162 *)(dq0 + 256 * wg + 8 * j) = __floats2bfloat162_rn(dqa[4 * j], dqa[4 * j + 1]);
-        *(__nv_bfloat162 *)(dq1 + 256 * wg + 8 * j) = __floats2bfloat162_rn(dqa[4 * j + 2], dqa[4 * j + 3]);
+        if (live0)
+            *(__nv_bfloat162 *)(dq0 + 256 * wg + 8 * j) = __floats2bfloat162_rn(dqa[4 * j], dqa[4 * j + 1]);
+        if (live1)
+            *(__nv_bfloat162 *)(dq1 + 256 * wg + 8 * j) = __floats2bfloat162_rn(dqa[4 * j + 2], dqa[4 * j + 3]);
     }
     if (wg == 0) {
 #pragma unroll
@@ -319,8 +323,10 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             const float a0 = dqr[4 * j] + xch[(4 * j) * 128 + tid], a1 = dqr[4 * j + 1] + xch[(4 * j + 1) * 128 + tid];
             const float b0 = dqr[4 * j + 2] + xch[(4 * j + 2) * 128 + tid];
             const float b1 = dqr[4 * j + 3] + xch[(4 * j + 3) * 128 + tid];
-            *(__nv_bfloat162 *)(dq0 + SM90_DV + 8 * j) = __floats2bfloat162_rn(a0, a1);
-            *(__nv_bfloat162 *)(dq1 + SM90_DV + 8 * j) = __floats2bfloat162_rn(b0, b1);
+            if (live0)
+                *(__nv_bfloat162 *)(dq0 + SM90_DV + 8 * j) = __floats2bfloat162_rn(a0, a1);
+            if (live1)
+                *(__nv_bfloat162 *)(dq1 + SM90_DV + 8 * j) = __floats2bfloat162_rn(b0, b1);
         }
     }
 #else
@@ -330,14 +336,14 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
 
 /* C linkage: the dispatch (sparse_mla_backward.cu) and the test (check_dsa_mla_bwd_sm90.c) call it. dq written,
  * the key gradient added into the fp32 accumulator dkv_acc (Tk, 576); *used = 0 without launching when the
- * operands do not fit (other dims or storage, heads not a multiple of 64, unaligned rows, not compute 9.0). */
+ * operands do not fit (other dims or storage, a last head group under 16 heads, unaligned rows, not compute 9.0). */
 extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                                  const dsarl_dsa_attention_inputs *in, const int32_t *indices,
                                                  int32_t topk, const void *out, const float *lse, const void *dout,
                                                  void *dq, float *dkv_acc, int *used, dsarl_error *err)
 {
     *used = 0;
-    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || in->n_heads % BW_HEADS || topk <= 0 ||
+    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !sm90_head_groups(in->n_heads) || topk <= 0 ||
         ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) || ((uintptr_t)dout % 16) ||
         ((uintptr_t)dq % 4) || ((uintptr_t)dkv_acc % 16) || batch->n_queries > 0x7fffffff ||
         getenv("DSARL_TILELANG_NO_SM90") || getenv("DSARL_TILELANG_NO_WMMA"))
@@ -351,7 +357,7 @@ extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const d
     *used = 1;
     if (batch->n_queries == 0)
         return DSARL_OK;
-    dim3 grid((unsigned int)batch->n_queries, (unsigned int)(in->n_heads / BW_HEADS));
+    dim3 grid((unsigned int)batch->n_queries, (unsigned int)sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
     tlSharedLimit(sparse_mla_backward_sm90_kernel, BW_SHARED, err);
     sparse_mla_backward_sm90_kernel<<<grid, BW_THREADS, BW_SHARED>>>(

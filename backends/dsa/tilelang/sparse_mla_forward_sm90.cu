@@ -23,7 +23,9 @@
  * same kernel with the gather removed (every tile from shared memory) ran 544 and the gather alone 1.37 ms of its
  * 2.36 ms at Tq 4096, so the limit is the serial chain S -> softmax -> P V inside a tile, where the tensor cores
  * wait for the softmax (no ping-pong between warpgroups yet).
- * Shapes that do not fit (other dims, head counts not a multiple of 64, float32 storage, another architecture)
+ * Heads that are not whole groups of 64 pad the last group with zero Q rows whose out and lse are never stored; it
+ * must hold at least 16 real heads (sm90_head_groups: 16 heads do 4x the products, still well ahead of the WMMA
+ * kernel). Shapes that do not fit (other dims, a last group under 16 heads, float32 storage, another architecture)
  * stay on the WMMA and CUDA-core kernels. The tile layout, descriptors, wgmma wrappers and the gather are shared
  * with the backward in sparse_mla_sm90.cuh. */
 #include <math.h>
@@ -31,7 +33,6 @@
 #include <stdlib.h>
 #include "sparse_mla_sm90.cuh"
 
-#define SM90_HEADS 64                              /* heads per block: the M of every wgmma */
 #define SM90_THREADS 256                           /* two warpgroups */
 #define SM90_STATS (3 * SM90_TILE_BYTES)           /* rescale factors [64], row sums [64], valid flags [2][64] */
 #define SM90_SHARED (SM90_STATS + 4 * 64 * 4 + 1024) /* + slack to align the base to 1024 bytes */
@@ -51,20 +52,20 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     int *valid = (int *)(row_sum + 64);                             // [2 buffers][64 slots]
 
     const int64_t t = blockIdx.x;
-    const int h0 = blockIdx.y * SM90_HEADS, tid = threadIdx.x;
+    const int h0 = blockIdx.y * SM90_HEAD_GROUP, tid = threadIdx.x;
     const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; // this thread's two head rows of every accumulator
     const int cq = 2 * (lane & 3);                       // its column pair within each 8-column group
     const int32_t *sel = indices + t * topk;
     const int n_tiles = (topk + SM90_KEYS - 1) / SM90_KEYS;
 
-    { // Q: 64 heads x 576, row tid / 4
-        const int row = tid >> 2;
-        const char *src = (const char *)(q + ((t * n_heads) + h0 + row) * SM90_DQK);
+    { // Q: 64 heads x 576, row tid / 4; rows past n_heads (a partial last group) are zero and never stored
+        const int row = tid >> 2, live = h0 + row < n_heads;
+        const char *src = (const char *)(q + ((t * n_heads) + (live ? h0 + row : 0)) * SM90_DQK);
 #pragma unroll
         for (int k = 0; k < SM90_CHUNKS / 4; k++) {
             const int chunk = (tid & 3) + 4 * k;
-            cp_async16(q_s + tile_offset(row, chunk), src + chunk * 16, 16);
+            cp_async16(q_s + tile_offset(row, chunk), src + chunk * 16, live ? 16 : 0);
         }
     }
     gather_rows<SM90_THREADS>(kv_s0, valid, kv, sel, 0, topk, n_keys, tid);
@@ -177,16 +178,24 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     __syncthreads();
     l0 = row_sum[r0], l1 = row_sum[r1];
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const bool live0 = h0 + r0 < n_heads, live1 = h0 + r1 < n_heads;
     bf16 *out0 = out + (t * n_heads + h0 + r0) * SM90_DV + wg * 256 + cq;
     bf16 *out1 = out + (t * n_heads + h0 + r1) * SM90_DV + wg * 256 + cq;
+    if (live0) {
 #pragma unroll
-    for (int j = 0; j < 32; j++) {
-        *(__nv_bfloat162 *)(out0 + 8 * j) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-        *(__nv_bfloat162 *)(out1 + 8 * j) = __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        for (int j = 0; j < 32; j++)
+            *(__nv_bfloat162 *)(out0 + 8 * j) = __floats2bfloat162_rn(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+    }
+    if (live1) {
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            *(__nv_bfloat162 *)(out1 + 8 * j) = __floats2bfloat162_rn(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
     }
     if (wg == 0 && (lane & 3) == 0) {
-        lse[t * n_heads + h0 + r0] = l0 > 0.0f ? m0 * 0.69314718055994531f + logf(l0) : INFINITY;
-        lse[t * n_heads + h0 + r1] = l1 > 0.0f ? m1 * 0.69314718055994531f + logf(l1) : INFINITY;
+        if (live0)
+            lse[t * n_heads + h0 + r0] = l0 > 0.0f ? m0 * 0.69314718055994531f + logf(l0) : INFINITY;
+        if (live1)
+            lse[t * n_heads + h0 + r1] = l1 > 0.0f ? m1 * 0.69314718055994531f + logf(l1) : INFINITY;
     }
 #else
     __trap();
@@ -199,8 +208,9 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
                                                 int32_t topk, void *out, float *lse, int *used, dsarl_error *err)
 {
     *used = 0;
-    // bf16 storage at GLM-5 dims, whole 64-head groups, 16-byte aligned rows, a compute capability 9.0 device
-    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || in->n_heads % SM90_HEADS ||
+    // bf16 storage at GLM-5 dims, heads in groups of 64 (a partial group of at least 16, padded: sm90_head_groups),
+    // 16-byte aligned rows, a compute capability 9.0 device
+    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !sm90_head_groups(in->n_heads) ||
         ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
         batch->n_queries > 0x7fffffff || getenv("DSARL_TILELANG_NO_SM90") || getenv("DSARL_TILELANG_NO_WMMA"))
         return DSARL_OK;
@@ -210,7 +220,7 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
     if (major != 9 || minor != 0)
         return DSARL_OK;
-    dim3 grid((unsigned int)batch->n_queries, (unsigned int)(in->n_heads / SM90_HEADS));
+    dim3 grid((unsigned int)batch->n_queries, (unsigned int)sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
     tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
     sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED>>>((bf16 *)out, lse, (const bf16 *)in->q,

@@ -31,13 +31,13 @@
  *   tiles of 64 and are reused by every head of the group; WMMA 16x16x16 bf16 products with fp32 accumulation
  *   (CUDA-core fp32 kernels for other dims and float32 storage); dq in shared fp32 and dkv accumulated with fp32
  *   atomics at the selected rows. 64 heads, 576/512, k 2048: 29.9 TFLOP/s (target 200).
- *   DSARL_TILELANG_SM90_BACKWARD=1 switches bf16 at GLM-5 dims on Hopper to the wgmma kernel
- *   (sparse_mla_backward_sm90.cu, the forward's shape): one block of two warpgroups per (query, 64 heads), Q and dO
- *   resident in shared memory, per tile of 64 keys S and dP by wgmma (one warpgroup each), P and dS in bf16, dQ in
- *   registers for the whole top-k, and the tile's dKV (64 keys x 576, summed over the 64 heads in the tensor cores)
- *   sent with 16-byte red.global.add.v4.f32 reductions into the fp32 accumulator; the next tile is gathered while
- *   dKV is computed. Unverified on a GPU as of 2026-11-30; the next session verifies it
- *   (tests/check_dsa_mla_bwd_sm90.c) and makes it the default.
+ *   bf16 at GLM-5 dims on Hopper takes the wgmma kernel instead (sparse_mla_backward_sm90.cu, the forward's
+ *   shape): one block of two warpgroups per (query, 64 heads), Q and dO resident in shared memory, per tile of 64
+ *   keys S and dP by wgmma (one warpgroup each), P and dS in bf16, dQ in registers for the whole top-k, and the
+ *   tile's dKV (64 keys x 576, summed over the 64 heads in the tensor cores) sent with 16-byte
+ *   red.global.add.v4.f32 reductions into the fp32 accumulator; the next tile is gathered while dKV is computed.
+ *   64 heads, 576/512, k 2048, T 8192: 282 TFLOP/s. Both sm90 kernels pad a last group of 16-63 heads with zero
+ *   rows; DSARL_TILELANG_NO_SM90=1 takes the older kernels.
  * - indexer loss: one block per query row; the set's target and indexer distributions in a per-block workspace. */
 #ifndef DSARL_DSA_TILELANG_H
 #define DSARL_DSA_TILELANG_H
