@@ -387,9 +387,12 @@ START_TEST(test_absorbed_paged)
     check_absorbed(&tb, 4, 40, 32, 16, random_indices(&tb, 16), "absorbed pack H4 d40/32 k16 random idx");
     printf("check_dsa_cudnn: paged graph at d 40/32: %s\n", c->paged_handovers ? c->paged_refused : "cuDNN runs it");
     int before = c->paged_handovers;
+    c->paged_forced = 1; // the paged graph itself at GLM-5 dims and 16 heads (unforced, tilelang's kernel takes them)
     check_absorbed(&tb, 16, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H16 d576/512 k32 indexer idx");
+    c->paged_forced = 0;
     batch_free(&tb);
     batch_decode(&tb, 10, 200);
+    // 8 heads: tilelang's wgmma kernel declines them, so the paged graph serves them unforced
     check_absorbed(&tb, 8, 576, 512, 24, random_indices(&tb, 24), "absorbed decode H8 d576/512 k24 (empty rows)");
     batch_free(&tb);
     ck_assert_msg(c->paged_handovers == before, "the GLM-5 576/512 forward was handed over: %s", c->paged_refused);
@@ -402,8 +405,11 @@ START_TEST(test_absorbed_paged)
     const int32_t pack[] = {40, 31};
     batch_packed(&tb, pack, 2);
     check_absorbed(&tb, 64, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H64 d576/512 k32 (tilelang)");
-    batch_free(&tb);
     ck_assert_int_eq(c->paged_handovers, before + 2);
+    // and 16 heads, a padded group of the same kernel
+    check_absorbed(&tb, 16, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H16 d576/512 k32 (tilelang)");
+    batch_free(&tb);
+    ck_assert_int_eq(c->paged_handovers, before + 3);
 }
 END_TEST
 

@@ -6,10 +6,11 @@
  * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
  * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
  * values as float32 host arrays, split over host threads by query rows (each thread its own dkv, summed after).
- * Cases: 64, 128, 16 and 80 heads (16 and 80 pad their last group of 64), 8 heads declined; topk 64, 100 (a partial last tile), 256 and 2048; ragged causal packs where early rows
- * have fewer eligible keys than topk; decode-style ranges into a longer key array (one empty); unsorted slots, -1
- * holes anywhere, repeated keys within a row (the reductions must sum them), a case where every row draws its 256
- * slots from 5 keys, and rows with no valid slot. Each case runs twice:
+ * Cases: 64, 128, 16 and 80 heads (16 and 80 pad their last group of 64), 8 heads declined; topk 64, 100 (a
+ * partial last tile), 256 and 2048; ragged causal packs where early rows have fewer eligible keys than topk;
+ * decode-style ranges into a longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys within
+ * a row (the reductions must sum them), a case where every row draws its 256 slots from 5 keys, and rows with no
+ * valid slot. Each case runs twice:
  *   - the kernel directly (tilelang_sparse_mla_backward_sm90, which must take the shape) into a zeroed fp32
  *     accumulator: dq (poisoned with NaN first) and the raw key gradient against the reference;
  *   - the entry point tilelang_sparse_mla_backward (the sm90 kernel: its default) on a dkv pre-filled with

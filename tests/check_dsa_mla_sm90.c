@@ -3,9 +3,10 @@
  *
  * Inputs are drawn in float32 and rounded to bf16 once; the reference (double accumulation) runs on those values as
  * float32 host arrays, split over host threads by query rows so that topk 2048 stays affordable. Cases: 64 and 128
- * heads, 16 and 80 (their last group of 64 padded), 8 declined; topk 64, 100 (a partial last tile), 128, 256 and 2048; ragged causal packs where early rows have fewer
- * eligible keys than topk; decode-style ranges into a longer key array (one empty); unsorted slots, -1 holes
- * anywhere, repeated keys, rows with only a few valid keys and one row with none. out and lse are poisoned (NaN)
+ * heads, 16 and 80 (their last group of 64 padded), 8 declined; topk 64, 100 (a partial last tile), 128, 256 and
+ * 2048; ragged causal packs where early rows have fewer eligible keys than topk; decode-style ranges into a
+ * longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys, rows with only a few valid keys
+ * and one row with none. out and lse are poisoned (NaN)
  * before every launch. Comparison: ||out - ref|| / ||ref|| and max |out - ref| / max |ref| (bf16 outputs, 1e-2),
  * lse max abs error relative to max(1, max |lse|) (1e-3); +inf lse and zero rows must match exactly. A bigger
  * shape checks the new kernel against the previous (WMMA) kernel and that two launches agree bit for bit.

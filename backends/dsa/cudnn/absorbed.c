@@ -7,8 +7,9 @@
  * Query tokens run in power-of-two chunks (the binary decomposition of Tq) so plans are reused across batch sizes;
  * the pool is described with a power-of-two page count >= Tk (only the pages the table names are read).
  * A row with no valid index is given one dummy page for cuDNN and then overwritten: out 0, lse +inf.
- * At GLM-5's dims (576/512, heads in groups of 64, bf16) tilelang's wgmma kernel measured ~5.8x faster than this
- * graph on the H200, so those calls go to tilelang (DSARL_CUDNN_PAGED_FORWARD=1 keeps them here, to measure). */
+ * At GLM-5's dims (576/512, heads in groups of 64 or a last group of at least 16, bf16) tilelang's wgmma kernel
+ * measured ~5.8x faster than this graph on the H200 at 64 heads and ~6.3x at 16, so those calls go to tilelang
+ * (DSARL_CUDNN_PAGED_FORWARD=1 keeps them here, to measure). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,9 +43,10 @@ static int paged_usable(cudnn_dsa *c, const dsarl_dsa_batch *batch, const dsarl_
 {
     if (c->f32)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "float32 storage (the cuDNN graph is bf16)");
-    if (in->d_qk == 576 && in->d_v == 512 && in->n_heads % 64 == 0 && !c->paged_forced)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "GLM-5 dims with 64-head groups: tilelang's wgmma kernel is the "
-                          "faster exact route (483-500 vs 85-86 TFLOP/s measured on the H200)");
+    if (in->d_qk == 576 && in->d_v == 512 && tilelang_sparse_mla_sm90_head_groups(in->n_heads) && !c->paged_forced)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "GLM-5 dims with 64-head groups (a last group of 16 or more "
+                          "padded): tilelang's wgmma kernel is the faster exact route (470-503 vs 85-86 TFLOP/s at 64 "
+                          "heads, 136 vs 21.5 at 16, measured on the H200)");
     // every chunk starts at an even token, so these keep each chunk's operands 16-byte aligned
     if (in->d_qk % 8 || in->d_v % 8 || in->n_heads % 4 || topk % 4 ||
         ((uintptr_t)in->q | (uintptr_t)in->kv | (uintptr_t)out | (uintptr_t)lse) % 16)

@@ -14,7 +14,8 @@
  * - absorbed sparse MLA forward: SDPA_FWD with block-size-1 page tables (the page-table row of a query token is
  *   its compacted top-k list, seq_len_kv its valid count), the heads packed as query rows, Stats giving the lse;
  *   rows without a valid index are written outside cuDNN (out 0, lse +inf). At GLM-5's 576/512 with 64-head
- *   groups tilelang's wgmma kernel is ~5.8x faster (measured), so that case is handed over.
+ *   groups (or a padded last group of 16 or more) tilelang's wgmma kernel is ~6x faster (measured), so that case is
+ *   handed over.
  * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang kernels, linked
  *   into this plugin, so their improvements reach this backend without a change here.
  *
@@ -50,8 +51,9 @@ DSARL_BEGIN_DECLS
     "causal SDPA graph + additive top-k bias [B,1,S,S] (0 selected, -1e9 elsewhere)\n"                              \
     "headwise_attention_forward/backward | segment > " CDN_STR(CDN_MAX_SEGMENT) " | not served (an error naming "    \
     "the segment; use the absorbed form)\n"                                                                           \
-    "sparse_mla_forward | absorbed 576/512, heads a multiple of 64, bf16 | hand-over: tilelang (its sm_90 wgmma "    \
-    "kernel: 483-500 TFLOP/s vs cuDNN paged 85-86 on the H200)\n"                                                   \
+    "sparse_mla_forward | absorbed 576/512, heads in groups of 64 (a last group of >= 16 padded), bf16 | hand-over: " \
+    "tilelang (its sm_90 wgmma kernel: 470-503 TFLOP/s at 64 heads, 136 at 16; cuDNN paged 85-86 and 21.5 on the "  \
+    "H200)\n"                                                                                                        \
     "sparse_mla_forward | other absorbed dims (d_qk, d_v multiples of 8, heads and k multiples of 4), bf16 | cuDNN " \
     "SDPA_FWD with page tables of block size 1 (one per query token = its top-k), heads as query rows, Stats = "    \
     "lse; rows with no index set by our kernel\n"                                                                   \

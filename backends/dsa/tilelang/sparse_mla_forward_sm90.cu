@@ -24,10 +24,10 @@
  * 2.36 ms at Tq 4096, so the limit is the serial chain S -> softmax -> P V inside a tile, where the tensor cores
  * wait for the softmax (no ping-pong between warpgroups yet).
  * Heads that are not whole groups of 64 pad the last group with zero Q rows whose out and lse are never stored; it
- * must hold at least 16 real heads (sm90_head_groups: 16 heads do 4x the products, still well ahead of the WMMA
- * kernel). Shapes that do not fit (other dims, a last group under 16 heads, float32 storage, another architecture)
- * stay on the WMMA and CUDA-core kernels. The tile layout, descriptors, wgmma wrappers and the gather are shared
- * with the backward in sparse_mla_sm90.cuh. */
+ * must hold at least 16 real heads (tilelang_sparse_mla_sm90_head_groups: 16 heads do 4x the products, still
+ * well ahead of the WMMA kernel). Shapes that do not fit (other dims, a last group under 16 heads, float32
+ * storage, another architecture) stay on the WMMA and CUDA-core kernels. The tile layout, descriptors, wgmma
+ * wrappers and the gather are shared with the backward in sparse_mla_sm90.cuh. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -208,9 +208,9 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
                                                 int32_t topk, void *out, float *lse, int *used, dsarl_error *err)
 {
     *used = 0;
-    // bf16 storage at GLM-5 dims, heads in groups of 64 (a partial group of at least 16, padded: sm90_head_groups),
-    // 16-byte aligned rows, a compute capability 9.0 device
-    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !sm90_head_groups(in->n_heads) ||
+    // bf16 storage at GLM-5 dims, heads in groups of 64 (a last group of at least 16, padded), 16-byte aligned rows,
+    // a compute capability 9.0 device
+    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !tilelang_sparse_mla_sm90_head_groups(in->n_heads) ||
         ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
         batch->n_queries > 0x7fffffff || getenv("DSARL_TILELANG_NO_SM90") || getenv("DSARL_TILELANG_NO_WMMA"))
         return DSARL_OK;
@@ -220,7 +220,7 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
     if (major != 9 || minor != 0)
         return DSARL_OK;
-    dim3 grid((unsigned int)batch->n_queries, (unsigned int)sm90_head_groups(in->n_heads));
+    dim3 grid((unsigned int)batch->n_queries, (unsigned int)tilelang_sparse_mla_sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
     tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
     sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED>>>((bf16 *)out, lse, (const bf16 *)in->q,

@@ -21,18 +21,6 @@
 #define SM90_ROPE_BLOCK (8 * SM90_BLOCK_BYTES)     /* offset of the rope columns in a tile */
 
 #define SM90_HEAD_GROUP 64                         /* heads per block: the M of the products over heads */
-#define SM90_MIN_LAST_GROUP 16                     /* fewest real heads in a padded last group */
-
-/* Blocks per query for n_heads heads, or 0 when the kernels do not take them. Heads go in groups of 64; a last group
- * with fewer is padded with zero rows that are never stored (for 16 heads that is 4x the tensor-core work, still
- * about 4x faster than the WMMA kernels at 16 heads), so it must hold at least 16 real heads. */
-static inline int sm90_head_groups(int n_heads)
-{
-    const int rest = n_heads % SM90_HEAD_GROUP;
-    if (n_heads <= 0 || (rest != 0 && rest < SM90_MIN_LAST_GROUP))
-        return 0;
-    return (n_heads + SM90_HEAD_GROUP - 1) / SM90_HEAD_GROUP;
-}
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SM90_DEVICE_CODE 1
