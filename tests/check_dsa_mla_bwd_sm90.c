@@ -9,8 +9,8 @@
  * Cases: 64, 128, 16 and 80 heads (16 and 80 pad their last group of 64), 8 heads declined; topk 64, 100 (a
  * partial last tile), 256 and 2048; ragged causal packs where early rows have fewer eligible keys than topk;
  * decode-style ranges into a longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys within
- * a row (the reductions must sum them), a case where every row draws its 256 slots from 5 keys, and rows with no
- * valid slot. Each case runs twice:
+ * a row (the reductions must sum them), a case where every row draws its 256 slots from 5 keys, rows with no
+ * valid slot, and rows whose valid keys fill only the first slots (the trailing -1 tiles are skipped). Each case runs twice:
  *   - the kernel directly (tilelang_sparse_mla_backward_sm90, which must take the shape) into a zeroed fp32
  *     accumulator: dq (poisoned with NaN first) and the raw key gradient against the reference;
  *   - the entry point tilelang_sparse_mla_backward (the sm90 kernel: its default) on a dkv pre-filled with
@@ -493,6 +493,37 @@ START_TEST(test_repeated_keys)
 }
 END_TEST
 
+// Valid keys only in the first slots of each row, -1 after (how the indexer fills rows with fewer eligible keys than
+// topk): the kernel skips the trailing all-invalid tiles, so the counts straddle tile edges (0, 1, 63, 64, 65, 128,
+// 200, 256), and every third row also has a -1 hole before its last key, which must not end the scan.
+START_TEST(test_front_packed)
+{
+    const int32_t counts[8] = {0, 1, 63, 64, 65, 128, 200, 256};
+    const int heads[2] = {64, 16};
+    for (int hc = 0; hc < 2; hc++) {
+        mla_case c = {.Tq = 24, .Tk = 300, .H = heads[hc], .topk = 256};
+        c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4);
+        c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
+        for (int64_t t = 0; t < c.Tq; t++) {
+            c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
+            int32_t *row = c.idx + t * c.topk, n = counts[t % 8];
+            fill_row(row, c.topk, 0, (int32_t)c.Tk, n, 0); // n distinct keys at random slots
+            int32_t w = 0;                                   // moved to the front, in slot order
+            for (int32_t i = 0; i < c.topk; i++)
+                if (row[i] >= 0)
+                    row[w++] = row[i];
+            for (int32_t i = w; i < c.topk; i++)
+                row[i] = -1;
+            if (t % 3 == 0 && n > 2)
+                row[irand(n - 1)] = -1;
+        }
+        case_inputs(&c);
+        check_case(&c, heads[hc] == 64 ? "front-packed rows Tq24 H64 k256" : "front-packed rows Tq24 H16 k256");
+        case_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(test_decode_topk2048)
 {
     mla_case c;
@@ -592,6 +623,7 @@ static Suite *mla_bwd_sm90_suite(void)
     tcase_add_test(small, test_packed_h64);
     tcase_add_test(small, test_packed_h128);
     tcase_add_test(small, test_padded_heads);
+    tcase_add_test(small, test_front_packed);
     tcase_add_test(small, test_repeated_keys);
     suite_add_tcase(s, small);
     TCase *large = tcase_create("large");

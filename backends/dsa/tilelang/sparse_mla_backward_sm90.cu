@@ -122,7 +122,6 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
     const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; // this thread's two rows of every accumulator
     const int cq = 2 * (lane & 3);                       // its column pair within each 8-column group
     const int32_t *sel = indices + t * topk;
-    const int n_tiles = (topk + SM90_KEYS - 1) / SM90_KEYS;
 
     { // Q (64 heads x 576) and dO (64 heads x 512): row tid / 4; rows past n_heads (a partial last group) are zero
         const int row = tid >> 2, live = h0 + row < n_heads, h = live ? h0 + row : 0;
@@ -157,6 +156,8 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             lse_s[h] = lse[t * n_heads + h0 + h] * 1.4426950408889634f; // +inf stays +inf: P = 0
         }
     }
+    __shared__ int block_last;
+    const int n_tiles = live_tiles<BW_THREADS>(sel, topk, n_keys, &block_last, tid); // trailing -1 tiles skipped
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();

@@ -57,7 +57,6 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; // this thread's two head rows of every accumulator
     const int cq = 2 * (lane & 3);                       // its column pair within each 8-column group
     const int32_t *sel = indices + t * topk;
-    const int n_tiles = (topk + SM90_KEYS - 1) / SM90_KEYS;
 
     { // Q: 64 heads x 576, row tid / 4; rows past n_heads (a partial last group) are zero and never stored
         const int row = tid >> 2, live = h0 + row < n_heads;
@@ -70,6 +69,8 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     }
     gather_rows<SM90_THREADS>(kv_s0, valid, kv, sel, 0, topk, n_keys, tid);
     cp_async_commit();
+    __shared__ int block_last;
+    const int n_tiles = live_tiles<SM90_THREADS>(sel, topk, n_keys, &block_last, tid); // trailing -1 tiles skipped
 
     // descriptors: 128B swizzle, K-major (Q, K, P) with 1024-byte 8-row groups; V N-major, 64-column blocks 8 KiB apart
     const uint64_t desc_q = smem_desc(q_s, 16, 1024), desc_k = smem_desc(kv_s0, 16, 1024);

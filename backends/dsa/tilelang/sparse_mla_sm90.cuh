@@ -171,6 +171,31 @@ static __device__ __forceinline__ void gather_rows(uint32_t dst, int *valid, con
             valid[row] = KEYS ? (ok ? key : -1) : (int)ok;
     }
 }
+
+/* Tiles of 64 slots a query's top-k list needs: up to its last slot with a key in [0, n_keys), at least 1 (a row
+ * with no valid slot runs one all-invalid tile, which gives out 0 and lse +inf). Queries with fewer eligible keys
+ * than topk (early causal positions, short decode contexts) end in -1 slots, whose tiles would otherwise be
+ * gathered and multiplied as zeros. All NT threads of the block call it (two barriers); *block_last is a
+ * __shared__ int of the caller's, not written again. */
+template <int NT>
+static __device__ __forceinline__ int live_tiles(const int32_t *sel, int topk, int64_t n_keys, int *block_last, int u)
+{
+    int last = -1;
+    for (int slot = u; slot < topk; slot += NT) {
+        const int32_t key = sel[slot];
+        if (key >= 0 && (int64_t)key < n_keys)
+            last = slot;
+    }
+    last = __reduce_max_sync(0xffffffffu, last);
+    if (u == 0)
+        *block_last = -1;
+    __syncthreads();
+    if ((u & 31) == 0)
+        atomicMax(block_last, last);
+    __syncthreads();
+    const int tiles = (*block_last + SM90_KEYS) / SM90_KEYS;
+    return tiles > 0 ? tiles : 1;
+}
 #endif
 
 #endif /* DSARL_TILELANG_SPARSE_MLA_SM90_CUH */
