@@ -1,7 +1,6 @@
 /* check_dsa_mla_bwd_sm90.c: the Hopper wgmma sparse MLA backward of the tilelang backend
  * (sparse_mla_backward_sm90.cu, the default; DSARL_TILELANG_NO_SM90=1 takes the WMMA kernel) against the reference
- * backend on fresh
- * random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
+ * backend on fresh random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
  *
  * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
  * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
@@ -10,7 +9,8 @@
  * partial last tile), 256 and 2048; ragged causal packs where early rows have fewer eligible keys than topk;
  * decode-style ranges into a longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys within
  * a row (the reductions must sum them), a case where every row draws its 256 slots from 5 keys, rows with no
- * valid slot, and rows whose valid keys fill only the first slots (the trailing -1 tiles are skipped). Each case runs twice:
+ * valid slot, and rows whose valid keys fill only the first slots (the trailing -1 tiles are skipped). Each case
+ * runs twice:
  *   - the kernel directly (tilelang_sparse_mla_backward_sm90, which must take the shape) into a zeroed fp32
  *     accumulator: dq (poisoned with NaN first) and the raw key gradient against the reference;
  *   - the entry point tilelang_sparse_mla_backward (the sm90 kernel: its default) on a dkv pre-filled with

@@ -7,10 +7,10 @@
  * 2048; ragged causal packs where early rows have fewer eligible keys than topk; decode-style ranges into a
  * longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys, rows with only a few valid keys
  * and one row with none; rows whose valid keys fill only the first slots (the trailing -1 tiles are skipped).
- * out and lse are poisoned (NaN)
- * before every launch. Comparison: ||out - ref|| / ||ref|| and max |out - ref| / max |ref| (bf16 outputs, 1e-2),
- * lse max abs error relative to max(1, max |lse|) (1e-3); +inf lse and zero rows must match exactly. A bigger
- * shape checks the new kernel against the previous (WMMA) kernel and that two launches agree bit for bit.
+ * out and lse are poisoned (NaN) before every launch. Comparison: ||out - ref|| / ||ref|| and max |out - ref| /
+ * max |ref| (bf16 outputs, 1e-2), lse max abs error relative to max(1, max |lse|) (1e-3); +inf lse and zero rows
+ * must match exactly. A bigger shape checks the new kernel against the previous (WMMA) kernel and that two launches
+ * agree bit for bit.
  * DSARL_GPU_BENCH=1 prints first timings (the performance figures of record come from `dsarl bench dsa`).
  * CK_RUN_CASE=small runs only the quick cases (for compute-sanitizer).
  * Label gpu; exit status 77 (skipped) without a GPU or on a device that is not compute capability 9.0. */

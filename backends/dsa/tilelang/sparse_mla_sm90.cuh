@@ -20,7 +20,7 @@
 #define SM90_TILE_BYTES (9 * SM90_BLOCK_BYTES)     /* 64 rows x 576 bf16 = 73728 */
 #define SM90_ROPE_BLOCK (8 * SM90_BLOCK_BYTES)     /* offset of the rope columns in a tile */
 
-#define SM90_HEAD_GROUP 64                         /* heads per block: the M of the products over heads */
+#define SM90_HEAD_GROUP TILELANG_SM90_HEAD_GROUP   /* heads per block (tilelang.h): the M of the products over heads */
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SM90_DEVICE_CODE 1

@@ -60,12 +60,14 @@ struct dsarl_dsa_context {
  * go in groups of 64 (the M of every wgmma); a last group with fewer is padded with zero rows that are never stored,
  * so it must hold at least 16 real heads (16 heads do 4x the products, and still measured 136 TFLOP/s forward
  * against 14 for the WMMA kernel). The cudnn backend routes by it too. */
+#define TILELANG_SM90_HEAD_GROUP 64     /* heads per block of the sm_90 sparse MLA kernels */
+#define TILELANG_SM90_MIN_LAST_GROUP 16 /* fewest real heads in a padded last group */
 static inline int tilelang_sparse_mla_sm90_head_groups(int n_heads)
 {
-    const int rest = n_heads % 64;
-    if (n_heads <= 0 || (rest != 0 && rest < 16))
+    const int rest = n_heads % TILELANG_SM90_HEAD_GROUP;
+    if (n_heads <= 0 || (rest != 0 && rest < TILELANG_SM90_MIN_LAST_GROUP))
         return 0;
-    return (n_heads + 63) / 64;
+    return (n_heads + TILELANG_SM90_HEAD_GROUP - 1) / TILELANG_SM90_HEAD_GROUP;
 }
 
 /* Device workspace of at least bytes (valid until the next call on ctx). */
