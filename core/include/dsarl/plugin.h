@@ -29,7 +29,7 @@ DSARL_BEGIN_DECLS
  * ABI minor: bumped when structs grow at their end; the host accepts plugins built against an older or equal
  * minor and reads newer ops slots only when struct_size covers them. */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 1
+#define DSARL_ABI_MINOR 2
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"
@@ -92,8 +92,18 @@ typedef struct dsarl_ops_common {
     size_t n_keys;
     /* Optional: appends lines to `dsarl plugins` (e.g. which engine serves which op); NULL if none. */
     void (*describe)(void (*emit)(void *ctx, const char *line), void *ctx);
-    void *reserved[4];
+    /* ABI 1.2: preference where a recipe leaves the choice open (GStreamer's autoplugging): among the tables of a
+     * kind that can serve the device, the core takes the highest rank; 0 (older plugins) = never by default. */
+    int32_t rank;
+    uint32_t reserved_flags;
+    void *reserved[3];
 } dsarl_ops_common;
+
+/* Ranks for dsarl_ops_common.rank. */
+#define DSARL_RANK_NONE 0        /* chosen only by name */
+#define DSARL_RANK_FALLBACK 64   /* correct everywhere it runs, not fast (a reference implementation) */
+#define DSARL_RANK_SECONDARY 128 /* a good choice, below the primary */
+#define DSARL_RANK_PRIMARY 256   /* the best this build has for the device */
 
 #define DSARL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -190,8 +190,28 @@ typedef struct dsarl_device_ops {
     int (*convert)(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
                    int64_t n, float alpha, dsarl_error *err);
 
-    void *reserved[6];
+    /* --- ABI 1.2 ------------------------------------------------------------------------------------------ */
+    /* What this device is (DSARL_DEVICE_CAP_* flags), so models and DSA backends test capabilities, not names. */
+    uint64_t capabilities;
+    /* The queue this instance orders its work on: a cudaStream_t for DSARL_DEVICE_CAP_CUDA devices, NULL for a
+     * device that runs each call at once. Backends launching their own kernels enqueue them here. */
+    void *(*stream)(dsarl_device *dev);
+
+    void *reserved[4];
 } dsarl_device_ops;
+
+/* dsarl_device_ops.capabilities flags (ABI 1.2). */
+#define DSARL_DEVICE_CAP_HOST_MEMORY 0x1u  /* device pointers are host pointers (plain C kernels can run on them) */
+#define DSARL_DEVICE_CAP_CUDA 0x2u         /* device pointers are CUDA device memory; stream() is a cudaStream_t */
+#define DSARL_DEVICE_CAP_LAUNCH_BOUND 0x4u /* calls queue kernels with a fixed cost each: batch small work */
+
+/* The capabilities of a device ops table from any 1.x plugin (0 when its struct_size does not cover them). */
+static inline uint64_t dsarl_device_capabilities(const dsarl_device_ops *ops)
+{
+    return ops->common.struct_size >= offsetof(dsarl_device_ops, capabilities) + sizeof(ops->capabilities)
+               ? ops->capabilities
+               : 0;
+}
 
 DSARL_END_DECLS
 

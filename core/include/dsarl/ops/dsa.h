@@ -142,7 +142,13 @@ typedef struct dsarl_dsa_ops {
      * runs this backend's own kernels. */
     const char *routes;
 
-    void *reserved[4];
+    /* ---- ABI 1.2 ---- */
+    /* The DSARL_DEVICE_CAP_* flags a device must have for this backend to run on it (reference: host memory;
+     * tilelang, cudnn: CUDA). The core picks, among backends whose requirement the device meets, the highest
+     * common.rank where the recipe names none. */
+    uint64_t device_requires;
+
+    void *reserved[3];
 } dsarl_dsa_ops;
 
 /* True when a DSA ops table registered under any 1.x ABI has the optional member `field` set. */

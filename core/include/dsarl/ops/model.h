@@ -66,6 +66,22 @@ typedef struct dsarl_optimizer_params {
     double grad_scale;   /* every gradient is multiplied by this before the update */
 } dsarl_optimizer_params;
 
+/* ABI 1.2: what the core knows of a checkpoint before choosing a model family (dsarl_model_ops.accepts). */
+typedef struct dsarl_model_probe {
+    uint32_t struct_size;
+    const char *model_name;   /* policy.model_name as written (a local directory or a hub id), or NULL */
+    const char *config_path;  /* model_name/config.json when that file exists, else NULL */
+    const dsarl_node *recipe; /* resolved recipe root (an inline policy.model_config) */
+} dsarl_model_probe;
+
+/* ABI 1.2: model FLOPs of one pass (dsarl_model_ops.flops). A training step is forward + backward. */
+typedef struct dsarl_model_flops {
+    uint32_t struct_size;
+    double forward;           /* one forward over the batch */
+    double backward;          /* its backward (about twice the forward's matmuls, plus the indexer loss) */
+    const char *formula;      /* static text: how the plugin counts, printed by benchmarks */
+} dsarl_model_flops;
+
 typedef struct dsarl_model_ops {
     dsarl_ops_common common;
 
@@ -153,8 +169,31 @@ typedef struct dsarl_model_ops {
     /* The device ops table and instance the model runs on (engines sample and score tokens there). */
     void (*device)(const dsarl_model *model, const dsarl_device_ops **ops, dsarl_device **dev);
 
-    void *reserved[10];
+    /* --- ABI 1.2: family probe, FLOP count, one forward per training microbatch ------------------------------- */
+    /* Whether this table serves the checkpoint probe describes: > 0 is a match score (the core takes the highest,
+     * a specific family above a generic one), 0 no, < 0 an error in err (an unreadable config.json). NULL: the
+     * table is chosen only by name (policy.model_family). */
+    int (*accepts)(const dsarl_model_probe *probe, dsarl_error *err);
+    /* Model FLOPs of one forward and one backward over batch for the model config describes, without building
+     * it (benchmarks and MFU); the formula is the plugin's and is printed by `dsarl bench train`. */
+    int (*flops)(const dsarl_model_config *config, const dsarl_token_batch *batch, dsarl_model_flops *out,
+                 dsarl_error *err);
+    /* The training forward: per-token log-probs (T) host, as forward_logprobs, from one forward that KEEPS its
+     * activations for train_backward. One pass is pending at a time: a new train_forward (or destroy) releases
+     * the previous one. */
+    int (*train_forward)(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets,
+                         float *logprobs, dsarl_error *err);
+    /* Backward of the pending train_forward from dlogprobs (T) host: as backward (ACCUMULATES into the gradients,
+     * adds the indexer KL loss, fills indexer_loss when not NULL) without a second forward; releases the pass.
+     * Fails when no pass is pending. */
+    int (*train_backward)(dsarl_model *model, const float *dlogprobs, float *indexer_loss, dsarl_error *err);
+
+    void *reserved[6];
 } dsarl_model_ops;
+
+/* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */
+#define DSARL_MODEL_HAS(ops, field)                                                                                 \
+    ((ops)->common.struct_size >= offsetof(dsarl_model_ops, field) + sizeof((ops)->field) && (ops)->field != NULL)
 
 DSARL_END_DECLS
 
