@@ -21,3 +21,18 @@ dsarl_test_plugin(small_desc dsarl-environment-smalldesc TEST_DESC_SIZE=16 TEST_
 dsarl_test_plugin(small_ops dsarl-environment-smallops TEST_SMALL_OPS=1 TEST_ENV_NAME="smallops")
 dsarl_test_plugin(init_fails dsarl-environment-initfails TEST_INIT_FAILS=1 TEST_ENV_NAME="initfails")
 dsarl_test_plugin(no_desc dsarl-environment-nodesc TEST_NO_DESCRIPTOR=1 TEST_ENV_NAME="nodesc")
+
+# Out-of-tree DSA backends with a NULL mandatory op, each alone in its directory: `dsarl plugins --plugin-path DIR`
+# must print one refusal line naming the slot (tests/cli/test_plugin_refusal.sh).
+foreach(case null_loss null_create)
+  string(TOUPPER "${case}" flag)
+  add_library(test-plugin-dsa-${case} MODULE plugins/test_dsa_plugin.c)
+  set_target_properties(test-plugin-dsa-${case} PROPERTIES PREFIX "" OUTPUT_NAME "dsarl-dsa-nullslot"
+                        LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests/plugins/dsa_${case}")
+  target_link_libraries(test-plugin-dsa-${case} PRIVATE dsarl)
+  target_link_options(test-plugin-dsa-${case} PRIVATE "LINKER:--no-undefined")
+  target_compile_definitions(test-plugin-dsa-${case} PRIVATE TEST_${flag}=1)
+  add_dependencies(check_registry test-plugin-dsa-${case})
+endforeach()
+add_test(NAME plugin_refusal COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_plugin_refusal.sh" "${CMAKE_BINARY_DIR}")
+set_tests_properties(plugin_refusal PROPERTIES LABELS unit TIMEOUT 60)

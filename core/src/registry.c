@@ -89,20 +89,6 @@ static int refuse(dsarl_registry *reg, const char *path, dsarl_error *err, int c
 /* ---------------------------------------------------------------------------------------------------------------
  * The host table. */
 
-/* Smallest ops struct a plugin built against this ABI major may register: everything up to the reserved slots. */
-static size_t minimum_ops_size(dsarl_kind kind)
-{
-    switch (kind) {
-    case DSARL_KIND_MODEL: return offsetof(dsarl_model_ops, reserved);
-    case DSARL_KIND_DEVICE: return offsetof(dsarl_device_ops, reserved);
-    case DSARL_KIND_DSA: return offsetof(dsarl_dsa_ops, preferred_form); /* 1.1's optional ops may be absent */
-    case DSARL_KIND_GENERATION: return offsetof(dsarl_generation_ops, reserved);
-    case DSARL_KIND_ALGORITHM: return offsetof(dsarl_algorithm_ops, reserved);
-    case DSARL_KIND_ENVIRONMENT: return offsetof(dsarl_environment_ops, reserved);
-    default: return SIZE_MAX;
-    }
-}
-
 static int valid_name(const char *name)
 {
     if (!name || !*name || strlen(name) > 64)
@@ -115,10 +101,8 @@ static int valid_name(const char *name)
     return 1;
 }
 
-static int host_register_ops(const dsarl_host *host, dsarl_kind kind, const dsarl_ops_common *ops,
-                             dsarl_error *err)
+static int register_checked(dsarl_registry *reg, dsarl_kind kind, const dsarl_ops_common *ops, dsarl_error *err)
 {
-    dsarl_registry *reg = host->host_private;
     const char *file = reg->loading ? reg->loading->path : "(host)";
     const char *kind_name = dsarl_kind_name(kind);
     if (!kind_name)
@@ -131,19 +115,17 @@ static int host_register_ops(const dsarl_host *host, dsarl_kind kind, const dsar
     if (!valid_name(ops->name))
         return DSARL_FAIL(err, DSARL_E_INVALID,
                           "%s: %s ops table has an invalid name (1-64 characters of [A-Za-z0-9_.-])", file, kind_name);
-    if (ops->struct_size < minimum_ops_size(kind)) {
-        reg->loading_refused = 1;
-        return DSARL_FAIL(err, DSARL_E_ABI,
-                          "%s: %s '%s' ops table is %u bytes, smaller than the %zu this host needs (built against an "
-                          "older dsarl SDK?)",
-                          file, kind_name, ops->name, ops->struct_size, minimum_ops_size(kind));
+    /* A table is checked against the minor its plugin was built for; the host's own tables against this one. */
+    unsigned minor = reg->loading ? reg->loading->info.abi_minor : DSARL_ABI_MINOR;
+    char why[DSARL_ERROR_MESSAGE_MAX / 2];
+    if (dsarl_registry_check_slots(kind, ops, minor, why, sizeof why) < 0) {
+        return DSARL_FAIL(err, DSARL_E_ABI, "%s: %s '%s' ops table %s", file, kind_name, ops->name, why);
     }
     if (ops->n_keys && !ops->keys)
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: %s '%s' declares %zu keys but no key array", file, kind_name,
                           ops->name, ops->n_keys);
     for (size_t i = 0; i < reg->n_ops; i++) {
         if (reg->ops[i].kind == kind && strcmp(reg->ops[i].ops->name, ops->name) == 0) {
-            reg->loading_refused = 1;
             const char *other = reg->ops[i].plugin ? reg->ops[i].plugin->path : "(host)";
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s: duplicate %s plugin '%s': already registered by %s", file,
                               kind_name, ops->name, other);
@@ -155,6 +137,17 @@ static int host_register_ops(const dsarl_host *host, dsarl_kind kind, const dsar
     reg->ops[reg->n_ops].plugin = reg->loading ? &reg->loading->info : NULL;
     reg->n_ops++;
     return 0;
+}
+
+/* Any refused registration refuses the whole file, even when the plugin's init ignores the error it got back. */
+static int host_register_ops(const dsarl_host *host, dsarl_kind kind, const dsarl_ops_common *ops,
+                             dsarl_error *err)
+{
+    dsarl_registry *reg = host->host_private;
+    int rc = register_checked(reg, kind, ops, err);
+    if (rc < 0)
+        reg->loading_refused = 1;
+    return rc;
 }
 
 static const dsarl_ops_common *host_find_ops(const dsarl_host *host, dsarl_kind kind, const char *name)

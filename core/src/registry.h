@@ -34,6 +34,15 @@ typedef struct dsarl_refusal {
     const char *reason;
 } dsarl_refusal;
 
+/* Smallest struct_size an ops table of kind from a plugin of ABI minor may have: the end of the last slot that
+ * minor defines (registry_slots.c). */
+DSARL_API size_t dsarl_registry_minimum_ops_size(dsarl_kind kind, unsigned minor);
+
+/* Checks an ops table against its kind's slot rules for a plugin of ABI minor: struct_size covers that minor,
+ * every mandatory slot is set. Returns 0, or -1 with why (a phrase following "<kind> '<name>' ops table ..."). */
+DSARL_API int dsarl_registry_check_slots(dsarl_kind kind, const dsarl_ops_common *ops, unsigned minor, char *why,
+                                         size_t why_size);
+
 /* Creates an empty registry whose host table is ready for plugin init functions. */
 DSARL_API int dsarl_registry_create(dsarl_registry **out, dsarl_error *err);
 
