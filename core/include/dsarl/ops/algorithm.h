@@ -1,4 +1,5 @@
-/* dsarl/ops/algorithm.h: training loops (kind DSARL_KIND_ALGORITHM), selected by algorithm.name.
+/* dsarl/ops/algorithm.h: training loops (kind DSARL_KIND_ALGORITHM), selected by algorithm.name. SDK tier: plugin
+ * ABI (docs/sdk.md); algorithms also use the trainer services tier. run is mandatory.
  *
  * The host resolves and validates the recipe, loads and selects every plugin the recipe names, then hands the
  * algorithm a run context; the algorithm owns the loop (data, rollouts, losses, optimizer, checkpoints, logs). */

@@ -1,4 +1,6 @@
-/* dsarl/ops/device.h: layer-level primitives on one kind of processor (kind DSARL_KIND_DEVICE).
+/* dsarl/ops/device.h: layer-level primitives on one kind of processor (kind DSARL_KIND_DEVICE). SDK tier: plugin
+ * ABI (docs/sdk.md). Every function slot of ABI 1.0 and 1.1 is MANDATORY (a table leaving one NULL is refused at
+ * registration, naming the slot); the 1.2 slots are optional, each says what 0/NULL means.
  *
  * Granularity follows llm.c: each entry is a whole layer primitive (with its backward where training needs one),
  * never a per-element call, so a model composes them once and a device plugin implements them once. All pointers
@@ -180,21 +182,26 @@ typedef struct dsarl_device_ops {
                         int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int64_t step, dsarl_error *err);
 
-    /* --- float32 where precision needs it (appended; take two of the reserved slots) ------------------------- */
-    /* As gemm, but C (M,N) is float32 whatever the storage dtype (A, B in storage, fp32 accumulation): router and
-     * LM-head logits and the indexer head weights stay float32 under bf16 storage. */
+    /* --- ABI 1.1: float32 where precision needs it (took two reserved slots, so the table kept its size) ------ */
+    /* Both are mandatory and this core calls them unconditionally: a 1.0 device plugin (where they read as NULL)
+     * is refused at registration naming the slot, rather than crashing in the first training step. */
+    /* ABI 1.1, mandatory. As gemm, but C (M,N) is float32 whatever the storage dtype (A, B in storage, fp32
+     * accumulation): router and LM-head logits and the indexer head weights stay float32 under bf16 storage. */
     int (*gemm_f32out)(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const void *a, const void *b, float beta, float *c, dsarl_error *err);
-    /* dst = alpha * src over n device values, converting between float32 and the storage dtype (either way, or
-     * the same type); other dtypes are refused. Float32 gradients enter storage-dtype GEMMs through it. */
+    /* ABI 1.1, mandatory. dst = alpha * src over n device values, converting between float32 and the storage dtype
+     * (either way, or the same type); other dtypes are refused. Float32 gradients enter storage-dtype GEMMs through
+     * it. */
     int (*convert)(dsarl_device *dev, void *dst, dsarl_dtype dst_dtype, const void *src, dsarl_dtype src_dtype,
                    int64_t n, float alpha, dsarl_error *err);
 
     /* --- ABI 1.2 ------------------------------------------------------------------------------------------ */
-    /* What this device is (DSARL_DEVICE_CAP_* flags), so models and DSA backends test capabilities, not names. */
+    /* ABI 1.2, optional (0: unknown, read through dsarl_device_capabilities). What this device is (DSARL_DEVICE_CAP_*
+     * flags), so models and DSA backends test capabilities, not names. */
     uint64_t capabilities;
-    /* The queue this instance orders its work on: a cudaStream_t for DSARL_DEVICE_CAP_CUDA devices, NULL for a
-     * device that runs each call at once. Backends launching their own kernels enqueue them here. */
+    /* ABI 1.2, optional (NULL: as a NULL stream, each call runs at once). The queue this instance orders its work on:
+     * a cudaStream_t for DSARL_DEVICE_CAP_CUDA devices, NULL for a device that runs each call at once. Backends
+     * launching their own kernels enqueue them here. */
     void *(*stream)(dsarl_device *dev);
 
     void *reserved[4];

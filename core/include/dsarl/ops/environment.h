@@ -1,4 +1,5 @@
-/* dsarl/ops/environment.h: reward environments (kind DSARL_KIND_ENVIRONMENT), configured under env.<name> and
+/* dsarl/ops/environment.h (SDK tier: plugin ABI, docs/sdk.md; create, destroy and score are mandatory): reward
+ * environments (kind DSARL_KIND_ENVIRONMENT), configured under env.<name> and
  * selected per dataset by data.*.env_name. */
 #ifndef DSARL_OPS_ENVIRONMENT_H
 #define DSARL_OPS_ENVIRONMENT_H

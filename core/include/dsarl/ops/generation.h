@@ -1,4 +1,5 @@
 /* dsarl/ops/generation.h: rollout engines (kind DSARL_KIND_GENERATION), selected by policy.generation.backend.
+ * SDK tier: plugin ABI (docs/sdk.md). create, destroy and generate are mandatory.
  * An engine samples completions from a model instance, reading its weights in place when colocated, and returns
  * the per-token log-probabilities it sampled with. */
 #ifndef DSARL_OPS_GENERATION_H

@@ -39,10 +39,10 @@ typedef struct dsarl_token_batch {
     int32_t n_sequences;         /* B */
     const int32_t *tokens;       /* (T) */
     const int32_t *cu_seqlens;   /* (B + 1) prefix sums of sequence lengths, cu_seqlens[0] = 0 */
-    /* ABI 1.1: factor on the LM-head logits of forward_logits, forward_logprobs and backward: 1 / the sampling
-     * temperature, as NeMo RL's policy divides logits by the generation temperature so that training log-probs
-     * match the sampler's. 0 (or a struct_size that does not cover it) means 1. Cached decode ignores it: the
-     * generation engine applies its own temperature. */
+    /* ABI 1.1 (took padding; read through dsarl_token_batch_logit_scale): factor on the LM-head logits of
+     * forward_logits, forward_logprobs and backward: 1 / the sampling temperature, as NeMo RL's policy divides logits
+     * by the generation temperature so that training log-probs match the sampler's. 0 (or a struct_size that does not
+     * cover it) means 1. Cached decode ignores it: the generation engine applies its own temperature. */
     float logit_scale;
 } dsarl_token_batch;
 
@@ -85,7 +85,8 @@ typedef struct dsarl_model_flops {
 typedef struct dsarl_model_ops {
     dsarl_ops_common common;
 
-    /* Builds a model (weights from config->model_dir, or random from the recipe's inline config). */
+    /* Mandatory (create through load_weights below are all mandatory except parameter_count_config).
+     * Builds a model (weights from config->model_dir, or random from the recipe's inline config). */
     int (*create)(const dsarl_model_config *config, dsarl_model **out, dsarl_error *err);
     void (*destroy)(dsarl_model *model);
 
@@ -125,7 +126,8 @@ typedef struct dsarl_model_ops {
     /* Overwrites tensor i's value from host float32. */
     int (*write_parameter)(dsarl_model *model, int64_t i, const float *value, dsarl_error *err);
 
-    /* Trainable parameter count and buffer elements of the model config describes (config.json of model_dir, or
+    /* Optional: NULL means planning tools cannot size the model without building it.
+     * Trainable parameter count and buffer elements of the model config describes (config.json of model_dir, or
      * the recipe's inline config), without building it: for planning full-size models. */
     int (*parameter_count_config)(const dsarl_model_config *config, int64_t *trainable, int64_t *buffers,
                                   dsarl_error *err);
@@ -148,7 +150,9 @@ typedef struct dsarl_model_ops {
     /* Overwrites every parameter and buffer from a Hugging Face directory that save wrote for the same config. */
     int (*load_weights)(dsarl_model *model, const char *dir, dsarl_error *err);
 
-    /* --- cached inference (generation engines) ----------------------------------------------------------------- */
+    /* --- cached inference (generation engines), optional: NULL means no generation engine can serve the model (the
+     * native engine refuses it at create, naming the slots)
+     * ----------------------------------------------------------------- */
     /* Allocates a KV cache of n_slots sequence slots, each holding up to max_tokens tokens (prompt + completion),
      * sized once up front; every slot starts empty. It belongs to model and is freed before it. */
     int (*cache_create)(dsarl_model *model, int32_t n_slots, int32_t max_tokens, dsarl_model_cache **out,
@@ -169,7 +173,8 @@ typedef struct dsarl_model_ops {
     /* The device ops table and instance the model runs on (engines sample and score tokens there). */
     void (*device)(const dsarl_model *model, const dsarl_device_ops **ops, dsarl_device **dev);
 
-    /* --- ABI 1.2: family probe, FLOP count, one forward per training microbatch ------------------------------- */
+    /* --- ABI 1.2, all optional (check with DSARL_MODEL_HAS): family probe, FLOP count, one forward per microbatch
+     * ------------------------------- */
     /* Whether this table serves the checkpoint probe describes: > 0 is a match score (the core takes the highest,
      * a specific family above a generic one), 0 no, < 0 an error in err (an unreadable config.json). NULL: the
      * table is chosen only by name (policy.model_family). */
