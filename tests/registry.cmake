@@ -36,3 +36,11 @@ foreach(case null_loss null_create)
 endforeach()
 add_test(NAME plugin_refusal COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_plugin_refusal.sh" "${CMAKE_BINARY_DIR}")
 set_tests_properties(plugin_refusal PROPERTIES LABELS unit TIMEOUT 60)
+
+# The installed test kit, used through installed headers only (no dsarl_internal): the reference DSA backend on
+# the cpu device, found by the real loader beside libdsarl.
+add_executable(check_testkit check_testkit.c)
+set_target_properties(check_testkit PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+target_link_libraries(check_testkit PRIVATE dsarl PkgConfig::CHECK m)
+add_test(NAME check_testkit COMMAND check_testkit)
+set_tests_properties(check_testkit PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
