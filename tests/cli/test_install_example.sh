@@ -8,25 +8,43 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix="$tmp/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in bin/dsarl lib/libdsarl.so include/dsarl/plugin.h include/dsarl/build_config.h lib/pkgconfig/dsarl.pc \
-         lib/cmake/dsarl/dsarlConfig.cmake share/dsarl/configs/grpo_math.yaml; do
+for f in bin/dsarl lib/libdsarl.so include/dsarl/plugin.h include/dsarl/build_config.h include/dsarl/testkit.h \
+         lib/pkgconfig/dsarl.pc lib/cmake/dsarl/dsarlConfig.cmake share/dsarl/configs/grpo_math.yaml; do
   [ -e "$prefix/$f" ] || { echo "FAIL: install lacks $f" >&2; exit 1; }
+done
+# The installed SDK needs no third-party header: json.h (jansson) stays in the tree, nothing installed includes
+# jansson or yaml, and every installed header compiles on its own with -Werror.
+[ ! -e "$prefix/include/dsarl/json.h" ] || { echo "FAIL: dsarl/json.h (jansson) is installed" >&2; exit 1; }
+if grep -rlE '#include *<(jansson|yaml)\.h>' "$prefix/include/dsarl"; then
+  echo "FAIL: an installed header includes jansson or yaml" >&2; exit 1
+fi
+for h in $(cd "$prefix/include" && find dsarl -name '*.h' | sort); do
+  printf '#include "%s"\n' "$h" | cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I"$prefix/include" -x c - ||
+    { echo "FAIL: installed $h does not compile alone" >&2; exit 1; }
 done
 
 # 1. CMake package.
 cmake -S "$src/plugins/examples/keyword_environment" -B "$tmp/ex" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/ex" >/dev/null
+ctest --test-dir "$tmp/ex" --output-on-failure >/dev/null || { echo "FAIL: the example's ctest failed" >&2; exit 1; }
 # 2. pkg-config, the one-line build from the example's header comment.
 mkdir -p "$tmp/pc"
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden \
   "$src/plugins/examples/keyword_environment/keyword_environment.c" \
   $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs dsarl) -Wl,--no-undefined \
   -o "$tmp/pc/dsarl-environment-keyword.so"
+# pkg-config --libs carries -lm (the headers' static inline functions reference libm from the plugin itself).
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs dsarl | grep -qw -- -lm ||
+  { echo "FAIL: pkg-config --libs dsarl lacks -lm" >&2; exit 1; }
+# 3. The example's unit test, built against the installed test kit only, passes against the installed plugins.
+cc -std=c11 -Wall -Wextra -Werror "$src/plugins/examples/keyword_environment/test_keyword_environment.c" \
+  $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs dsarl) -o "$tmp/test_keyword"
+"$tmp/test_keyword" "$tmp/pc" || { echo "FAIL: the example's testkit unit test failed" >&2; exit 1; }
 
 installed="$prefix/bin/dsarl"
 for dir in "$tmp/ex" "$tmp/pc"; do
   out=$("$installed" plugins --plugin-path "$dir")
-  echo "$out" | grep -E "^environment +keyword +1.0.0 +1.1 +$dir/dsarl-environment-keyword.so" >/dev/null ||
+  echo "$out" | grep -E "^environment +keyword +1.0.0 +1.2 +$dir/dsarl-environment-keyword.so" >/dev/null ||
     { echo "FAIL: $dir: plugin not listed:"; echo "$out"; exit 1; } >&2
   echo "$out" | grep -q "refused: 0" || { echo "FAIL: refusals:"; echo "$out"; exit 1; } >&2
   # DSARL_PLUGIN_PATH works the same way.

@@ -1,4 +1,6 @@
 /* dsarl/json.h: thin helpers over jansson for config files (HF config.json, safetensors headers, metrics).
+ * NOT INSTALLED: in-tree only (core and in-tree plugins), because it exposes jansson's json_t; the installed SDK
+ * includes no jansson header (docs/sdk.md). Out-of-tree plugins use jansson (or any JSON reader) directly.
  *
  * The getters turn a wrong or missing value into one sentence naming the file and key, e.g.
  * "config.json: key 'hidden_size' must be an integer, got string". `where` is that prefix (a file name, optionally
