@@ -1,4 +1,5 @@
 /* dsarl/arena.h: a bump allocator over one pre-allocated region (host or device memory).
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Memory is planned, not discovered: a run sizes each phase (params, grads, optimizer, activations, KV cache) by
  * replaying its allocations on a planning arena (base NULL: it only counts), then allocates one region of the

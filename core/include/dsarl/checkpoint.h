@@ -1,4 +1,5 @@
 /* dsarl/checkpoint.h: training checkpoints with NeMo RL's layout and semantics, and bit-identical resume.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Layout of one checkpoint, checkpointing.checkpoint_dir/step_N/:
  *   policy/weights/            the model in Hugging Face layout (model ops save: config.json + model.safetensors)

@@ -1,4 +1,5 @@
 /* dsarl/dataset.h: prompt/answer examples for RL and SFT, and a resumable, deterministic dataloader.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * An example is the prompt as chat messages, the ground truth the environment checks, and a task name
  * (data.*.env_name picks the environment per task). Sources:

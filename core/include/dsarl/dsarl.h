@@ -1,4 +1,5 @@
-/* dsarl/dsarl.h: the whole public SDK in one include. Plugins may include just the headers they use. */
+/* dsarl/dsarl.h: the whole public SDK in one include. Plugins may include just the headers they use.
+ * Both SDK tiers (docs/sdk.md). */
 #ifndef DSARL_DSARL_H
 #define DSARL_DSARL_H
 

@@ -1,4 +1,5 @@
 /* dsarl/error.h: the error type every dsarl function and plugin reports through.
+ * SDK tier: plugin ABI (docs/sdk.md).
  *
  * Functions return an int status (DSARL_OK or a negative dsarl_status) and, on failure, fill a caller-owned
  * dsarl_error with one sentence that names the file, key or argument at fault and what would be valid.

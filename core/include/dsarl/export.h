@@ -1,4 +1,5 @@
 /* dsarl/export.h: symbol visibility for libdsarl and plugins.
+ * SDK tier: plugin ABI (docs/sdk.md).
  *
  * Everything is built with -fvisibility=hidden; DSARL_API marks the functions libdsarl exports to the host
  * binary and to plugins, DSARL_PLUGIN_EXPORT marks the one descriptor symbol a plugin exports. */

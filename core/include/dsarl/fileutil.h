@@ -1,4 +1,5 @@
 /* dsarl/fileutil.h: whole-file reads, crash-safe writes and small path helpers.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Every writer goes through a temp file in the destination's directory, fsyncs it and renames it over the final
  * name, so a reader never sees a half-written file and a crash leaves either the old file or the new one. */

@@ -1,4 +1,5 @@
 /* dsarl/json.h: thin helpers over jansson for config files (HF config.json, safetensors headers, metrics).
+ * SDK tier: none. Exported by libdsarl for the core and in-tree plugins only.
  * NOT INSTALLED: in-tree only (core and in-tree plugins), because it exposes jansson's json_t; the installed SDK
  * includes no jansson header (docs/sdk.md). Out-of-tree plugins use jansson (or any JSON reader) directly.
  *

@@ -1,4 +1,5 @@
 /* dsarl/log.h: levelled, timestamped logging to stderr, with a rank prefix once there is more than one process.
+ * SDK tier: plugin ABI (docs/sdk.md).
  *
  * The level comes from --log-level or DSARL_LOG (error, warn, info, debug, trace); the default is info. */
 #ifndef DSARL_LOG_H

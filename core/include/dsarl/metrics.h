@@ -1,4 +1,5 @@
 /* dsarl/metrics.h: the run logger. What a training run leaves under logger.log_dir for its user.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * A run writes into an experiment directory <log_dir>/exp_NNN (NeMo RL's get_next_experiment_dir: a fresh run takes
  * the next free number; a resumed run reuses the newest one) holding:

@@ -1,4 +1,5 @@
 /* dsarl/npy.h: NumPy .npy files (format 1.0) for dumping tensors to compare against Python, and reading them back.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Supported dtypes: f32 '<f4', f64 '<f8', f16 '<f2', i32 '<i4', i64 '<i8', u8 '|u1', i8 '|i1', bool '|b1'.
  * bf16 has no NumPy dtype, so dsarl_npy_write stores a bf16 tensor as f32 (exact: every bf16 is a float32) and

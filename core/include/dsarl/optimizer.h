@@ -1,4 +1,5 @@
 /* dsarl/optimizer.h: the AdamW hyper-parameters of a recipe (policy.megatron_cfg.optimizer, Megatron's names).
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * The optimizer itself runs inside the model (model ops optimizer_step, fp32 master weights and moments on its
  * device); this header turns recipe keys into a checked dsarl_optimizer_params, and holds what every training

@@ -1,4 +1,5 @@
 /* dsarl/parallel.h: the process's place in the parallel layout (Megatron semantics).
+ * SDK tier: plugin ABI (docs/sdk.md).
  *
  * Every size is 1 and every rank 0 in a single-process run. Models shard parameters by these ranks (column/row
  * for TP, by expert for EP, by layer for PP, by token for CP); the product tp*pp*cp*dp is the world size and ep

@@ -1,4 +1,18 @@
-/* dsarl/plugin.h: the plugin ABI.
+/* dsarl/plugin.h: the plugin ABI. SDK tier: plugin ABI, with error.h, log.h, recipe.h, parallel.h and the ops/
+ * headers (docs/sdk.md lists both tiers and what each promises).
+ *
+ * What a plugin calls. Plugins link libdsarl (pkg-config dsarl, or find_package(dsarl)) and call its exported
+ * DSARL_API functions directly: errors, logging (dsarl_log), recipe reading, and the trainer services. Those
+ * exports are versioned with the library (soname libdsarl.so.<major>; additions only within a major). The host
+ * table below exists for what needs the registry instance that is loading the plugin: register_ops (mandatory,
+ * the only way to register) and find_ops (lookup of other tables). host->log is an ABI 1.0 slot kept for
+ * compatibility; it is the same logger as dsarl_log, which plugins should call instead.
+ *
+ * Versioning. Every slot added after 1.0 is tagged with its minor next to it. The loader checks each ops table
+ * against the minor in its plugin's descriptor: the table must cover every slot that minor defines, every slot
+ * marked mandatory for that minor must be non-NULL, and a slot this core calls unconditionally (device
+ * gemm_f32out and convert, since 1.1) must be non-NULL even in an older plugin. A table that fails is refused at
+ * registration with one line naming the file, kind, table and slot, and `dsarl plugins` prints it.
  *
  * A plugin is a shared object that exports exactly one symbol, DSARL_PLUGIN_SYMBOL, a dsarl_plugin_descriptor.
  * The host dlopen()s it (RTLD_NOW | RTLD_LOCAL, never unloaded), checks the descriptor, then calls init() with
@@ -26,8 +40,10 @@
 DSARL_BEGIN_DECLS
 
 /* ABI major: bumped on any change that breaks existing plugins; the host refuses a different major.
- * ABI minor: bumped when structs grow at their end; the host accepts plugins built against an older or equal
- * minor and reads newer ops slots only when struct_size covers them. */
+ * ABI minor: bumped whenever a slot is added (at a struct's end or in reserved space); the host accepts plugins
+ * built against an older or equal minor and reads newer ops slots only when struct_size covers them and they are
+ * set. 1.1: token_batch.logit_scale, dsa preferred_form/headwise/routes, device gemm_f32out/convert. 1.2: model
+ * accepts/flops/train_forward/train_backward, ops_common.rank, device capabilities/stream, dsa device_requires. */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 2
 
@@ -92,8 +108,9 @@ typedef struct dsarl_ops_common {
     size_t n_keys;
     /* Optional: appends lines to `dsarl plugins` (e.g. which engine serves which op); NULL if none. */
     void (*describe)(void (*emit)(void *ctx, const char *line), void *ctx);
-    /* ABI 1.2: preference where a recipe leaves the choice open (GStreamer's autoplugging): among the tables of a
-     * kind that can serve the device, the core takes the highest rank; 0 (older plugins) = never by default. */
+    /* ABI 1.2, optional (0 = never by default): preference where a recipe leaves the choice open (GStreamer's
+     * autoplugging): among the tables of a kind that can serve the device, the core takes the highest rank; 0 (older
+     * plugins) = never by default. */
     int32_t rank;
     uint32_t reserved_flags;
     void *reserved[3];
@@ -124,15 +141,17 @@ typedef struct dsarl_host {
     const char *host_version;      /* dsarl's version string */
     void *host_private;            /* for the host; plugins must not touch it */
 
-    /* Registers a static ops table under (kind, ops->name). Fails on a duplicate (naming both files), on a
-     * struct_size smaller than this host's minimum for the kind, or on a bad head. */
+    /* Registers a static ops table under (kind, ops->name). Fails (and the whole file is refused, even if init
+     * ignores the error) on a duplicate (naming both files), on a struct_size smaller than the plugin's minor
+     * defines for the kind, on a NULL mandatory slot (naming it), or on a bad head. */
     int (*register_ops)(const struct dsarl_host *host, dsarl_kind kind, const dsarl_ops_common *ops,
                         dsarl_error *err);
 
     /* The registered ops table (kind, name), or NULL. Lets a model find device/dsa tables, etc. */
     const dsarl_ops_common *(*find_ops)(const struct dsarl_host *host, dsarl_kind kind, const char *name);
 
-    /* Logging through the host's logger (level, timestamps, rank prefix). */
+    /* Logging through the host's logger (level, timestamps, rank prefix): the same as dsarl_log, kept from 1.0;
+     * new plugins call dsarl_log. */
     void (*log)(const struct dsarl_host *host, dsarl_log_level level, const char *fmt, ...) DSARL_PRINTF(3, 4);
 
     void *reserved[16];

@@ -1,4 +1,5 @@
 /* dsarl/recipe.h: read access to the resolved recipe, for the core and for plugins.
+ * SDK tier: plugin ABI (docs/sdk.md).
  *
  * A recipe is a tree of nodes (maps, lists, scalars) built from YAML files, their `defaults:` chain and the
  * command line. Every node remembers where it came from (file:line:col, a command-line argument, or a plugin's

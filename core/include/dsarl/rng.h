@@ -1,5 +1,6 @@
 /* dsarl/rng.h: Philox4x32-10, the counter-based generator of Salmon et al., "Parallel Random Numbers: As Easy as
  * 1, 2, 3" (SC 2011), bit-compatible with Random123 and curand's Philox.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Word i of a stream is word i%4 of philox4x32_10(counter = {block lo, block hi, stream lo, stream hi},
  * key = {seed lo, seed hi}) with block = i/4, so any device kernel can reproduce any draw from (seed, stream, i),

@@ -1,4 +1,5 @@
 /* dsarl/safetensors.h: reading (zero-copy, mmap) and writing (atomic) Hugging Face safetensors files.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Format: 8-byte little-endian header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets"},
  * "__metadata__": {string: string}}, then the data region that data_offsets index. A file is accepted only when

@@ -1,4 +1,6 @@
 /* dsarl/tensor.h: a small dense tensor descriptor shared by the core and every plugin.
+ * SDK tier: trainer services (docs/sdk.md), except dsarl_dtype and its size/name helpers, which the plugin ABI
+ * uses (ops/device.h) and which follow the ABI's rules.
  *
  * A dsarl_tensor does not own its memory: arenas, mmapped files and device plugins do. Tensors are contiguous
  * and row-major; shape[0] is the slowest dimension. */

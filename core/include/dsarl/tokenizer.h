@@ -1,4 +1,5 @@
 /* dsarl/tokenizer.h: text <-> token ids, and chat templates.
+ * SDK tier: trainer services (docs/sdk.md): exported by libdsarl, versioned with it; plugins may call them.
  *
  * Two kinds behind one opaque handle:
  *   byte  ids 0..255 are the bytes; then <|bos|> = 256, <|eos|> = 257, <|pad|> = 258, <|sep|> = 259 (vocab 260).
