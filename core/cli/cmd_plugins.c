@@ -12,7 +12,9 @@ static void print_help(void)
            "Loads every dsarl-*.so on the plugin search path and prints, per ops table: kind, name, plugin\n"
            "version, ABI, file and description (plus the plugin's own notes; for DSA backends the route table:\n"
            "which engine serves each op at which sizes, a cuDNN graph or a hand-over to another backend's kernel);\n"
-           "then every refused file with the reason, and the search path in order.\n");
+           "then every refused file with its one-line reason (a table whose mandatory slot is NULL, or too small\n"
+           "for the ABI minor its plugin was built for, is refused naming the slot), and the search path in order.\n"
+           "Exits 0 when the listing succeeded, refusals included: they are what it reports.\n");
 }
 
 static void emit_line(void *ctx, const char *line)

@@ -1,5 +1,6 @@
-/* dsarl/dsarl.h: the whole public SDK in one include. Plugins may include just the headers they use.
- * Both SDK tiers (docs/sdk.md). */
+/* dsarl/dsarl.h: the plugin ABI in one include (trainer services are included one by one). Plugins may include
+ * just the headers they use. SDK tier: plugin ABI (docs/sdk.md); the ops headers also bring in tensor.h and
+ * tokenizer.h. */
 #ifndef DSARL_DSARL_H
 #define DSARL_DSARL_H
 
