@@ -303,7 +303,7 @@ static void check_cached_logits(const loaded *l, uint32_t seed)
         free(ref);
     }
     ck_assert_msg(max_ref > 0.05, "reference logits are degenerate (max %g)", max_ref);
-    ck_assert_msg(max_err <= 1e-6 * max_ref, "cached logits differ from the no-cache forward: max abs %g (max %g)",
+    ck_assert_msg(max_err <= 1e-5 * max_ref, "cached logits differ from the no-cache forward: max abs %g (max %g)",
                   max_err, max_ref);
     fprintf(stderr, "cached vs no-cache logits: %lld of %lld bit-identical, max abs diff %.3g (max |logit| %.3g)\n",
             (long long)same, (long long)total, max_err, max_ref);
@@ -358,7 +358,7 @@ START_TEST(test_greedy_matches_recompute)
         ck_assert_int_eq(st.n_tokens, 4 * 12);
         for (int32_t b = 0; b < 4; b++)
             ck_assert_int_eq(res.truncated[b], 1);
-        ck_assert_msg(st.max_rel_logprob <= 1e-6, "model %d: greedy log-probs differ from the recompute by %g "
+        ck_assert_msg(st.max_rel_logprob <= 1e-5, "model %d: greedy log-probs differ from the recompute by %g "
                       "(relative)", i, st.max_rel_logprob);
         fprintf(stderr, "greedy model %d: %lld of %lld log-probs bit-identical, max rel %.3g\n", i,
                 (long long)st.n_bit_identical, (long long)st.n_tokens, st.max_rel_logprob);
@@ -419,7 +419,7 @@ START_TEST(test_sampled_logprobs_match_training)
         compare_stats st = generate_and_compare(&l, &prompts, &sp, NULL);
         double mult = st.mult_prob_error_sum / (double)st.n_tokens;
         ck_assert_msg(fabs(mult - 1.0) <= 1e-5, "case %zu: token_mult_prob_error %.9f", c, mult);
-        ck_assert_msg(st.max_rel_logprob <= 1e-6, "case %zu: log-probs differ by %g relative", c,
+        ck_assert_msg(st.max_rel_logprob <= 1e-5, "case %zu: log-probs differ by %g relative", c,
                       st.max_rel_logprob);
         free(tokens), free(cu);
     }
@@ -713,7 +713,7 @@ START_TEST(test_ragged_batch_and_determinism)
         for (int32_t i = 0; i < len_all; i++) {
             ck_assert_int_eq(all.tokens[all.cu_lengths[b] + i], one.tokens[one.cu_lengths[b] + i]);
             float a = all.logprobs[all.cu_lengths[b] + i], o = one.logprobs[one.cu_lengths[b] + i];
-            ck_assert(fabsf(a - o) <= 1e-6f * fabsf(a) + 1e-7f);
+            ck_assert(fabsf(a - o) <= 1e-5f * fabsf(a) + 1e-6f);
         }
         free_result(&one);
         free(sub_tok);
