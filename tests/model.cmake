@@ -17,6 +17,8 @@ endif()
 if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_grad SOURCES check_glm5_grad.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
+  dsarl_add_check_test(check_glm5_train SOURCES check_glm5_train.c
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
 endif()
 if(TARGET dsarl-model-glm5.1 AND TARGET dsarl-dsa-reference)
   dsarl_add_check_test(check_glm5_cli SOURCES check_glm5_cli.c LIBS PkgConfig::JANSSON LABELS unit)

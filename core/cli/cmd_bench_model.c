@@ -5,10 +5,10 @@
  *
  * The model is built the way a recipe builds it: the registry's model, device and DSA plugins, random init from
  * the config (policy.model_config, so glm5_model_init_random through the model ops' create), or the weights of a
- * Hugging Face directory (--model-dir). One training step is what the SFT and GRPO trainers run: zero_grad,
- * backward (forward + backward of the mean token NLL), grad_norm, clip to 1.0, optimizer_step (AdamW on fp32
- * master weights, hyper-parameters through dsarl_optimizer_params_from_recipe). A separate forward_logprobs per
- * step measures the forward alone and gives the loss; it is not part of the step time.
+ * Hugging Face directory (--model-dir). One training step is what the SFT and GRPO trainers run per microbatch:
+ * zero_grad, train_forward (one forward that keeps its activations; its log-probs give the loss), train_backward
+ * (the backward of the mean token NLL, no second forward), grad_norm, clip to 1.0, optimizer_step (AdamW on fp32
+ * master weights, hyper-parameters through dsarl_optimizer_params_from_recipe).
  *
  * Model FLOPs of a step (printed with the formula):
  *   6 * N_lm * T           N_lm = matmul weights a token passes through: attention projections, dense MLPs,
@@ -456,14 +456,14 @@ static void print_model(const model_bench *m, const flop_shape *f)
 
 typedef struct token_data {
     int32_t *tokens, *targets, *cu;
-    float *values;
+    float *values, *grads; // (n) log-probs, and their gradients (d mean-NLL / d logp)
     int64_t n;
     int32_t batch;
 } token_data;
 
 static void token_data_free(token_data *t)
 {
-    free(t->tokens), free(t->targets), free(t->cu), free(t->values);
+    free(t->tokens), free(t->targets), free(t->cu), free(t->values), free(t->grads);
     memset(t, 0, sizeof(*t));
 }
 
@@ -476,8 +476,9 @@ static int token_data_make(token_data *t, int64_t batch, int64_t len, int64_t vo
     t->tokens = malloc((size_t)t->n * sizeof(int32_t));
     t->targets = malloc((size_t)t->n * sizeof(int32_t));
     t->values = malloc((size_t)t->n * sizeof(float));
+    t->grads = malloc((size_t)t->n * sizeof(float));
     t->cu = malloc((size_t)(batch + 1) * sizeof(int32_t));
-    if (!t->tokens || !t->targets || !t->values || !t->cu) {
+    if (!t->tokens || !t->targets || !t->values || !t->grads || !t->cu) {
         token_data_free(t);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl bench: out of host memory for %" PRId64 " tokens", batch * len);
     }
@@ -551,6 +552,9 @@ typedef struct step_times { double fwd_ms, step_ms, fwdbwd_ms, opt_ms, loss, gra
 
 static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err)
 {
+    if (!(DSARL_MODEL_HAS(m->mo, train_forward) && DSARL_MODEL_HAS(m->mo, train_backward)))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsarl bench train: model %s has no training pass "
+                          "(train_forward / train_backward, ABI 1.2)", m->family);
     flop_shape f;
     DSARL_TRY(flop_shape_of(m, &f, err));
     print_model(m, &f);
@@ -566,28 +570,30 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
     printf("%-6s %10s %10s %12s %10s %12s %10s\n", "step", "fwd ms", "fwd+bwd ms", "optimizer ms", "step ms",
            "tokens/s", "loss");
     for (int64_t s = 0; rc == 0 && s < o->warmup + o->steps; s++) {
-        // marks: 0 start, 1 after the forward alone, 2 before the step (host work between), 3 after backward
+        // marks: 0 start, 1 after the training forward, 3 after its backward; the step is what the trainers run
+        // per microbatch: zero_grad, train_forward (the log-probs give the loss), train_backward, grad norm, clip,
+        // optimizer step
         const dsarl_model_ops *mo = m->mo;
         dsarl_token_batch batch = as_batch(&t);
         step_times st = {0};
-        rc = stopwatch_mark(&w, 0, err);
-        if (rc == 0)
-            rc = mo->forward_logprobs(m->model, &batch, t.targets, t.values, err);
-        if (rc == 0)
-            rc = stopwatch_mark(&w, 1, err);
-        double nll = 0.0;
         int64_t n_targets = 0;
-        for (int64_t i = 0; rc == 0 && i < t.n; i++)
-            if (t.targets[i] >= 0)
-                nll -= t.values[i], n_targets++;
-        for (int64_t i = 0; rc == 0 && i < t.n; i++) // d mean-NLL / d logp
-            t.values[i] = t.targets[i] >= 0 ? (float)(-1.0 / (double)n_targets) : 0.0f;
-        if (rc == 0)
-            rc = stopwatch_mark(&w, 2, err);
+        for (int64_t i = 0; i < t.n; i++)
+            n_targets += t.targets[i] >= 0;
+        for (int64_t i = 0; i < t.n; i++) // d mean-NLL / d logp
+            t.grads[i] = t.targets[i] >= 0 ? (float)(-1.0 / (double)n_targets) : 0.0f;
+        rc = stopwatch_mark(&w, 0, err);
         if (rc == 0)
             rc = mo->zero_grad(m->model, err);
         if (rc == 0)
-            rc = mo->backward(m->model, &batch, t.targets, t.values, NULL, err);
+            rc = mo->train_forward(m->model, &batch, t.targets, t.values, err);
+        if (rc == 0)
+            rc = stopwatch_mark(&w, 1, err);
+        double nll = 0.0;
+        for (int64_t i = 0; rc == 0 && i < t.n; i++)
+            if (t.targets[i] >= 0)
+                nll -= t.values[i];
+        if (rc == 0)
+            rc = mo->train_backward(m->model, t.grads, NULL, err);
         if (rc == 0)
             rc = stopwatch_mark(&w, 3, err);
         double norm = 0.0;
@@ -607,7 +613,7 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
         // the optimizer interval: wall clock from the end of backward (which synchronizes) to the synchronize
         double t_end = now_ms();
         st.fwd_ms = stopwatch_ms(&w, 0, 1);
-        st.fwdbwd_ms = stopwatch_ms(&w, 2, 3);
+        st.fwdbwd_ms = stopwatch_ms(&w, 0, 3);
         st.opt_ms = t_end - w.wall[3];
         st.step_ms = st.fwdbwd_ms + st.opt_ms;
         st.loss = n_targets ? nll / (double)n_targets : 0.0;
@@ -639,7 +645,7 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
            f.v_head_dim, (double)o->batch * causal_pairs(o->seq, f.index_topk), f.full_layers, f.index_heads,
            f.index_dim, (double)o->batch * causal_pairs(o->seq, 0), flops);
     printf("train step (%" PRId64 " x %" PRId64 " tokens, mean of %" PRId64 " after %" PRId64 " warm-up): %.1f ms "
-           "(forward alone %.1f ms, forward+backward %.1f ms, grad norm + AdamW %.1f ms); %.0f tokens/s; %.1f "
+           "(training forward %.1f ms, forward+backward %.1f ms, grad norm + AdamW %.1f ms); %.0f tokens/s; %.1f "
            "TFLOP/s achieved of %.1f ceiling: MFU %.1f%%; loss %.4f (first step %.4f), grad norm %.3g\n",
            o->batch, o->seq, o->steps, o->warmup, sum.step_ms, sum.fwd_ms, sum.fwdbwd_ms, sum.opt_ms, tok_s, tflops,
            m->gemm_tflops, 100.0 * mfu, sum.loss, first.loss, sum.grad_norm);
