@@ -1,4 +1,4 @@
-/* glm5_model.h: the shared glm_moe_dsa implementation behind the glm5.1 and glm5.2 model plugins.
+/* glm5_model.h: the glm_moe_dsa implementation behind the glm5.1 and glm5.2 model tables.
  *
  * One model instance owns one float buffer of parameters on its device; every parameter has a spec (its Hugging
  * Face name, shape, offset in the buffer, and how it shards under tensor/expert parallelism). The forward pass
@@ -76,7 +76,7 @@ struct dsarl_model {
     bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
     glm5_attention_form attention_form; /* ...dsa_attention_form: absorbed, headwise, or auto (the backend's) */
     bool activation_recompute;   /* policy.megatron_cfg.activation_checkpointing: keep only layer inputs */
-    bool launch_bound;           /* device calls cost far more than small GEMMs (any device but the host "cpu"):
+    bool launch_bound;           /* device calls cost far more than small GEMMs (DSARL_DEVICE_CAP_LAUNCH_BOUND):
                                   * small expert groups are padded into one batched GEMM (glm5_moe_pad) */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
