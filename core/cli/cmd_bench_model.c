@@ -283,7 +283,7 @@ static int open_model(model_bench *m, model_bench_opts *o, const cli_options *op
     // the choices a run makes where the recipe leaves them open: the highest-ranked available device, the
     // highest-ranked DSA backend that runs on it, the model table whose accepts takes the config
     if (!o->device) {
-        dev_c = dsarl_select_default_device(m->registry);
+        dev_c = dsarl_select_default_device(m->registry, 0);
         if (!dev_c)
             return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl bench %s: no loaded device plugin can run on this "
                               "machine; load one or name it with --device", cmd);

@@ -115,11 +115,13 @@ static int choose_model(const dsarl_node *root, const dsarl_registry *reg, dsarl
     return 0;
 }
 
-// Devices whose probe says this machine can run them (no probe: always).
+// Devices with the capabilities *ctx whose probe says this machine can run them (no probe: always).
 static bool device_available(const dsarl_ops_common *ops, const void *ctx)
 {
-    (void)ctx;
     const dsarl_device_ops *d = (const dsarl_device_ops *)ops;
+    uint64_t required = *(const uint64_t *)ctx;
+    if ((dsarl_device_capabilities(d) & required) != required)
+        return false;
     bool probed = d->common.struct_size >= offsetof(dsarl_device_ops, available) + sizeof(d->available) &&
                   d->available;
     char why[256];
@@ -136,9 +138,9 @@ static bool dsa_runs_on(const dsarl_ops_common *ops, const void *ctx)
     return d->device_requires != 0 && (d->device_requires & caps) == d->device_requires;
 }
 
-const dsarl_ops_common *dsarl_select_default_device(const dsarl_registry *reg)
+const dsarl_ops_common *dsarl_select_default_device(const dsarl_registry *reg, uint64_t required_caps)
 {
-    return highest_rank(reg, DSARL_KIND_DEVICE, device_available, NULL);
+    return highest_rank(reg, DSARL_KIND_DEVICE, device_available, &required_caps);
 }
 
 const dsarl_ops_common *dsarl_select_default_dsa(const dsarl_registry *reg, const dsarl_device_ops *device)
@@ -170,7 +172,7 @@ int dsarl_select_plugins(const dsarl_node *root, const dsarl_registry *reg, dsar
     int rc = choose_from_key(root, "runtime.device", &sel->device, err);
     DSARL_TRY(rc);
     if (rc == 0 || strcmp(sel->device.name, "auto") == 0) {
-        const dsarl_ops_common *best = dsarl_select_default_device(reg);
+        const dsarl_ops_common *best = dsarl_select_default_device(reg, 0);
         char because[600];
         snprintf(because, sizeof because, "%s; %s", rc == 0 ? "runtime.device absent: auto" : sel->device.selected_by,
                  best ? "the highest-ranked device this machine can run" : "no loaded device plugin can run here");

@@ -40,8 +40,9 @@ DSARL_API int dsarl_select_plugins(const dsarl_node *root, const dsarl_registry 
 DSARL_API int dsarl_select_model_for(const dsarl_registry *reg, const dsarl_model_probe *probe,
                                      const dsarl_ops_common **out, dsarl_error *err);
 
-/* The highest-ranked device table this machine can run (its available probe), or NULL. */
-DSARL_API const dsarl_ops_common *dsarl_select_default_device(const dsarl_registry *reg);
+/* The highest-ranked device table with every DSARL_DEVICE_CAP_* flag of required_caps (0: any) that this machine
+ * can run (its available probe), or NULL. */
+DSARL_API const dsarl_ops_common *dsarl_select_default_device(const dsarl_registry *reg, uint64_t required_caps);
 
 /* The highest-ranked DSA table whose device_requires the device's capabilities meet, or NULL. */
 DSARL_API const dsarl_ops_common *dsarl_select_default_dsa(const dsarl_registry *reg,
