@@ -144,8 +144,8 @@ static int parse_id_rows(const char *path, const char *text, int32_t **ids, int3
 static const char *logits_help =
     "usage: dsarl logits --model-dir DIR --input-ids FILE.json --out OUT.npy [--threads N]\n"
     "\n"
-    "Next-token logits of a Hugging Face glm_moe_dsa model (config.json + safetensors) on the cpu device with the\n"
-    "reference DSA backend.\n"
+    "Next-token logits of a Hugging Face glm_moe_dsa model (config.json + safetensors) in float32 on the\n"
+    "highest-ranked host-memory device and the highest-ranked DSA backend on it (cpu and reference by default).\n"
     "  --model-dir DIR       the model directory (GLM-5.1 style, or GLM-5.2 with IndexShare)\n"
     "  --input-ids FILE      JSON list of equal-length lists of token ids, e.g. [[1, 2, 3], [4, 5, 6]]\n"
     "  --out OUT.npy         float32 array [B, S, V], written atomically\n"
