@@ -1000,7 +1000,7 @@ static const char *fake_name;
 static dsarl_dtype fake_dtype;
 static dsarl_dtype fake_storage_dtype(const dsarl_device *dev) { return fake_dtype; }
 
-START_TEST(test_create_refuses_non_cpu_devices) {
+START_TEST(test_create_refuses_devices_without_host_memory) {
     dsarl_device_ops dev_ops;
     memset(&dev_ops, 0, sizeof(dev_ops));
     dev_ops.storage_dtype = fake_storage_dtype;
@@ -1009,16 +1009,26 @@ START_TEST(test_create_refuses_non_cpu_devices) {
     dsarl_dsa_context *ctx = NULL;
     dsarl_error err = {0};
 
+    dev_ops.common.struct_size = (uint32_t)sizeof(dev_ops);
     fake_name = "cuda";
     fake_dtype = DSARL_DTYPE_BF16;
     dev_ops.common.name = fake_name;
+    dev_ops.capabilities = DSARL_DEVICE_CAP_CUDA | DSARL_DEVICE_CAP_LAUNCH_BOUND;
     ck_assert_int_eq(ops()->create(&dev_ops, dev, NULL, &ctx, &err), DSARL_E_UNSUPPORTED);
-    ck_assert_str_eq(err.message, "the reference DSA backend runs on the cpu device only; runtime.device=cuda needs "
-                                  "dsa_kernel_backend=tilelang or cudnn");
+    ck_assert_ptr_nonnull(strstr(err.message, "runtime.device=cuda does not report DSARL_DEVICE_CAP_HOST_MEMORY"));
     ck_assert_ptr_null(ctx);
 
-    fake_name = "cpu";  // a cpu device that stores bf16 is refused too
+    fake_name = "cpu"; // by capability, not by name: a "cpu" table without host memory is refused
     dev_ops.common.name = fake_name;
+    fake_dtype = DSARL_DTYPE_F32;
+    dev_ops.capabilities = 0;
+    ck_assert_int_eq(ops()->create(&dev_ops, dev, NULL, &ctx, &err), DSARL_E_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "HOST_MEMORY"));
+
+    fake_name = "host2"; // any name with host memory and float32 storage runs; bf16 storage is refused
+    dev_ops.common.name = fake_name;
+    dev_ops.capabilities = DSARL_DEVICE_CAP_HOST_MEMORY;
+    fake_dtype = DSARL_DTYPE_BF16;
     ck_assert_int_eq(ops()->create(&dev_ops, dev, NULL, &ctx, &err), DSARL_E_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "float32"));
 
@@ -1197,7 +1207,7 @@ static Suite *dsa_reference_suite(void) {
     tcase_add_test(tc, test_indexer_loss_forward_vs_direct_kl);
     tcase_add_test(tc, test_indexer_loss_zero_when_distributions_match);
     tcase_add_test(tc, test_indexer_loss_backward_vs_finite_differences);
-    tcase_add_test(tc, test_create_refuses_non_cpu_devices);
+    tcase_add_test(tc, test_create_refuses_devices_without_host_memory);
     tcase_add_test(tc, test_invalid_arguments_are_named);
     tcase_add_test(tc, test_empty_batches);
     tcase_add_test(tc, test_model_sized_shape_is_fast);

@@ -16,7 +16,7 @@ if(TARGET dsarl-algorithm-grpo-objects)
   dsarl_add_check_test(check_grpo_run SOURCES check_grpo_run.c LABELS unit
                        LIBS dsarl-algorithm-grpo-objects PkgConfig::JANSSON TIMEOUT 600)
   target_include_directories(check_grpo_run PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
-  add_dependencies(check_grpo_run dsarl-algorithm-grpo dsarl-model-glm5.2 dsarl-device-cpu dsarl-dsa-reference
+  add_dependencies(check_grpo_run dsarl-algorithm-grpo dsarl-model-glm5 dsarl-device-cpu dsarl-dsa-reference
                    dsarl-environment-math)
 endif()
 # `dsarl run` of the tiny GRPO recipe (2 steps), and SIGTERM -> checkpoint -> resume through the CLI.

@@ -17,10 +17,14 @@ endif()
 if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_grad SOURCES check_glm5_grad.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
+  dsarl_add_check_test(check_glm5_train SOURCES check_glm5_train.c
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
+  dsarl_add_check_test(check_selection SOURCES check_selection.c
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
 endif()
-if(TARGET dsarl-model-glm5.1 AND TARGET dsarl-dsa-reference)
+if(TARGET dsarl-model-glm5 AND TARGET dsarl-dsa-reference)
   dsarl_add_check_test(check_glm5_cli SOURCES check_glm5_cli.c LIBS PkgConfig::JANSSON LABELS unit)
-  add_dependencies(check_glm5_cli dsarl_cli dsarl-model-glm5.1 dsarl-model-glm5.2 dsarl-device-cpu dsarl-dsa-reference)
+  add_dependencies(check_glm5_cli dsarl_cli dsarl-model-glm5 dsarl-device-cpu dsarl-dsa-reference)
 endif()
 # The per-head (non-absorbed) attention form of the glm5 model: transformers fixtures, both forms against each
 # other, finite differences and the dsa_attention_form recipe key.

@@ -20,9 +20,9 @@ static int grpo_run(const dsarl_run_context *ctx, dsarl_error *err)
 static dsarl_key_spec all_keys[512];
 
 static dsarl_algorithm_ops grpo_ops = {
-    .common = DSARL_OPS_COMMON_KEYS(dsarl_algorithm_ops, DSARL_KIND_ALGORITHM, "grpo",
-                                    "GRPO (NeMo RL semantics): group advantages, ClippedPGLoss, DAPO options",
-                                    all_keys, 0),
+    .common = DSARL_OPS_COMMON_KEYS_RANKED(dsarl_algorithm_ops, DSARL_KIND_ALGORITHM, "grpo",
+                                           "GRPO (NeMo RL semantics): group advantages, ClippedPGLoss, DAPO options",
+                                           all_keys, 0, DSARL_RANK_PRIMARY),
     .run = grpo_run,
 };
 

@@ -5,9 +5,9 @@
 
 /* n_keys is filled by sft_init: the joined table lives in sft_config.c and is built at run time. */
 static dsarl_algorithm_ops sft_ops = {
-    .common = DSARL_OPS_COMMON_KEYS(dsarl_algorithm_ops, DSARL_KIND_ALGORITHM, "sft",
-                                    "supervised fine-tuning on prompt/answer pairs (NeMo RL's SFT): answer-token NLL",
-                                    NULL, 0),
+    .common = DSARL_OPS_COMMON_KEYS_RANKED(dsarl_algorithm_ops, DSARL_KIND_ALGORITHM, "sft",
+                                           "supervised fine-tuning on prompt/answer pairs (NeMo RL's SFT): "
+                                           "answer-token NLL", NULL, 0, DSARL_RANK_SECONDARY),
     .run = sft_run,
 };
 

@@ -5,22 +5,13 @@
  *
  * The model is built the way a recipe builds it: the registry's model, device and DSA plugins, random init from
  * the config (policy.model_config, so glm5_model_init_random through the model ops' create), or the weights of a
- * Hugging Face directory (--model-dir). One training step is what the SFT and GRPO trainers run: zero_grad,
- * backward (forward + backward of the mean token NLL), grad_norm, clip to 1.0, optimizer_step (AdamW on fp32
- * master weights, hyper-parameters through dsarl_optimizer_params_from_recipe). A separate forward_logprobs per
- * step measures the forward alone and gives the loss; it is not part of the step time.
+ * Hugging Face directory (--model-dir). One training step is what the SFT and GRPO trainers run per microbatch:
+ * zero_grad, train_forward (one forward that keeps its activations; its log-probs give the loss), train_backward
+ * (the backward of the mean token NLL, no second forward), grad_norm, clip to 1.0, optimizer_step (AdamW on fp32
+ * master weights, hyper-parameters through dsarl_optimizer_params_from_recipe).
  *
- * Model FLOPs of a step (printed with the formula):
- *   6 * N_lm * T           N_lm = matmul weights a token passes through: attention projections, dense MLPs,
- *                          router, shared experts, top_k of n_routed experts (their fraction of the fused expert
- *                          tensors), LM head; the embedding lookup and norms do no matmul
- *   + 2 * N_idx * T        the indexer's projections run forward only (outside the LM graph; x3 when the indexer
- *                          loss trains them)
- *   + 3 * L * 2 * H * (d_qk + d_v) * sum_t sel(t)
- *                          attention in the expanded (per-head) form over the selected keys only: sel(t) =
- *                          min(position + 1, index_topk) per query, forward and twice that backward
- *   + L_full * 2 * nI * dI * sum_t (position + 1)
- *                          indexer scores over every causal key, forward only, on the layers that run it */
+ * Model FLOPs of a step are the model plugin's count (dsarl_model_ops.flops: forward + backward over the batch),
+ * printed with the plugin's formula. */
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -42,7 +33,7 @@ typedef struct model_bench_opts {
     double lr, indexer_loss_coeff;
 } model_bench_opts;
 
-// What a config says about the work of one token (model_flops).
+// What the model's tensors say about the work of one token (the summary line and generate's matmul FLOPs).
 typedef struct flop_shape {
     int64_t heads, qk_head_dim, v_head_dim, index_topk, index_heads, index_dim, layers, full_layers;
     int64_t experts, top_k, vocab, hidden;
@@ -55,6 +46,7 @@ typedef struct model_bench {
     dsarl_registry *registry;
     dsarl_recipe *recipe;
     json_t *config;              // the HF config (model_config of the recipe)
+    char config_path[4200];      // the file it was read from
     const dsarl_model_ops *mo;
     dsarl_model *model;
     const char *family;
@@ -80,7 +72,7 @@ static void model_bench_close(model_bench *m)
 /* --- options ------------------------------------------------------------------------------------------------- */
 
 static const char *train_help =
-    "usage: dsarl bench train [--config FILE|NAME | --model-dir DIR] [--device cuda] [--backend tilelang]\n"
+    "usage: dsarl bench train [--config FILE|NAME | --model-dir DIR] [--device NAME] [--backend NAME]\n"
     "                         [--tokens 4096] [--batch 2] [--steps 3] [--warmup 1] [--seed 0] [--lr 1e-5]\n"
     "                         [--indexer-loss-coeff 0] [--ceiling-iters 5] [--threads N]\n"
     "\n"
@@ -91,8 +83,8 @@ static const char *train_help =
     "  --config FILE|NAME   an HF config.json, or a built-in bench config (glm5.2-3b: configs/bench/glm5.2-3b.json);\n"
     "                       random init (initializer_range of the config, else 0.02). Default glm5.2-3b\n"
     "  --model-dir DIR      instead: load config.json + safetensors from DIR\n"
-    "  --device NAME        device plugin (default cuda)\n"
-    "  --backend NAME       DSA backend plugin (default tilelang on cuda, reference on cpu)\n"
+    "  --device NAME        device plugin (default: the highest-ranked device this machine can run)\n"
+    "  --backend NAME       DSA backend plugin (default: the highest-ranked backend that runs on the device)\n"
     "  --tokens S           tokens per sequence (default 4096)\n"
     "  --batch B            sequences per step, packed (default 2)\n"
     "  --steps N            timed steps (default 3); --warmup W untimed steps first (default 1)\n"
@@ -103,7 +95,7 @@ static const char *train_help =
     "  --threads N          host threads of the cpu device (default 0: its default)\n";
 
 static const char *generate_help =
-    "usage: dsarl bench generate [--config FILE|NAME | --model-dir DIR] [--device cuda] [--backend tilelang]\n"
+    "usage: dsarl bench generate [--config FILE|NAME | --model-dir DIR] [--device NAME] [--backend NAME]\n"
     "                            [--batch 32] [--prompt-len 128] [--new-tokens 128] [--steps 1] [--warmup 1]\n"
     "                            [--seed 0] [--ceiling-iters 5] [--threads N]\n"
     "\n"
@@ -210,8 +202,6 @@ static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
         return bad_option(cmd, "give --config or --model-dir, not both");
     if (!o->config && !o->model_dir)
         o->config = "glm5.2-3b";
-    if (!o->backend)
-        o->backend = strcmp(o->device, "cpu") == 0 ? "reference" : "tilelang";
     if (o->batch * (generate ? o->prompt_len + o->new_tokens : o->seq) > INT32_MAX)
         return bad_option(cmd, "the batch holds more than 2^31 tokens; lower --batch or the lengths");
     return 0;
@@ -249,11 +239,11 @@ static int find_config(const char *config, char *path, size_t size, dsarl_error 
 // The recipe a model is built from: the HF config as policy.model_config, the indexer loss, the optimizer.
 static int make_recipe(model_bench *m, const model_bench_opts *o, dsarl_error *err)
 {
-    char path[4200];
+    char *path = m->config_path;
     if (o->model_dir)
-        snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+        snprintf(path, sizeof m->config_path, "%s/config.json", o->model_dir);
     else
-        DSARL_TRY(find_config(o->config, path, sizeof path, err));
+        DSARL_TRY(find_config(o->config, path, sizeof m->config_path, err));
     DSARL_TRY(dsarl_json_load_file(path, &m->config, err));
     if (!json_is_object(m->config))
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: the config must be a JSON object", path);
@@ -281,21 +271,43 @@ static int make_recipe(model_bench *m, const model_bench_opts *o, dsarl_error *e
     return rc;
 }
 
-static int open_model(model_bench *m, const model_bench_opts *o, const cli_options *opts, const char *cmd,
+static int open_model(model_bench *m, model_bench_opts *o, const cli_options *opts, const char *cmd,
                       dsarl_error *err)
 {
     DSARL_TRY(make_recipe(m, o, err));
     const dsarl_node *root = dsarl_recipe_root(m->recipe);
-    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *m51 = NULL, *m52 = NULL;
+    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     char where[64];
-    snprintf(where, sizeof where, "dsarl bench %s --device", cmd);
     DSARL_TRY(cli_open_registry(NULL, opts, &m->registry, err));
+    // the choices a run makes where the recipe leaves them open: the highest-ranked available device, the
+    // highest-ranked DSA backend that runs on it, the model table whose accepts takes the config
+    if (!o->device) {
+        dev_c = dsarl_select_default_device(m->registry, 0);
+        if (!dev_c)
+            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl bench %s: no loaded device plugin can run on this "
+                              "machine; load one or name it with --device", cmd);
+        o->device = dev_c->name;
+    }
+    snprintf(where, sizeof where, "dsarl bench %s --device", cmd);
     DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_DEVICE, o->device, where, &dev_c, err));
+    if (!o->backend) {
+        dsa_c = dsarl_select_default_dsa(m->registry, (const dsarl_device_ops *)dev_c);
+        if (!dsa_c)
+            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl bench %s: no loaded DSA backend runs on device %s; "
+                              "name one with --backend", cmd, o->device);
+        o->backend = dsa_c->name;
+    }
     snprintf(where, sizeof where, "dsarl bench %s --backend", cmd);
     DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_DSA, o->backend, where, &dsa_c, err));
-    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_MODEL, "glm5.1", "dsarl bench", &m51, err));
-    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_MODEL, "glm5.2", "dsarl bench", &m52, err));
+    dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = o->model_dir ? o->model_dir : m->config_path,
+                               .config_path = m->config_path, .recipe = root};
+    DSARL_TRY(dsarl_select_model_for(m->registry, &probe, &model_c, err));
+    if (!model_c)
+        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl bench %s: no loaded model plugin accepts %s", cmd,
+                          m->config_path);
+    m->mo = (const dsarl_model_ops *)model_c;
+    m->family = model_c->name;
     m->b.d = (const dsarl_device_ops *)dev_c;
     m->b.dsa_ops = (const dsarl_dsa_ops *)dsa_c;
     dsarl_device_config dc = {.struct_size = sizeof(dc), .recipe = root, .parallel = &single,
@@ -306,7 +318,7 @@ static int open_model(model_bench *m, const model_bench_opts *o, const cli_optio
     return DSARL_OK;
 }
 
-// Builds the model after the ceilings (so their buffers are gone): glm5.1 unless the config has IndexShare layers.
+// Builds the model after the ceilings (so their buffers are gone), with the table open_model chose.
 static int create_model(model_bench *m, const model_bench_opts *o, dsarl_error *err)
 {
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
@@ -314,14 +326,7 @@ static int create_model(model_bench *m, const model_bench_opts *o, dsarl_error *
                              .recipe = dsarl_recipe_root(m->recipe), .model_dir = o->model_dir,
                              .device_ops = m->b.d, .device = m->b.dev, .dsa_ops = m->b.dsa_ops, .dsa = m->b.dsa,
                              .parallel = &single, .seed = (uint64_t)o->seed};
-    const char *names[2] = {"glm5.1", "glm5.2"};
-    int rc = DSARL_E_UNSUPPORTED;
-    for (int i = 0; i < 2 && rc == DSARL_E_UNSUPPORTED; i++) {
-        m->mo = (const dsarl_model_ops *)dsarl_registry_find(m->registry, DSARL_KIND_MODEL, names[i]);
-        m->family = names[i];
-        rc = m->mo->create(&mc, &m->model, err);
-    }
-    return rc;
+    return m->mo->create(&mc, &m->model, err);
 }
 
 /* --- ceilings ---------------------------------------------------------------------------------------------------- */
@@ -333,10 +338,9 @@ static int measure_ceilings(model_bench *m, int iters, dsarl_error *err)
     dsarl_dtype st = b->d->storage_dtype(b->dev);
     size_t e = dsarl_dtype_size(st);
     // the CPU device stores float32 and computes on the host: a smaller square keeps the run short
-    m->ceiling_n = st == DSARL_DTYPE_F32 && strcmp(b->d->common.name, "cpu") == 0 ? 512 : 8192;
-    b->flush_bytes = (size_t)256 << 20;
-    if (strcmp(b->d->common.name, "cpu") == 0)
-        b->flush_bytes = (size_t)1 << 20;
+    bool host = (dsarl_device_capabilities(b->d) & DSARL_DEVICE_CAP_HOST_MEMORY) != 0;
+    m->ceiling_n = st == DSARL_DTYPE_F32 && host ? 512 : 8192;
+    b->flush_bytes = host ? (size_t)1 << 20 : (size_t)256 << 20;
     int rc = b->d->alloc(b->dev, b->flush_bytes, &b->flush, &b->err);
     gemm_args g = {.n = m->ceiling_n};
     if (rc == 0)
@@ -424,24 +428,6 @@ static int flop_shape_of(model_bench *m, flop_shape *f, dsarl_error *err)
     return DSARL_OK;
 }
 
-// sum over the queries of one sequence of len tokens of min(position + 1, cap) (cap <= 0: no cap).
-static double causal_pairs(int64_t len, int64_t cap)
-{
-    if (cap <= 0 || cap >= len)
-        return (double)len * (double)(len + 1) / 2.0;
-    return (double)cap * (double)(cap + 1) / 2.0 + (double)(len - cap) * (double)cap;
-}
-
-// Model FLOPs of one training step (train) or forward (!train) over batch sequences of len tokens.
-static double model_flops(const flop_shape *f, int64_t batch, int64_t len, bool train)
-{
-    double T = (double)batch * (double)len, pass = train ? 3.0 : 1.0;
-    double sel = (double)batch * causal_pairs(len, f->index_topk), causal = (double)batch * causal_pairs(len, 0);
-    return pass * 2.0 * (double)f->lm_params * T + 2.0 * (double)f->index_params * T +
-           pass * (double)f->layers * 2.0 * (double)f->heads * (double)(f->qk_head_dim + f->v_head_dim) * sel +
-           (double)f->full_layers * 2.0 * (double)f->index_heads * (double)f->index_dim * causal;
-}
-
 static void print_model(const model_bench *m, const flop_shape *f)
 {
     printf("model: %s, %" PRId64 " trainable parameters (%.3f B), %" PRId64 " per token in matmuls (N_lm, %.3f B: "
@@ -456,14 +442,14 @@ static void print_model(const model_bench *m, const flop_shape *f)
 
 typedef struct token_data {
     int32_t *tokens, *targets, *cu;
-    float *values;
+    float *values, *grads; // (n) log-probs, and their gradients (d mean-NLL / d logp)
     int64_t n;
     int32_t batch;
 } token_data;
 
 static void token_data_free(token_data *t)
 {
-    free(t->tokens), free(t->targets), free(t->cu), free(t->values);
+    free(t->tokens), free(t->targets), free(t->cu), free(t->values), free(t->grads);
     memset(t, 0, sizeof(*t));
 }
 
@@ -476,8 +462,9 @@ static int token_data_make(token_data *t, int64_t batch, int64_t len, int64_t vo
     t->tokens = malloc((size_t)t->n * sizeof(int32_t));
     t->targets = malloc((size_t)t->n * sizeof(int32_t));
     t->values = malloc((size_t)t->n * sizeof(float));
+    t->grads = malloc((size_t)t->n * sizeof(float));
     t->cu = malloc((size_t)(batch + 1) * sizeof(int32_t));
-    if (!t->tokens || !t->targets || !t->values || !t->cu) {
+    if (!t->tokens || !t->targets || !t->values || !t->grads || !t->cu) {
         token_data_free(t);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl bench: out of host memory for %" PRId64 " tokens", batch * len);
     }
@@ -551,6 +538,9 @@ typedef struct step_times { double fwd_ms, step_ms, fwdbwd_ms, opt_ms, loss, gra
 
 static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err)
 {
+    if (!(DSARL_MODEL_HAS(m->mo, train_forward) && DSARL_MODEL_HAS(m->mo, train_backward)))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsarl bench train: model %s has no training pass "
+                          "(train_forward / train_backward, ABI 1.2)", m->family);
     flop_shape f;
     DSARL_TRY(flop_shape_of(m, &f, err));
     print_model(m, &f);
@@ -558,7 +548,21 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
     DSARL_TRY(dsarl_optimizer_params_from_recipe(dsarl_recipe_root(m->recipe), &adam, err));
     token_data t;
     DSARL_TRY(token_data_make(&t, o->batch, o->seq, f.vocab, (uint64_t)o->seed, err));
-    double flops = model_flops(&f, o->batch, o->seq, true);
+    dsarl_model_flops mf = {.struct_size = sizeof mf};
+    if (!DSARL_MODEL_HAS(m->mo, flops))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsarl bench train: model %s does not count its FLOPs (flops, "
+                          "ABI 1.2)", m->family);
+    {
+        dsarl_token_batch fb = as_batch(&t);
+        dsarl_model_config mc = {.struct_size = sizeof mc, .host = dsarl_registry_host(m->registry),
+                                 .recipe = dsarl_recipe_root(m->recipe), .model_dir = o->model_dir};
+        int frc = m->mo->flops(&mc, &fb, &mf, err);
+        if (frc) {
+            token_data_free(&t);
+            return frc;
+        }
+    }
+    double flops = mf.forward + mf.backward;
     stopwatch w;
     stopwatch_open(&w, m);
     step_times sum = {0}, first = {0};
@@ -566,28 +570,30 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
     printf("%-6s %10s %10s %12s %10s %12s %10s\n", "step", "fwd ms", "fwd+bwd ms", "optimizer ms", "step ms",
            "tokens/s", "loss");
     for (int64_t s = 0; rc == 0 && s < o->warmup + o->steps; s++) {
-        // marks: 0 start, 1 after the forward alone, 2 before the step (host work between), 3 after backward
+        // marks: 0 start, 1 after the training forward, 3 after its backward; the step is what the trainers run
+        // per microbatch: zero_grad, train_forward (the log-probs give the loss), train_backward, grad norm, clip,
+        // optimizer step
         const dsarl_model_ops *mo = m->mo;
         dsarl_token_batch batch = as_batch(&t);
         step_times st = {0};
-        rc = stopwatch_mark(&w, 0, err);
-        if (rc == 0)
-            rc = mo->forward_logprobs(m->model, &batch, t.targets, t.values, err);
-        if (rc == 0)
-            rc = stopwatch_mark(&w, 1, err);
-        double nll = 0.0;
         int64_t n_targets = 0;
-        for (int64_t i = 0; rc == 0 && i < t.n; i++)
-            if (t.targets[i] >= 0)
-                nll -= t.values[i], n_targets++;
-        for (int64_t i = 0; rc == 0 && i < t.n; i++) // d mean-NLL / d logp
-            t.values[i] = t.targets[i] >= 0 ? (float)(-1.0 / (double)n_targets) : 0.0f;
-        if (rc == 0)
-            rc = stopwatch_mark(&w, 2, err);
+        for (int64_t i = 0; i < t.n; i++)
+            n_targets += t.targets[i] >= 0;
+        for (int64_t i = 0; i < t.n; i++) // d mean-NLL / d logp
+            t.grads[i] = t.targets[i] >= 0 ? (float)(-1.0 / (double)n_targets) : 0.0f;
+        rc = stopwatch_mark(&w, 0, err);
         if (rc == 0)
             rc = mo->zero_grad(m->model, err);
         if (rc == 0)
-            rc = mo->backward(m->model, &batch, t.targets, t.values, NULL, err);
+            rc = mo->train_forward(m->model, &batch, t.targets, t.values, err);
+        if (rc == 0)
+            rc = stopwatch_mark(&w, 1, err);
+        double nll = 0.0;
+        for (int64_t i = 0; rc == 0 && i < t.n; i++)
+            if (t.targets[i] >= 0)
+                nll -= t.values[i];
+        if (rc == 0)
+            rc = mo->train_backward(m->model, t.grads, NULL, err);
         if (rc == 0)
             rc = stopwatch_mark(&w, 3, err);
         double norm = 0.0;
@@ -607,7 +613,7 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
         // the optimizer interval: wall clock from the end of backward (which synchronizes) to the synchronize
         double t_end = now_ms();
         st.fwd_ms = stopwatch_ms(&w, 0, 1);
-        st.fwdbwd_ms = stopwatch_ms(&w, 2, 3);
+        st.fwdbwd_ms = stopwatch_ms(&w, 0, 3);
         st.opt_ms = t_end - w.wall[3];
         st.step_ms = st.fwdbwd_ms + st.opt_ms;
         st.loss = n_targets ? nll / (double)n_targets : 0.0;
@@ -631,15 +637,10 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
     DSARL_TRY(rc);
     double tok_s = (double)(o->batch * o->seq) / sum.step_ms * 1e3, tflops = flops / sum.step_ms / 1e9;
     double mfu = tflops / m->gemm_tflops;
-    printf("FLOPs/step = 6*N_lm*T + 2*N_idx*T + 3*L*2*H*(d_qk+d_v)*sum_t min(pos+1, index_topk)"
-           " + L_full*2*nI*dI*sum_t (pos+1)\n"
-           "           = 6*%" PRId64 "*%" PRId64 " + 2*%" PRId64 "*%" PRId64 " + 3*%" PRId64 "*2*%" PRId64 "*(%" PRId64
-           "+%" PRId64 ")*%.0f + %" PRId64 "*2*%" PRId64 "*%" PRId64 "*%.0f = %.0f\n",
-           f.lm_params, o->batch * o->seq, f.index_params, o->batch * o->seq, f.layers, f.heads, f.qk_head_dim,
-           f.v_head_dim, (double)o->batch * causal_pairs(o->seq, f.index_topk), f.full_layers, f.index_heads,
-           f.index_dim, (double)o->batch * causal_pairs(o->seq, 0), flops);
+    printf("%s (model %s)\n           = %.0f forward + %.0f backward = %.0f\n", mf.formula ? mf.formula : "FLOPs/step",
+           m->family, mf.forward, mf.backward, flops);
     printf("train step (%" PRId64 " x %" PRId64 " tokens, mean of %" PRId64 " after %" PRId64 " warm-up): %.1f ms "
-           "(forward alone %.1f ms, forward+backward %.1f ms, grad norm + AdamW %.1f ms); %.0f tokens/s; %.1f "
+           "(training forward %.1f ms, forward+backward %.1f ms, grad norm + AdamW %.1f ms); %.0f tokens/s; %.1f "
            "TFLOP/s achieved of %.1f ceiling: MFU %.1f%%; loss %.4f (first step %.4f), grad norm %.3g\n",
            o->batch, o->seq, o->steps, o->warmup, sum.step_ms, sum.fwd_ms, sum.fwdbwd_ms, sum.opt_ms, tok_s, tflops,
            m->gemm_tflops, 100.0 * mfu, sum.loss, first.loss, sum.grad_norm);
@@ -726,7 +727,7 @@ static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *
 
 static int bench_model(int argc, char **argv, const cli_options *opts, bool generate)
 {
-    model_bench_opts o = {.device = "cuda", .seq = 4096, .batch = generate ? 32 : 2, .steps = generate ? 1 : 3,
+    model_bench_opts o = {.seq = 4096, .batch = generate ? 32 : 2, .steps = generate ? 1 : 3,
                           .warmup = 1, .ceiling_iters = 5, .prompt_len = 128, .new_tokens = 128, .lr = 1e-5};
     int prc = parse_opts(argc, argv, generate, &o);
     if (prc)

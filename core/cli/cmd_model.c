@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "cmd_model.h"
 #include "dsarl/fileutil.h"
@@ -40,19 +41,28 @@ static int session_open(model_session *s, const char *model_dir, int threads, ds
 {
     memset(s, 0, sizeof(*s));
     cli_options none = {0};
-    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *m51 = NULL, *m52 = NULL;
+    const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     int rc = cli_open_registry(NULL, &none, &s->registry, err);
-    if (rc == 0)
-        rc = dsarl_registry_require(s->registry, DSARL_KIND_DEVICE, "cpu", "dsarl logits/generate", &dev_c, err);
-    if (rc == 0)
-        rc = dsarl_registry_require(s->registry, DSARL_KIND_DSA, "reference", "dsarl logits/generate", &dsa_c, err);
-    if (rc == 0)
-        rc = dsarl_registry_require(s->registry, DSARL_KIND_MODEL, "glm5.1", "dsarl logits/generate", &m51, err);
-    if (rc == 0)
-        rc = dsarl_registry_require(s->registry, DSARL_KIND_MODEL, "glm5.2", "dsarl logits/generate", &m52, err);
     if (rc < 0)
         return rc;
+    // float32 host results: the highest-ranked host-memory device, the highest-ranked backend on it, and the
+    // model table that accepts the directory's config.json
+    dev_c = dsarl_select_default_device(s->registry, DSARL_DEVICE_CAP_HOST_MEMORY);
+    dsa_c = dev_c ? dsarl_select_default_dsa(s->registry, (const dsarl_device_ops *)dev_c) : NULL;
+    if (!dev_c || !dsa_c)
+        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl logits/generate: no loaded %s", !dev_c
+                          ? "device plugin with host memory can run here" : "DSA backend runs on that device");
+    char config_path[4200];
+    snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
+    dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = model_dir,
+                               .config_path = access(config_path, R_OK) == 0 ? config_path : NULL};
+    rc = dsarl_select_model_for(s->registry, &probe, &model_c, err);
+    if (rc < 0)
+        return rc;
+    if (!model_c)
+        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl logits/generate: no loaded model plugin accepts %s",
+                          model_dir);
     s->dev_ops = (const dsarl_device_ops *)dev_c;
     s->dsa_ops = (const dsarl_dsa_ops *)dsa_c;
     dsarl_device_config dc = {.struct_size = sizeof(dc), .parallel = &single, .threads = threads};
@@ -64,13 +74,8 @@ static int session_open(model_session *s, const char *model_dir, int threads, ds
     dsarl_model_config mc = {.struct_size = sizeof(mc), .host = dsarl_registry_host(s->registry),
                              .model_dir = model_dir, .device_ops = s->dev_ops, .device = s->dev,
                              .dsa_ops = s->dsa_ops, .dsa = s->dsa, .parallel = &single};
-    s->model_ops = (const dsarl_model_ops *)m51;
-    rc = s->model_ops->create(&mc, &s->model, err);
-    if (rc == DSARL_E_UNSUPPORTED) { // IndexShare layers: the glm5.2 plugin
-        s->model_ops = (const dsarl_model_ops *)m52;
-        rc = s->model_ops->create(&mc, &s->model, err);
-    }
-    return rc;
+    s->model_ops = (const dsarl_model_ops *)model_c;
+    return s->model_ops->create(&mc, &s->model, err);
 }
 
 static const char *skip_ws(const char *p)
@@ -139,8 +144,8 @@ static int parse_id_rows(const char *path, const char *text, int32_t **ids, int3
 static const char *logits_help =
     "usage: dsarl logits --model-dir DIR --input-ids FILE.json --out OUT.npy [--threads N]\n"
     "\n"
-    "Next-token logits of a Hugging Face glm_moe_dsa model (config.json + safetensors) on the cpu device with the\n"
-    "reference DSA backend.\n"
+    "Next-token logits of a Hugging Face glm_moe_dsa model (config.json + safetensors) in float32 on the\n"
+    "highest-ranked host-memory device and the highest-ranked DSA backend on it (cpu and reference by default).\n"
     "  --model-dir DIR       the model directory (GLM-5.1 style, or GLM-5.2 with IndexShare)\n"
     "  --input-ids FILE      JSON list of equal-length lists of token ids, e.g. [[1, 2, 3], [4, 5, 6]]\n"
     "  --out OUT.npy         float32 array [B, S, V], written atomically\n"

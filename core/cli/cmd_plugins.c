@@ -55,7 +55,7 @@ int cmd_plugins(int argc, char **argv, const cli_options *opts)
     if (cli_open_registry(NULL, opts, &reg, &err) < 0)
         return cli_fail(&err);
 
-    printf("%-12s %-12s %-8s %-5s %s\n", "KIND", "NAME", "VERSION", "ABI", "FILE");
+    printf("%-12s %-12s %-8s %-5s %-5s %s\n", "KIND", "NAME", "VERSION", "ABI", "RANK", "FILE");
     for (int kind = 0; kind < DSARL_KIND_COUNT; kind++) {
         for (size_t i = 0; i < dsarl_registry_ops_count(reg); i++) {
             const dsarl_ops_entry *e = dsarl_registry_ops_at(reg, i);
@@ -64,8 +64,9 @@ int cmd_plugins(int argc, char **argv, const cli_options *opts)
             char abi[16];
             snprintf(abi, sizeof abi, "%u.%u", e->plugin ? e->plugin->abi_major : DSARL_ABI_MAJOR,
                      e->plugin ? e->plugin->abi_minor : DSARL_ABI_MINOR);
-            printf("%-12s %-12s %-8s %-5s %s\n", dsarl_kind_name(e->kind), e->ops->name,
-                   e->plugin ? e->plugin->version : "-", abi, e->plugin ? e->plugin->path : "(built in)");
+            printf("%-12s %-12s %-8s %-5s %-5d %s\n", dsarl_kind_name(e->kind), e->ops->name,
+                   e->plugin ? e->plugin->version : "-", abi, (int)e->ops->rank,
+                   e->plugin ? e->plugin->path : "(built in)");
             if (e->ops->description && *e->ops->description)
                 printf("      %s\n", e->ops->description);
             if (e->ops->describe)

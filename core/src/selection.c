@@ -1,7 +1,10 @@
 /* selection.c: mapping recipe keys to plugin names (rules in selection.h). */
 #include "selection.h"
 
-#include <jansson.h>
+#include "dsarl/ops/dsa.h"
+#include "dsarl/ops/model.h"
+
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,43 +36,57 @@ static void choose_default(dsarl_choice *choice, const char *name, const char *w
     snprintf(choice->selected_by, sizeof choice->selected_by, "default (%s)", why);
 }
 
-/* A GPU is visible when the NVIDIA control device exists and CUDA_VISIBLE_DEVICES does not hide every GPU. */
-static int gpu_visible(void)
+/* The highest-ranked table of kind (rank > 0) that keep() admits, or NULL; ties go to the first registered. */
+static const dsarl_ops_common *highest_rank(const dsarl_registry *reg, dsarl_kind kind,
+                                            bool (*keep)(const dsarl_ops_common *ops, const void *ctx),
+                                            const void *ctx)
 {
-    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    if (visible && (!*visible || strcmp(visible, "-1") == 0))
-        return 0;
-    return access("/dev/nvidiactl", F_OK) == 0;
-}
-
-/* glm5.2 when the config describes IndexShare (index_topk_pattern, index_topk_freq > 1, or indexer_types with a
- * "shared" layer), else glm5.1. */
-static const char *family_from_config(json_t *config)
-{
-    json_t *pattern = json_object_get(config, "index_topk_pattern");
-    if (pattern && !json_is_null(pattern))
-        return "glm5.2";
-    json_t *freq = json_object_get(config, "index_topk_freq");
-    if (json_is_integer(freq) && json_integer_value(freq) > 1)
-        return "glm5.2";
-    json_t *types = json_object_get(config, "indexer_types");
-    size_t i;
-    json_t *t;
-    json_array_foreach(types, i, t) {
-        if (json_is_string(t) && strcmp(json_string_value(t), "shared") == 0)
-            return "glm5.2";
+    const dsarl_ops_common *best = NULL;
+    for (size_t i = 0; i < dsarl_registry_ops_count(reg); i++) {
+        const dsarl_ops_entry *e = dsarl_registry_ops_at(reg, i);
+        if (e->kind != kind || e->ops->rank <= 0 || (keep && !keep(e->ops, ctx)))
+            continue;
+        if (!best || e->ops->rank > best->rank)
+            best = e->ops;
     }
-    return "glm5.1";
+    return best;
 }
 
-static int choose_model(const dsarl_node *root, dsarl_choice *choice, dsarl_error *err)
+int dsarl_select_model_for(const dsarl_registry *reg, const dsarl_model_probe *probe, const dsarl_ops_common **out,
+                           dsarl_error *err)
+{
+    *out = NULL;
+    int best_score = 0;
+    for (size_t i = 0; i < dsarl_registry_ops_count(reg); i++) {
+        const dsarl_ops_entry *e = dsarl_registry_ops_at(reg, i);
+        const dsarl_model_ops *mo = (const dsarl_model_ops *)e->ops;
+        if (e->kind != DSARL_KIND_MODEL || !DSARL_MODEL_HAS(mo, accepts))
+            continue;
+        int score = mo->accepts(probe, err);
+        if (score < 0) {
+            char why[sizeof err->message];
+            snprintf(why, sizeof why, "%s", err->message);
+            return DSARL_FAIL(err, score, "model %s: %s", e->ops->name, why);
+        }
+        if (score > best_score)
+            *out = e->ops, best_score = score;
+    }
+    return DSARL_OK;
+}
+
+/* Asks every model table's accepts about policy.model_name and takes the highest score. */
+static int choose_model(const dsarl_node *root, const dsarl_registry *reg, dsarl_choice *choice, dsarl_error *err)
 {
     int rc = choose_from_key(root, "policy.model_family", choice, err);
     if (rc)
         return rc < 0 ? rc : 0;
     const dsarl_node *name_node = dsarl_node_get(root, "policy.model_name");
     if (!name_node || dsarl_node_kind(name_node) != DSARL_NODE_STRING) {
-        choose_default(choice, "glm5.2", "neither policy.model_family nor policy.model_name is set");
+        const dsarl_ops_common *best = highest_rank(reg, DSARL_KIND_MODEL, NULL, NULL);
+        choose_default(choice, best ? best->name : "(none)",
+                       best ? "neither policy.model_family nor policy.model_name is set: the highest-ranked model"
+                            : "neither policy.model_family nor policy.model_name is set, and no model plugin has a "
+                              "rank");
         return 0;
     }
     const char *model_name = dsarl_node_text(name_node);
@@ -78,23 +95,58 @@ static int choose_model(const dsarl_node *root, dsarl_choice *choice, dsarl_erro
     char config_path[4096];
     snprintf(config_path, sizeof config_path, "%s/config.json", model_name);
     struct stat st;
-    if (stat(model_name, &st) == 0 && S_ISDIR(st.st_mode)) {
-        json_error_t jerr;
-        json_t *config = json_load_file(config_path, 0, &jerr);
-        if (!config)
-            return DSARL_FAIL(err, DSARL_E_INVALID, "%s (policy.model_name): cannot read %s: %s (line %d)", where,
-                              config_path, jerr.text, jerr.line);
-        snprintf(choice->name, sizeof choice->name, "%s", family_from_config(config));
-        json_decref(config);
-        snprintf(choice->selected_by, sizeof choice->selected_by, "%s (policy.model_name: %s)", where, config_path);
-        return 0;
+    bool has_config = stat(config_path, &st) == 0 && S_ISREG(st.st_mode);
+    dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = model_name,
+                               .config_path = has_config ? config_path : NULL, .recipe = root};
+    const dsarl_ops_common *best = NULL;
+    rc = dsarl_select_model_for(reg, &probe, &best, err);
+    if (rc < 0) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        return DSARL_FAIL(err, rc, "%s (policy.model_name): %s", where, why);
     }
-    if (strstr(model_name, "GLM-5.1") || strstr(model_name, "glm-5.1"))
-        snprintf(choice->name, sizeof choice->name, "glm5.1");
+    snprintf(choice->name, sizeof choice->name, "%s", best ? best->name : "(none)");
+    if (best)
+        snprintf(choice->selected_by, sizeof choice->selected_by, "%s (policy.model_name %s%s)", where,
+                 has_config ? config_path : model_name, has_config ? "" : ", by name");
     else
-        snprintf(choice->name, sizeof choice->name, "glm5.2");
-    snprintf(choice->selected_by, sizeof choice->selected_by, "%s (policy.model_name '%s')", where, model_name);
+        snprintf(choice->selected_by, sizeof choice->selected_by, "%s (policy.model_name '%s': no model plugin "
+                 "accepts it; set policy.model_family)", where, model_name);
     return 0;
+}
+
+// Devices with the capabilities *ctx whose probe says this machine can run them (no probe: always).
+static bool device_available(const dsarl_ops_common *ops, const void *ctx)
+{
+    const dsarl_device_ops *d = (const dsarl_device_ops *)ops;
+    uint64_t required = *(const uint64_t *)ctx;
+    if ((dsarl_device_capabilities(d) & required) != required)
+        return false;
+    bool probed = d->common.struct_size >= offsetof(dsarl_device_ops, available) + sizeof(d->available) &&
+                  d->available;
+    char why[256];
+    return !probed || d->available(why, sizeof why);
+}
+
+// DSA backends whose device_requires the device's capabilities (*ctx) meet.
+static bool dsa_runs_on(const dsarl_ops_common *ops, const void *ctx)
+{
+    const dsarl_dsa_ops *d = (const dsarl_dsa_ops *)ops;
+    uint64_t caps = *(const uint64_t *)ctx;
+    if (d->common.struct_size < offsetof(dsarl_dsa_ops, device_requires) + sizeof(d->device_requires))
+        return false;
+    return d->device_requires != 0 && (d->device_requires & caps) == d->device_requires;
+}
+
+const dsarl_ops_common *dsarl_select_default_device(const dsarl_registry *reg, uint64_t required_caps)
+{
+    return highest_rank(reg, DSARL_KIND_DEVICE, device_available, &required_caps);
+}
+
+const dsarl_ops_common *dsarl_select_default_dsa(const dsarl_registry *reg, const dsarl_device_ops *device)
+{
+    uint64_t caps = device ? dsarl_device_capabilities(device) : 0;
+    return highest_rank(reg, DSARL_KIND_DSA, dsa_runs_on, &caps);
 }
 
 static void add_environment(dsarl_selection *sel, const dsarl_choice *c)
@@ -115,34 +167,45 @@ int dsarl_select_plugins(const dsarl_node *root, const dsarl_registry *reg, dsar
     sel->generation.kind = DSARL_KIND_GENERATION;
     sel->algorithm.kind = DSARL_KIND_ALGORITHM;
 
-    DSARL_TRY(choose_model(root, &sel->model, err));
+    DSARL_TRY(choose_model(root, reg, &sel->model, err));
 
     int rc = choose_from_key(root, "runtime.device", &sel->device, err);
     DSARL_TRY(rc);
     if (rc == 0 || strcmp(sel->device.name, "auto") == 0) {
-        int cuda = dsarl_registry_find(reg, DSARL_KIND_DEVICE, "cuda") && gpu_visible();
-        const char *why = rc == 0 ? "runtime.device absent: auto" : sel->device.selected_by;
+        const dsarl_ops_common *best = dsarl_select_default_device(reg, 0);
         char because[600];
-        snprintf(because, sizeof because, "%s; %s", why,
-                 cuda ? "a GPU is visible and the cuda device plugin is loaded" : "no usable GPU");
-        choose_default(&sel->device, cuda ? "cuda" : "cpu", because);
+        snprintf(because, sizeof because, "%s; %s", rc == 0 ? "runtime.device absent: auto" : sel->device.selected_by,
+                 best ? "the highest-ranked device this machine can run" : "no loaded device plugin can run here");
+        choose_default(&sel->device, best ? best->name : "(none)", because);
     }
 
     rc = choose_from_key(root, "policy.megatron_cfg.model_overrides.dsa_kernel_backend", &sel->dsa, err);
     DSARL_TRY(rc);
-    if (rc == 0)
-        choose_default(&sel->dsa, strcmp(sel->device.name, "cuda") == 0 ? "tilelang" : "reference",
-                       "policy.megatron_cfg.model_overrides.dsa_kernel_backend absent");
+    if (rc == 0) {
+        const dsarl_device_ops *dev = (const dsarl_device_ops *)dsarl_registry_find(reg, DSARL_KIND_DEVICE,
+                                                                                    sel->device.name);
+        const dsarl_ops_common *best = dsarl_select_default_dsa(reg, dev);
+        char because[600];
+        snprintf(because, sizeof because, "policy.megatron_cfg.model_overrides.dsa_kernel_backend absent: %s %s",
+                 best ? "the highest-ranked backend that runs on device" : "no loaded backend runs on device",
+                 sel->device.name);
+        choose_default(&sel->dsa, best ? best->name : "(none)", because);
+    }
 
     rc = choose_from_key(root, "policy.generation.backend", &sel->generation, err);
     DSARL_TRY(rc);
-    if (rc == 0)
-        choose_default(&sel->generation, "native", "policy.generation.backend absent");
+    if (rc == 0) {
+        const dsarl_ops_common *best = highest_rank(reg, DSARL_KIND_GENERATION, NULL, NULL);
+        choose_default(&sel->generation, best ? best->name : "native",
+                       "policy.generation.backend absent: the highest-ranked");
+    }
 
     rc = choose_from_key(root, "algorithm.name", &sel->algorithm, err);
     DSARL_TRY(rc);
-    if (rc == 0)
-        choose_default(&sel->algorithm, "grpo", "algorithm.name absent");
+    if (rc == 0) {
+        const dsarl_ops_common *best = highest_rank(reg, DSARL_KIND_ALGORITHM, NULL, NULL);
+        choose_default(&sel->algorithm, best ? best->name : "grpo", "algorithm.name absent: the highest-ranked");
+    }
 
     static const char *const env_keys[] = {"data.env_name", "data.default.env_name", "data.train.env_name",
                                            "data.validation.env_name"};
@@ -193,17 +256,19 @@ static const dsarl_key_spec host_keys[] = {
     {"algorithm", DSARL_KEY_MAP, NULL, "which training loop runs", DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
     {"algorithm.name", DSARL_KEY_STRING, "grpo", "algorithm plugin: grpo | sft", 0},
     {"runtime", DSARL_KEY_MAP, NULL, "process-level settings", DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
-    {"runtime.device", DSARL_KEY_STRING, "auto", "device plugin: auto (cuda when a GPU is visible) | cpu | cuda", 0},
+    {"runtime.device", DSARL_KEY_STRING, "auto",
+     "device plugin by name, or auto: the highest-ranked device this machine can run", 0},
     {"runtime.threads", DSARL_KEY_INT, "0", "CPU threads for BLAS and host math; 0 = all cores", 0},
     {"runtime.deterministic", DSARL_KEY_BOOL, "true", "bit-identical reruns and resume on the CPU", 0},
     {"plugins", DSARL_KEY_MAP, NULL, "plugin loading", DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
     {"plugins.path", DSARL_KEY_ANY, "[]", "extra plugin directories (a list, or one ':'-separated string)",
      DSARL_KEY_NULLABLE},
-    {"policy.model_family", DSARL_KEY_STRING, NULL, "model plugin: glm5.1 | glm5.2; null = from policy.model_name",
+    {"policy.model_family", DSARL_KEY_STRING, NULL,
+     "model plugin by name; null = the model plugin that accepts policy.model_name (else the highest-ranked)",
      DSARL_KEY_NULLABLE},
     {"policy.model_name", DSARL_KEY_STRING, NULL, "Hugging Face model directory or hub id", DSARL_KEY_NULLABLE},
     {"policy.megatron_cfg.model_overrides.dsa_kernel_backend", DSARL_KEY_STRING, NULL,
-     "dsa plugin: reference | tilelang | cudnn; null = reference on cpu, tilelang on cuda", DSARL_KEY_NULLABLE},
+     "dsa plugin by name; null = the highest-ranked backend that runs on the device", DSARL_KEY_NULLABLE},
     {"policy.generation.backend", DSARL_KEY_STRING, "native", "generation plugin", 0},
     {"data.env_name", DSARL_KEY_STRING, NULL, "environment plugin for every dataset", DSARL_KEY_NULLABLE},
     {"data.*.env_name", DSARL_KEY_STRING, NULL, "environment plugin of one dataset (default, train, validation)",

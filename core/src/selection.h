@@ -9,6 +9,8 @@
 #ifndef DSARL_SELECTION_H
 #define DSARL_SELECTION_H
 
+#include "dsarl/ops/device.h"
+#include "dsarl/ops/model.h"
 #include "registry.h"
 #include "schema.h"
 
@@ -33,6 +35,18 @@ typedef struct dsarl_selection {
  * malformed selecting key (wrong type, unreadable model directory). */
 DSARL_API int dsarl_select_plugins(const dsarl_node *root, const dsarl_registry *reg, dsarl_selection *sel,
                                    dsarl_error *err);
+
+/* The model table whose accepts scores probe highest (NULL when none accepts it); < 0 when an accepts fails. */
+DSARL_API int dsarl_select_model_for(const dsarl_registry *reg, const dsarl_model_probe *probe,
+                                     const dsarl_ops_common **out, dsarl_error *err);
+
+/* The highest-ranked device table with every DSARL_DEVICE_CAP_* flag of required_caps (0: any) that this machine
+ * can run (its available probe), or NULL. */
+DSARL_API const dsarl_ops_common *dsarl_select_default_device(const dsarl_registry *reg, uint64_t required_caps);
+
+/* The highest-ranked DSA table whose device_requires the device's capabilities meet, or NULL. */
+DSARL_API const dsarl_ops_common *dsarl_select_default_dsa(const dsarl_registry *reg,
+                                                           const dsarl_device_ops *device);
 
 /* Fails with the first selected plugin that is missing or refused: "<where>: no dsa plugin named 'x';
  * available: ...". Kinds whose bit is clear in optional_mask (1 << kind) are required. */

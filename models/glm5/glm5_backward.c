@@ -27,7 +27,7 @@ typedef struct grad_bufs {
     void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
 } grad_bufs;
 
-// targets (T) int32 and dlogprobs (T) float32: one block, so the backward uploads both in one copy.
+// targets (T) int32 and dlogprobs (T) float32 in one block (the log-probs are computed into dlogprobs' room).
 static int alloc_targets(glm5_pass *p, grad_bufs *g, dsarl_error *err)
 {
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * p->T) * sizeof(int32_t), (void **)&g->targets, err));
@@ -35,6 +35,7 @@ static int alloc_targets(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     return DSARL_OK;
 }
 
+// Everything of grad_bufs but the targets block (alloc_targets, which the training forward allocates first).
 static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
@@ -72,7 +73,6 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
-    DSARL_TRY(alloc_targets(p, g, err));
     // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
     g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {
@@ -340,28 +340,16 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     return linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
 }
 
-// Uploads the targets (checked against the vocabulary) and, when dlogprobs is not NULL, the log-prob gradients
-// after them (g->targets and g->dlogprobs share one block: one copy).
-static int upload_targets(glm5_pass *p, grad_bufs *g, const int32_t *targets, const float *dlogprobs,
-                          dsarl_error *err)
+// Uploads the targets (T), checked against the vocabulary.
+static int upload_targets(glm5_pass *p, grad_bufs *g, const int32_t *targets, dsarl_error *err)
 {
     int64_t T = p->T;
     for (int64_t t = 0; t < T; t++)
         if (targets[t] >= p->m->cfg.vocab_size)
             return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: target id %d at position %lld is outside the vocabulary "
                               "[0, %lld)", targets[t], (long long)t, (long long)p->m->cfg.vocab_size);
-    if (!dlogprobs)
-        return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)T * sizeof(int32_t),
-                                   DSARL_COPY_HOST_TO_DEVICE, err);
-    int32_t *host = malloc((size_t)(2 * T) * sizeof(int32_t));
-    if (!host)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld targets", (long long)T);
-    memcpy(host, targets, (size_t)T * sizeof(int32_t));
-    memcpy(host + T, dlogprobs, (size_t)T * sizeof(float));
-    int rc = p->m->dev_ops->copy(p->m->dev, g->targets, host, (size_t)(2 * T) * sizeof(int32_t),
-                                 DSARL_COPY_HOST_TO_DEVICE, err);
-    free(host);
-    return rc;
+    return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)T * sizeof(int32_t),
+                               DSARL_COPY_HOST_TO_DEVICE, err);
 }
 
 int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
@@ -374,7 +362,7 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
     if (rc == 0)
-        rc = upload_targets(&p, &g, targets, NULL, err);
+        rc = upload_targets(&p, &g, targets, err);
     if (rc == 0)
         rc = m->dev_ops->logprobs_forward(m->dev, g.dlogprobs, p.logits, g.targets, p.T, m->cfg.vocab_size, err);
     if (rc == 0)
@@ -419,13 +407,14 @@ static int sum_indexer_losses(dsarl_model *m, const grad_bufs *g, int64_t T, dou
     return rc;
 }
 
-static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32_t *targets,
-                         const float *dlogprobs, float *indexer_loss_out, dsarl_error *err)
+// The backward of a saved pass whose targets are on the device (g->targets), from dlogprobs (T) host.
+static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
+                         dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, C = c->hidden_size, V = c->vocab_size;
-    DSARL_TRY(upload_targets(p, g, targets, dlogprobs, err));
+    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
     DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
     if (p->logit_scale != 1.0f) // logits = scale * h W^T: the factor carries into dlogits of the product
         DSARL_TRY(d->convert(m->dev, g->dlogits, DSARL_DTYPE_F32, g->dlogits, DSARL_DTYPE_F32, T * V, p->logit_scale,
@@ -475,18 +464,69 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const int32
     return d->synchronize(m->dev, err);
 }
 
+/* The pending training pass (train_forward .. train_backward): the saved forward, its grad_bufs (targets on the
+ * device, the rest allocated by the backward), one per model. */
+struct glm5_train {
+    glm5_pass p;
+    grad_bufs g;
+};
+
+void glm5_train_release(dsarl_model *m)
+{
+    if (!m->train)
+        return;
+    glm5_pass_free(&m->train->p);
+    free(m->train);
+    m->train = NULL;
+}
+
+int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
+                       dsarl_error *err)
+{
+    glm5_train_release(m);
+    glm5_train *tr = calloc(1, sizeof *tr);
+    if (!tr)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a training pass");
+    int rc = glm5_pass_forward(m, batch, true, &tr->p, err);
+    if (rc == 0)
+        rc = alloc_targets(&tr->p, &tr->g, err);
+    if (rc == 0)
+        rc = upload_targets(&tr->p, &tr->g, targets, err);
+    if (rc == 0) // into dlogprobs' room: train_backward overwrites it with the caller's gradients
+        rc = m->dev_ops->logprobs_forward(m->dev, tr->g.dlogprobs, tr->p.logits, tr->g.targets, tr->p.T,
+                                          m->cfg.vocab_size, err);
+    if (rc == 0)
+        rc = m->dev_ops->copy(m->dev, logprobs, tr->g.dlogprobs, (size_t)tr->p.T * sizeof(float),
+                              DSARL_COPY_DEVICE_TO_HOST, err);
+    m->train = tr;
+    if (rc != 0)
+        glm5_train_release(m);
+    return rc;
+}
+
+int glm5_train_backward(dsarl_model *m, const float *dlogprobs, float *indexer_loss, dsarl_error *err)
+{
+    if (!m->train)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: train_backward needs a pending train_forward (none is "
+                          "pending: each train_forward is followed by at most one train_backward)");
+    int rc = m->grads ? DSARL_OK : glm5_zero_grad(m, err);
+    if (rc == 0)
+        rc = alloc_grad_bufs(&m->train->p, &m->train->g, err);
+    if (rc == 0)
+        rc = backward_pass(m, &m->train->p, &m->train->g, dlogprobs, indexer_loss, err);
+    glm5_train_release(m);
+    return rc;
+}
+
+// The 1.0 backward: a training pass whose log-probs go to a scratch buffer, then its backward.
 int glm5_backward(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, const float *dlogprobs,
                   float *indexer_loss, dsarl_error *err)
 {
-    if (!m->grads)
-        DSARL_TRY(glm5_zero_grad(m, err));
-    glm5_pass p;
-    grad_bufs g;
-    int rc = glm5_pass_forward(m, batch, true, &p, err);
-    if (rc == 0)
-        rc = alloc_grad_bufs(&p, &g, err);
-    if (rc == 0)
-        rc = backward_pass(m, &p, &g, targets, dlogprobs, indexer_loss, err);
-    glm5_pass_free(&p);
-    return rc;
+    float *scratch = malloc((size_t)(batch->n_tokens > 0 ? batch->n_tokens : 1) * sizeof(float));
+    if (!scratch)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld log-probs",
+                          (long long)batch->n_tokens);
+    int rc = glm5_train_forward(m, batch, targets, scratch, err);
+    free(scratch);
+    return rc != 0 ? rc : glm5_train_backward(m, dlogprobs, indexer_loss, err);
 }

@@ -104,7 +104,7 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
     m->dev_ops = dev_ops, m->dev = dev, m->dsa_ops = dsa_ops, m->dsa = dsa;
     m->parallel = parallel ? *parallel : (dsarl_parallel)DSARL_PARALLEL_SINGLE;
     // the host device runs each call's arithmetic at once; a GPU device queues kernels, each with a fixed cost
-    m->launch_bound = !dev_ops->common.name || strcmp(dev_ops->common.name, "cpu") != 0;
+    m->launch_bound = (dsarl_device_capabilities(dev_ops) & DSARL_DEVICE_CAP_LAUNCH_BOUND) != 0;
     m->storage = dev_ops->storage_dtype(dev);
     m->elem = dsarl_dtype_size(m->storage);
     int rc = glm5_param_specs(cfg, &m->params, &m->n_params, &m->n_weights, err);
@@ -145,6 +145,7 @@ void glm5_model_free(dsarl_model *m)
 {
     if (!m)
         return;
+    glm5_train_release(m);
     if (m->weights)
         m->dev_ops->free(m->dev, m->weights);
     if (m->inv_freq)

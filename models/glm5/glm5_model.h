@@ -1,4 +1,4 @@
-/* glm5_model.h: the shared glm_moe_dsa implementation behind the glm5.1 and glm5.2 model plugins.
+/* glm5_model.h: the glm_moe_dsa implementation behind the glm5.1 and glm5.2 model tables.
  *
  * One model instance owns one float buffer of parameters on its device; every parameter has a spec (its Hugging
  * Face name, shape, offset in the buffer, and how it shards under tensor/expert parallelism). The forward pass
@@ -76,7 +76,7 @@ struct dsarl_model {
     bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
     glm5_attention_form attention_form; /* ...dsa_attention_form: absorbed, headwise, or auto (the backend's) */
     bool activation_recompute;   /* policy.megatron_cfg.activation_checkpointing: keep only layer inputs */
-    bool launch_bound;           /* device calls cost far more than small GEMMs (any device but the host "cpu"):
+    bool launch_bound;           /* device calls cost far more than small GEMMs (DSARL_DEVICE_CAP_LAUNCH_BOUND):
                                   * small expert groups are padded into one batched GEMM (glm5_moe_pad) */
     glm5_layer *layers;
     void *embed, *final_norm, *lm_head;
@@ -87,6 +87,7 @@ struct dsarl_model {
     size_t elem;                 /* its size in bytes */
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
     struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
+    struct glm5_train *train;    /* the pending training pass of train_forward (glm5_backward.c), or NULL */
 };
 
 /* base advanced by n elements of the model's storage dtype. */
@@ -152,6 +153,14 @@ int glm5_forward_logprobs(dsarl_model *model, const dsarl_token_batch *batch, co
 /* Forward + backward of sum_t dlogprobs[t] logprobs[t] (+ the indexer loss); accumulates gradients. */
 int glm5_backward(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets,
                   const float *dlogprobs, float *indexer_loss, dsarl_error *err);
+
+/* The training pass (dsarl_model_ops.train_forward / train_backward): one forward kept for one backward. */
+typedef struct glm5_train glm5_train;
+int glm5_train_forward(dsarl_model *model, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
+                       dsarl_error *err);
+int glm5_train_backward(dsarl_model *model, const float *dlogprobs, float *indexer_loss, dsarl_error *err);
+/* Frees the pending training pass, if any. */
+void glm5_train_release(dsarl_model *model);
 
 /* Writes config.json + model.safetensors (float32, per-expert keys) into dir atomically. */
 int glm5_save_hf(dsarl_model *model, const char *dir, dsarl_error *err);

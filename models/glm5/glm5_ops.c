@@ -13,8 +13,7 @@ int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *wh
     return DSARL_OK;
 }
 
-// The config of a model directory, or of the recipe's inline config, checked against the family.
-static int family_config(glm5_family family, const dsarl_model_config *config, glm5_config *cfg, dsarl_error *err)
+int glm5_family_config(glm5_family family, const dsarl_model_config *config, glm5_config *cfg, dsarl_error *err)
 {
     const char *where = config->model_dir ? config->model_dir : "policy.model_config";
     if (!config->model_dir && !config->recipe)
@@ -31,7 +30,7 @@ int glm5_count_family(glm5_family family, const dsarl_model_config *config, int6
                       dsarl_error *err)
 {
     glm5_config cfg;
-    DSARL_TRY(family_config(family, config, &cfg, err));
+    DSARL_TRY(glm5_family_config(family, config, &cfg, err));
     return glm5_count_parameters(&cfg, trainable, buffers, err);
 }
 
@@ -63,7 +62,7 @@ static int read_attention_form(const dsarl_node *recipe, const dsarl_dsa_ops *ds
 int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err)
 {
     glm5_config cfg;
-    DSARL_TRY(family_config(family, config, &cfg, err));
+    DSARL_TRY(glm5_family_config(family, config, &cfg, err));
     dsarl_model *m = NULL;
     DSARL_TRY(glm5_model_alloc(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
                                config->parallel, &m, err));
@@ -216,6 +215,8 @@ static const dsarl_key_spec glm5_keys[] = {
     .save = glm5_save_hf,                           \
     .forward_logprobs = glm5_forward_logprobs,      \
     .backward = glm5_backward,                      \
+    .train_forward = glm5_train_forward,            \
+    .train_backward = glm5_train_backward,          \
     .zero_grad = glm5_zero_grad,                    \
     .parameter_tensors = parameter_tensors,         \
     .parameter_info = parameter_info,               \
@@ -235,18 +236,23 @@ static const dsarl_key_spec glm5_keys[] = {
     .device = glm5_device
 
 const dsarl_model_ops glm5_1_model_ops = {
-    .common = DSARL_OPS_COMMON(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",
-                               "GLM-5 / GLM-5.1 (glm_moe_dsa: MLA + DSA indexer on every layer + MoE)", glm5_keys),
+    .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",
+                                      "GLM-5 / GLM-5.1 (glm_moe_dsa: MLA + DSA indexer on every layer + MoE)",
+                                      glm5_keys, DSARL_RANK_SECONDARY),
     .create = create_51,
     .parameter_count_config = count_51,
+    .accepts = glm5_accepts_51,
+    .flops = glm5_flops_51,
     GLM5_SHARED_MODEL_OPS,
 };
 
 const dsarl_model_ops glm5_2_model_ops = {
-    .common = DSARL_OPS_COMMON(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.2",
-                               "GLM-5.2 (glm_moe_dsa with IndexShare: shared layers reuse the last full top-k)",
-                               glm5_keys),
+    .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.2",
+                                      "GLM-5.2 (glm_moe_dsa with IndexShare: shared layers reuse the last full top-k)",
+                                      glm5_keys, DSARL_RANK_PRIMARY),
     .create = create_52,
     .parameter_count_config = count_52,
+    .accepts = glm5_accepts_52,
+    .flops = glm5_flops_52,
     GLM5_SHARED_MODEL_OPS,
 };

@@ -1,4 +1,4 @@
-/* glm5_ops.h: the model ops functions shared by the glm5.1 and glm5.2 plugins, and their tables. */
+/* glm5_ops.h: the model ops functions shared by the glm5.1 and glm5.2 tables, and the tables. */
 #ifndef DSARL_GLM5_OPS_H
 #define DSARL_GLM5_OPS_H
 
@@ -18,7 +18,20 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
 int glm5_count_family(glm5_family family, const dsarl_model_config *config, int64_t *trainable, int64_t *buffers,
                       dsarl_error *err);
 
+/* The config of config->model_dir, or of the recipe's inline policy.model_config, checked against the family. */
+int glm5_family_config(glm5_family family, const dsarl_model_config *config, glm5_config *cfg, dsarl_error *err);
+
 /* Checks that cfg fits the family (glm5.1 refuses "shared" layers, naming glm5.2). */
 int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *where, dsarl_error *err);
+
+/* dsarl_model_ops.accepts of each table (glm5_accepts.c): IndexShare in config.json decides, else the name. */
+int glm5_accepts_51(const dsarl_model_probe *probe, dsarl_error *err);
+int glm5_accepts_52(const dsarl_model_probe *probe, dsarl_error *err);
+
+/* dsarl_model_ops.flops of each table (glm5_flops.c). */
+int glm5_flops_51(const dsarl_model_config *config, const dsarl_token_batch *batch, dsarl_model_flops *out,
+                  dsarl_error *err);
+int glm5_flops_52(const dsarl_model_config *config, const dsarl_token_batch *batch, dsarl_model_flops *out,
+                  dsarl_error *err);
 
 #endif /* DSARL_GLM5_OPS_H */

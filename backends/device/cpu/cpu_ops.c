@@ -7,8 +7,10 @@ static const dsarl_key_spec cpu_keys[] = {
 };
 
 const dsarl_device_ops dsarl_cpu_device_ops = {
-    .common = DSARL_OPS_COMMON(dsarl_device_ops, DSARL_KIND_DEVICE, "cpu",
-                               "float32 host memory, OpenBLAS GEMMs, plain-loop layer primitives", cpu_keys),
+    .common = DSARL_OPS_COMMON_RANKED(dsarl_device_ops, DSARL_KIND_DEVICE, "cpu",
+                                      "float32 host memory, OpenBLAS GEMMs, plain-loop layer primitives", cpu_keys,
+                                      DSARL_RANK_FALLBACK),
+    .capabilities = DSARL_DEVICE_CAP_HOST_MEMORY, // always available: no .available probe
     .create = cpu_create,
     .destroy = cpu_destroy,
     .storage_dtype = cpu_storage_dtype,

@@ -2,6 +2,21 @@
  * work go through cuda_profile.h's wrappers (one branch when DSARL_CUDA_PROFILE is unset). */
 #include "cuda_device.h"
 #include "cuda_profile.h"
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+
+// A GPU is usable when the runtime loads and counts at least one (CUDA_VISIBLE_DEVICES applied).
+static bool cuda_available(char *why, size_t why_size)
+{
+    int count = 0;
+    cudaError_t rc = cudaGetDeviceCount(&count);
+    if (rc != cudaSuccess || count == 0) {
+        snprintf(why, why_size, "no usable GPU (%s)", rc != cudaSuccess ? cudaGetErrorString(rc) : "none visible");
+        return false;
+    }
+    snprintf(why, why_size, "%d GPU%s visible", count, count == 1 ? "" : "s");
+    return true;
+}
 
 static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
 {
@@ -17,9 +32,12 @@ static const dsarl_key_spec cuda_keys[] = {
 };
 
 const dsarl_device_ops dsarl_cuda_device_ops = {
+    .capabilities = DSARL_DEVICE_CAP_CUDA | DSARL_DEVICE_CAP_LAUNCH_BOUND,
+    .available = cuda_available,
     .common = {.struct_size = (uint32_t)sizeof(dsarl_device_ops),
                .kind = DSARL_KIND_DEVICE,
                .name = "cuda",
+               .rank = DSARL_RANK_PRIMARY,
                .description = "NVIDIA GPU: bf16 storage, cuBLASLt GEMMs, CUDA kernels for the layer primitives",
                .keys = cuda_keys, /* the GPU itself comes from the parallel layout */
                .n_keys = DSARL_ARRAY_LEN(cuda_keys),

@@ -9,9 +9,11 @@ static void describe_cudnn(void (*emit)(void *ctx, const char *line), void *ctx)
 }
 
 const dsarl_dsa_ops dsarl_dsa_cudnn_ops = {
+    .device_requires = DSARL_DEVICE_CAP_CUDA,
     .common = {.struct_size = (uint32_t)sizeof(dsarl_dsa_ops),
                .kind = DSARL_KIND_DSA,
                .name = "cudnn",
+               .rank = DSARL_RANK_SECONDARY,
                .description = "DeepSeek Sparse Attention through cuDNN graphs (fused SDPA fwd/bwd, paged gather), "
                               "tilelang for the rest",
                .keys = NULL, /* the model owns index_topk and the softmax scale */

@@ -16,15 +16,16 @@ int dsa_reference_create(const dsarl_device_ops *device_ops, dsarl_device *dev, 
     // NULL device ops = the caller hands host float32 arrays directly (tests, tools).
     if (device_ops != NULL) {
         const char *name = device_ops->common.name != NULL ? device_ops->common.name : "(unnamed)";
-        if (strcmp(name, "cpu") != 0)
+        if (!(dsarl_device_capabilities(device_ops) & DSARL_DEVICE_CAP_HOST_MEMORY))
             return DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
-                              "the reference DSA backend runs on the cpu device only; runtime.device=%s needs "
-                              "dsa_kernel_backend=tilelang or cudnn",
+                              "the reference DSA backend runs its plain C loops on host memory; runtime.device=%s "
+                              "does not report DSARL_DEVICE_CAP_HOST_MEMORY (choose a DSA backend for that device "
+                              "with policy.megatron_cfg.model_overrides.dsa_kernel_backend, or leave it unset)",
                               name);
         if (device_ops->storage_dtype == NULL || dev == NULL || device_ops->storage_dtype(dev) != DSARL_DTYPE_F32)
             return DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
-                              "the reference DSA backend needs a cpu device instance with float32 storage; this "
-                              "cpu device %s",
+                              "the reference DSA backend needs a host-memory device instance with float32 "
+                              "storage; this device %s",
                               dev == NULL ? "instance is NULL" : "does not report float32 storage");
     }
     dsarl_dsa_context *ctx = calloc(1, sizeof(*ctx));

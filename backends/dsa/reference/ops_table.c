@@ -18,9 +18,11 @@ dsarl_dsa_form dsa_reference_preferred_form(dsarl_dsa_context *ctx, const dsarl_
 }
 
 const dsarl_dsa_ops dsarl_dsa_reference_ops = {
+    .device_requires = DSARL_DEVICE_CAP_HOST_MEMORY,
     .common = {.struct_size = (uint32_t)sizeof(dsarl_dsa_ops),
                .kind = DSARL_KIND_DSA,
                .name = "reference",
+               .rank = DSARL_RANK_FALLBACK,
                .description = "DeepSeek Sparse Attention in plain C (float32, double accumulation): the oracle",
                .keys = NULL,  // reads no recipe keys: the model owns index_topk and the softmax scale
                .n_keys = 0,

@@ -15,9 +15,11 @@ static void describe_tilelang(void (*emit)(void *ctx, const char *line), void *c
 }
 
 const dsarl_dsa_ops dsarl_dsa_tilelang_ops = {
+    .device_requires = DSARL_DEVICE_CAP_CUDA,
     .common = {.struct_size = (uint32_t)sizeof(dsarl_dsa_ops),
                .kind = DSARL_KIND_DSA,
                .name = "tilelang",
+               .rank = DSARL_RANK_PRIMARY,
                .description = "DeepSeek Sparse Attention as tiled CUDA kernels (bf16, fp32 accumulation, sm_90)",
                .keys = NULL, /* the model owns index_topk and the softmax scale */
                .n_keys = 0,

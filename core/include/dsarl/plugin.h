@@ -131,6 +131,12 @@ typedef struct dsarl_ops_common {
 #define DSARL_OPS_COMMON(T, kind_, name_, desc_, keys_) \
     DSARL_OPS_COMMON_KEYS(T, kind_, name_, desc_, keys_, DSARL_ARRAY_LEN(keys_))
 #define DSARL_OPS_COMMON_NOKEYS(T, kind_, name_, desc_) DSARL_OPS_COMMON_KEYS(T, kind_, name_, desc_, NULL, 0)
+/* ABI 1.2: the same heads with a DSARL_RANK_* preference (dsarl_ops_common.rank). */
+#define DSARL_OPS_COMMON_KEYS_RANKED(T, kind_, name_, desc_, keys_, n_keys_, rank_)                            \
+    { .struct_size = (uint32_t)sizeof(T), .kind = (kind_), .name = (name_), .description = (desc_),      \
+      .keys = (keys_), .n_keys = (n_keys_), .rank = (rank_) }
+#define DSARL_OPS_COMMON_RANKED(T, kind_, name_, desc_, keys_, rank_) \
+    DSARL_OPS_COMMON_KEYS_RANKED(T, kind_, name_, desc_, keys_, DSARL_ARRAY_LEN(keys_), rank_)
 
 /* ------------------------------------------------------------------------------------------------------------
  * The host API, passed to init(). Append only; check struct_size before using a slot added in a later minor. */

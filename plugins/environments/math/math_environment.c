@@ -82,9 +82,9 @@ static int math_score(dsarl_environment *env, size_t n, const char *const *respo
 uint64_t math_environment_failures(const dsarl_environment *env) { return env ? env->failures : 0; }
 
 const dsarl_environment_ops math_environment_ops = {
-    .common = DSARL_OPS_COMMON(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "math",
-                               "math answers: NeMo RL's dapo_math_verify (reward 1/0) or the last \\boxed{}",
-                               math_keys),
+    .common = DSARL_OPS_COMMON_RANKED(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "math",
+                                      "math answers: NeMo RL's dapo_math_verify (reward 1/0) or the last \\boxed{}",
+                                      math_keys, DSARL_RANK_PRIMARY),
     .create = math_create,
     .destroy = math_destroy,
     .score = math_score,

@@ -285,9 +285,10 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
 }
 
 const dsarl_generation_ops native_generation_ops = {
-    .common = DSARL_OPS_COMMON_NOKEYS(dsarl_generation_ops, DSARL_KIND_GENERATION, "native",
-                                      "KV cache of MLA latents + indexer keys; prefill/decode through the training "
-                                      "DSA ops; temperature/top-k/top-p, stop ids/strings, per-token log-probs"),
+    .common = DSARL_OPS_COMMON_KEYS_RANKED(dsarl_generation_ops, DSARL_KIND_GENERATION, "native",
+                                           "KV cache of MLA latents + indexer keys; prefill/decode through the "
+                                           "training DSA ops; temperature/top-k/top-p, stop ids/strings, per-token "
+                                           "log-probs", NULL, 0, DSARL_RANK_PRIMARY),
     .create = native_create,
     .destroy = native_destroy,
     .generate = native_generate,

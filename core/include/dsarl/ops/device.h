@@ -203,8 +203,12 @@ typedef struct dsarl_device_ops {
      * a cudaStream_t for DSARL_DEVICE_CAP_CUDA devices, NULL for a device that runs each call at once. Backends
      * launching their own kernels enqueue them here. */
     void *(*stream)(dsarl_device *dev);
+    /* ABI 1.2: whether this machine can run the device now (a GPU visible and usable, ...), asked before any
+     * instance exists; when not, why (one sentence) goes into why. The core picks the highest-ranked available
+     * device where runtime.device is absent or auto. NULL: available whenever it is loaded. */
+    bool (*available)(char *why, size_t why_size);
 
-    void *reserved[4];
+    void *reserved[3];
 } dsarl_device_ops;
 
 /* dsarl_device_ops.capabilities flags (ABI 1.2). */

@@ -1,0 +1,233 @@
+/* check_glm5_train.c: the training pass (train_forward + train_backward) of the glm_moe_dsa model: its log-probs
+ * equal forward_logprobs bit for bit, its gradients and indexer loss equal backward's, train_backward without a
+ * pending pass fails, and the backward runs no second forward: a counting DSA table around the reference backend
+ * sees one attention forward per layer and one indexer top-k per full layer over a whole training step. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cpu_device.h"
+#include "dsa_reference.h"
+#include "glm5_ops.h"
+#include "recipe_internal.h"
+
+static const char *recipe_text =
+    "policy:\n"
+    "  model_config:\n"
+    "    vocab_size: 48\n    hidden_size: 16\n    intermediate_size: 24\n    moe_intermediate_size: 6\n"
+    "    num_hidden_layers: 3\n    num_attention_heads: 2\n    num_key_value_heads: 2\n    q_lora_rank: 12\n"
+    "    kv_lora_rank: 8\n    qk_nope_head_dim: 4\n    qk_rope_head_dim: 4\n    v_head_dim: 6\n"
+    "    n_routed_experts: 8\n    num_experts_per_tok: 2\n    n_group: 2\n    topk_group: 2\n    index_topk: 3\n"
+    "    index_head_dim: 8\n    index_n_heads: 3\n    first_k_dense_replace: 1\n    index_topk_pattern: FSF\n"
+    "    n_shared_experts: 1\n    initializer_range: 0.35\n"
+    "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.25\n"
+    "      dsa_attention_form: absorbed\n";
+
+enum { LAYERS = 3, FULL_LAYERS = 2, V = 48, MAX_T = 40 };
+
+// The reference backend with its attention forward and indexer top-k counted.
+static int n_attention, n_topk;
+static dsarl_dsa_ops counting_ops;
+
+static int counted_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                        int32_t topk, int32_t *indices, float *scores, dsarl_error *err)
+{
+    n_topk++;
+    return dsarl_dsa_reference_ops.indexer_topk(ctx, batch, in, topk, indices, scores, err);
+}
+
+static int counted_attention(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                             const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk, void *out,
+                             float *lse, dsarl_error *err)
+{
+    n_attention++;
+    return dsarl_dsa_reference_ops.sparse_mla_forward(ctx, batch, in, indices, topk, out, lse, err);
+}
+
+static dsarl_device *dev;
+static dsarl_dsa_context *dsa;
+static dsarl_recipe *recipe;
+static dsarl_model *model;
+static dsarl_error err;
+static const dsarl_model_ops *ops = &glm5_2_model_ops;
+
+// A fresh random batch: B sequences of random lengths and tokens, next-token targets (-1 at each end).
+static int32_t tokens[MAX_T], targets[MAX_T], cu[8];
+static float dlogprobs[MAX_T];
+static dsarl_token_batch batch;
+
+static void random_batch(unsigned seed, int B, float logit_scale)
+{
+    srand(seed);
+    cu[0] = 0;
+    for (int b = 0; b < B; b++)
+        cu[b + 1] = cu[b] + 3 + rand() % 7;
+    ck_assert_int_le(cu[B], MAX_T);
+    for (int t = 0; t < cu[B]; t++) {
+        tokens[t] = rand() % V;
+        dlogprobs[t] = (float)rand() / (float)RAND_MAX - 0.3f;
+    }
+    for (int b = 0; b < B; b++)
+        for (int t = cu[b]; t < cu[b + 1]; t++)
+            targets[t] = t + 1 < cu[b + 1] ? tokens[t + 1] : -1;
+    batch = (dsarl_token_batch){.struct_size = sizeof batch, .n_tokens = cu[B], .n_sequences = B, .tokens = tokens,
+                                .cu_seqlens = cu, .logit_scale = logit_scale};
+}
+
+static void setup(void)
+{
+    ck_assert_int_eq(dsarl_recipe_load_string(recipe_text, "train.yaml", &recipe, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
+    dsarl_device_config dc = {.struct_size = sizeof(dc), .threads = 1};
+    ck_assert_int_eq(cpu_create(&dc, &dev, &err), 0);
+    counting_ops = dsarl_dsa_reference_ops;
+    counting_ops.indexer_topk = counted_topk;
+    counting_ops.sparse_mla_forward = counted_attention;
+    ck_assert_int_eq(counting_ops.create(&dsarl_cpu_device_ops, dev, NULL, &dsa, &err), 0);
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(recipe),
+                             .device_ops = &dsarl_cpu_device_ops, .device = dev, .dsa_ops = &counting_ops,
+                             .dsa = dsa, .seed = 29};
+    ck_assert_msg(ops->create(&mc, &model, &err) == 0, "%s", err.message);
+    ck_assert(DSARL_MODEL_HAS(ops, train_forward) && DSARL_MODEL_HAS(ops, train_backward));
+}
+
+static void teardown(void)
+{
+    ops->destroy(model);
+    counting_ops.destroy(dsa);
+    cpu_destroy(dev);
+    dsarl_recipe_free(recipe);
+}
+
+// Every gradient of the model, tensor after tensor, into a new zeroed buffer of n_weights floats (the tensors'
+// elements fill its front: the buffer layout may leave gaps between tensors).
+static float *all_grads(void)
+{
+    float *g = calloc((size_t)model->n_weights, sizeof(float)), *at = g;
+    for (int64_t i = 0; i < ops->parameter_tensors(model); i++) {
+        ck_assert_int_eq(ops->read_parameter(model, i, NULL, at, &err), 0);
+        at += model->params[i].numel;
+    }
+    return g;
+}
+
+static void logprobs_equal_forward_logprobs(float logit_scale)
+{
+    for (unsigned seed = 1; seed <= 3; seed++) {
+        random_batch(seed, 2 + (int)seed, logit_scale);
+        float want[MAX_T], got[MAX_T];
+        ck_assert_msg(ops->forward_logprobs(model, &batch, targets, want, &err) == 0, "%s", err.message);
+        ck_assert_msg(ops->train_forward(model, &batch, targets, got, &err) == 0, "%s", err.message);
+        ck_assert_mem_eq(want, got, (size_t)batch.n_tokens * sizeof(float));
+        double sum = 0;
+        for (int t = 0; t < batch.n_tokens; t++)
+            sum += fabs(got[t]);
+        ck_assert(sum > 0.1); // not an all-zero answer (a few targets are -1, most are not)
+    }
+}
+
+START_TEST(test_logprobs_equal_forward_logprobs) { logprobs_equal_forward_logprobs(1.0f); }
+END_TEST
+
+START_TEST(test_tempered_logprobs_equal_forward_logprobs) { logprobs_equal_forward_logprobs(1.0f / 0.7f); }
+END_TEST
+
+/* train_forward + train_backward accumulates what backward does, indexer loss included; a second train_forward
+ * on another batch releases the first pass, so the backward that follows is of the second batch only. */
+START_TEST(test_gradients_equal_backward)
+{
+    random_batch(7, 4, 1.0f / 0.8f);
+    float il_want = 0, il_got = 0, lp[MAX_T];
+    ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+    ck_assert_msg(ops->backward(model, &batch, targets, dlogprobs, &il_want, &err) == 0, "%s", err.message);
+    float *want = all_grads();
+    double norm = 0;
+    for (int64_t i = 0; i < model->n_weights; i++)
+        norm += (double)want[i] * want[i];
+    ck_assert(norm > 0 && il_want > 0);
+
+    dsarl_token_batch kept = batch;
+    int32_t kept_tokens[MAX_T], kept_targets[MAX_T], kept_cu[8];
+    float kept_d[MAX_T];
+    memcpy(kept_tokens, tokens, sizeof tokens), memcpy(kept_targets, targets, sizeof targets);
+    memcpy(kept_cu, cu, sizeof cu), memcpy(kept_d, dlogprobs, sizeof dlogprobs);
+    random_batch(8, 3, 1.0f); // another batch first, released by the next train_forward
+    ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+    ck_assert_int_eq(ops->train_forward(model, &batch, targets, lp, &err), 0);
+    memcpy(tokens, kept_tokens, sizeof tokens), memcpy(targets, kept_targets, sizeof targets);
+    memcpy(cu, kept_cu, sizeof cu), memcpy(dlogprobs, kept_d, sizeof dlogprobs);
+    batch = kept;
+    ck_assert_int_eq(ops->train_forward(model, &batch, targets, lp, &err), 0);
+    memset(tokens, 0, sizeof tokens); // the pass keeps its own copies of the batch
+    memset(cu, 0, sizeof cu);
+    ck_assert_msg(ops->train_backward(model, dlogprobs, &il_got, &err) == 0, "%s", err.message);
+    float *got = all_grads();
+    ck_assert(il_got == il_want);
+    ck_assert_mem_eq(want, got, (size_t)model->n_weights * sizeof(float));
+    free(want);
+    free(got);
+}
+END_TEST
+
+START_TEST(test_backward_without_pass_fails)
+{
+    random_batch(3, 2, 1.0f);
+    float il = 0, lp[MAX_T];
+    err = (dsarl_error){0};
+    ck_assert_int_ne(ops->train_backward(model, dlogprobs, &il, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.message, "train_forward"));
+    // and after one pass's backward: the pass is released, a second backward fails too
+    ck_assert_int_eq(ops->train_forward(model, &batch, targets, lp, &err), 0);
+    ck_assert_int_eq(ops->train_backward(model, dlogprobs, &il, &err), 0);
+    ck_assert_int_ne(ops->train_backward(model, dlogprobs, &il, &err), 0);
+}
+END_TEST
+
+/* One forward per step: train_forward + train_backward run the attention forward once per layer and the indexer
+ * once per full layer (IndexShare pattern FSF), the log-probs-only forward the same, a forward followed by the
+ * 1.0 backward (the old training step) twice that. */
+START_TEST(test_one_forward_per_step)
+{
+    random_batch(5, 3, 1.0f);
+    float lp[MAX_T], il = 0;
+    n_attention = n_topk = 0;
+    ck_assert_int_eq(ops->forward_logprobs(model, &batch, targets, lp, &err), 0);
+    ck_assert_int_eq(n_attention, LAYERS);
+    ck_assert_int_eq(n_topk, FULL_LAYERS);
+    n_attention = n_topk = 0;
+    ck_assert_int_eq(ops->train_forward(model, &batch, targets, lp, &err), 0);
+    ck_assert_int_eq(ops->train_backward(model, dlogprobs, &il, &err), 0);
+    ck_assert_int_eq(n_attention, LAYERS);
+    ck_assert_int_eq(n_topk, FULL_LAYERS);
+    n_attention = n_topk = 0;
+    ck_assert_int_eq(ops->forward_logprobs(model, &batch, targets, lp, &err), 0);
+    ck_assert_int_eq(ops->backward(model, &batch, targets, dlogprobs, &il, &err), 0);
+    ck_assert_int_eq(n_attention, 2 * LAYERS);
+    ck_assert_int_eq(n_topk, 2 * FULL_LAYERS);
+}
+END_TEST
+
+static Suite *glm5_train_suite(void)
+{
+    Suite *s = suite_create("glm5_train");
+    TCase *tc = tcase_create("train");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_logprobs_equal_forward_logprobs);
+    tcase_add_test(tc, test_tempered_logprobs_equal_forward_logprobs);
+    tcase_add_test(tc, test_gradients_equal_backward);
+    tcase_add_test(tc, test_backward_without_pass_fails);
+    tcase_add_test(tc, test_one_forward_per_step);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(glm5_train_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
