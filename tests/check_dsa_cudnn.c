@@ -7,7 +7,7 @@
  * Routes covered: headwise forward/backward through the plain causal graph (segments <= topk, and indices NULL)
  * and the causal + top-k bias graph (topk < segment <= the segment bound), in ragged packs whose segments fall on
  * both sides of topk and of the length buckets, also one segment per launch; the segment bound (moved down with
- * DSARL_CUDNN_MAX_SEGMENT); preferred_form (absorbed: one form for training and generation); the absorbed forward through the paged graph (random rows with -1 slots, repeated keys and
+ * runtime.cudnn_max_segment); preferred_form (absorbed: one form for training and generation); the absorbed forward through the paged graph (random rows with -1 slots, repeated keys and
  * a row with no index; decode ranges; GLM-5 576/512 dims) and its hand-over case; the hand-overs to tilelang
  * (absorbed backward, indexer top-k, indexer loss). Comparisons, as max |cudnn - reference| / max |reference|:
  * bf16 outputs 1e-2, gradients through cuDNN's bf16 P and dS 2e-2, float32 lse and losses 1e-3 (lse +inf rows
@@ -23,6 +23,7 @@
 #include "graph.h"
 #include "dsa_reference.h"
 #include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *cd, *ref;
@@ -126,11 +127,14 @@ START_TEST(test_headwise_tiny_dims)
     check_headwise(&tb, 4, 24, 16, 16, 0, "headwise ragged pack H4 d24/16 dense (indices NULL)");
     // one form for training and generation: absorbed unless the recipe asks for headwise (see preferred_form)
     ck_assert_int_eq(ops->preferred_form(cd, &tb.dev, 16), DSARL_DSA_FORM_ABSORBED);
-    // the same with one segment per launch (DSARL_CUDNN_DP_CAP=1): buckets split into several launches of a plan
-    setenv("DSARL_CUDNN_DP_CAP", "1", 1);
+    // the same with one segment per launch (runtime.cudnn_dp_workspace_cap=1): buckets split into several launches
+    // of a plan
+    dsarl_recipe *r = keys_recipe("runtime:\n  cudnn_dp_workspace_cap: 1\n");
     dsarl_dsa_context *split = NULL, *saved = cd;
-    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &split, &err) == 0, "%s", err.message);
-    unsetenv("DSARL_CUDNN_DP_CAP");
+    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, dsarl_recipe_root(r), &split, &err) == 0, "%s",
+                  err.message);
+    dsarl_recipe_free(r);
+    ck_assert_msg(cdn_ctx(split)->dp_workspace_cap == 1, "runtime.cudnn_dp_workspace_cap=1 was not kept");
     cd = split;
     check_headwise(&tb, 4, 24, 16, 16, 1, "headwise ragged pack H4 d24/16 k16, one segment per launch");
     cd = saved;
@@ -151,14 +155,16 @@ START_TEST(test_headwise_glm5_dims)
 }
 END_TEST
 
-// The segment bound: with DSARL_CUDNN_MAX_SEGMENT=128, a 300-token segment is refused with or without the bias
+// The segment bound: with runtime.cudnn_max_segment=128, a 300-token segment is refused with or without the bias
 // (the headwise op fails with a sentence naming it); the default bound serves it.
 START_TEST(test_bias_bound)
 {
-    setenv("DSARL_CUDNN_MAX_SEGMENT", "128", 1);
+    dsarl_recipe *r = keys_recipe("runtime:\n  cudnn_max_segment: 128\n");
     dsarl_dsa_context *bounded = NULL;
-    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &bounded, &err) == 0, "%s", err.message);
-    unsetenv("DSARL_CUDNN_MAX_SEGMENT");
+    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, dsarl_recipe_root(r), &bounded, &err) == 0, "%s",
+                  err.message);
+    dsarl_recipe_free(r);
+    ck_assert_msg(cdn_ctx(bounded)->max_segment == 128, "runtime.cudnn_max_segment=128 was not kept");
     test_batch tb;
     const int32_t lengths[] = {100, 300};
     batch_packed_gpu(gpu, &tb, lengths, 2);

@@ -18,7 +18,7 @@
  * eligible). Shapes: ragged causal packs (rows shorter and longer than topk), topk 16 / 64 / 100 / 256 / 512 / 1000
  * / 2048, n_heads 8 / 16 / 32 / 64, head dims 32 / 64 / 128 (one reference run per case, cut to each topk),
  * decode-style ranges into a 40000-key array (rows longer than the select's shared-memory row, so it reads them
- * from global memory, and one empty row), and packs split into chunks of query rows (DSARL_TILELANG_INDEXER_CHUNK).
+ * from global memory, and one empty row), and packs split into chunks of query rows (runtime.tilelang_indexer_chunk).
  * DSARL_GPU_BENCH=1 adds timings at the issue's shape (8192 causal tokens, 32 x 128, top-2048), first: each kernel
  * alone, the whole op with and without scores, in both configurations, and the row-wise kernel it replaces.
  * Label gpu; exit status 77 (skipped) without a GPU. */
@@ -34,9 +34,11 @@
 #include "indexer_fast.h"
 #include "tilelang.h"
 #include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl, *ref;
+static dsarl_dsa_context *tl_configs[2]; /* use_config's contexts: the default keys and the alternatives */
 static dsarl_error err;
 static rng stream; /* the run's random inputs (cuda_test_util.h) */
 
@@ -47,11 +49,14 @@ static void setup(void)
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
     ck_assert_int_eq(dsa_reference_create(NULL, NULL, NULL, &ref, &err), 0);
+    tl_configs[0] = tl;
+    tl_configs[1] = tilelang_with_keys(gpu, "runtime:\n  tilelang_score_warps: 4\n  tilelang_select_threads: 256\n");
 }
 
 static void teardown(void)
 {
-    tilelang_destroy(tl);
+    tilelang_destroy(tl_configs[0]);
+    tilelang_destroy(tl_configs[1]);
     dsa_reference_destroy(ref);
     cuda_destroy(gpu);
 }
@@ -119,19 +124,10 @@ static double exact_score(const indexer_case *c, int64_t t, int32_t s)
 
 // The kernel configurations every case runs under: the defaults (8-warp score tiles, 512-thread select) and the
 // alternatives kept for timing comparisons (4-warp tiles, 256-thread select with per-warp first histograms).
-static const char *const configs[2][2] = {{NULL, NULL}, {"4", "v2"}};
+// (runtime.tilelang_score_warps = 4 and runtime.tilelang_select_threads = 256; contexts made in setup).
 static const char *const config_names[2] = {"default", "4-warp/v2"};
 
-static void use_config(int c)
-{
-    if (configs[c][0]) {
-        setenv("DSARL_TILELANG_INDEXER_SCORE_WARPS", configs[c][0], 1);
-        setenv("DSARL_TILELANG_INDEXER_SELECT", configs[c][1], 1);
-    } else {
-        unsetenv("DSARL_TILELANG_INDEXER_SCORE_WARPS");
-        unsetenv("DSARL_TILELANG_INDEXER_SELECT");
-    }
-}
+static void use_config(int c) { tl = tl_configs[c]; }
 
 static double seconds(void)
 {
@@ -342,11 +338,14 @@ START_TEST(test_chunks)
     // query rows in chunks of 100 (not a multiple of any query tile) and of 64
     const int32_t lengths[] = {300, 250, 1, 77};
     const int32_t topks[] = {64};
-    setenv("DSARL_TILELANG_INDEXER_CHUNK", "100", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 100\n");
     check_packed(lengths, 4, 32, 128, 1, topks, 1, "exact pack, chunks of 100 rows");
-    setenv("DSARL_TILELANG_INDEXER_CHUNK", "64", 1);
+    tilelang_destroy(tl);
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 64\n");
     check_packed(lengths, 4, 64, 64, 0, topks, 1, "float pack, chunks of 64 rows");
-    unsetenv("DSARL_TILELANG_INDEXER_CHUNK");
+    tilelang_destroy(tl);
+    tl = keep;
     const int32_t one[] = {1};
     check_packed(one, 1, 32, 128, 0, topks, 1, "single query");
 }
@@ -377,9 +376,9 @@ static double time_ms(bench_args *b, int reps)
         if (b->phase == 0)
             rc = tilelang_indexer_topk(tl, &b->tb->dev, b->in, b->topk, b->idx, b->scores, &err);
         else if (b->phase == 1)
-            rc = tilelang_indexer_scores_mma(&b->tb->dev, b->in, 0, T, b->ws, b->ld_ws, mk, b->topk, &err);
+            rc = tilelang_indexer_scores_mma(tl, &b->tb->dev, b->in, 0, T, b->ws, b->ld_ws, mk, b->topk, &err);
         else
-            rc = tilelang_indexer_select(&b->tb->dev, 0, T, b->ws, b->ld_ws, mk, b->topk, b->idx, NULL, &err);
+            rc = tilelang_indexer_select(tl, &b->tb->dev, 0, T, b->ws, b->ld_ws, mk, b->topk, b->idx, NULL, &err);
         ck_assert_msg(rc == 0, "%s", err.message);
         cudaEventRecord(e1, 0);
         ck_assert_int_eq(cudaEventSynchronize(e1), cudaSuccess);
@@ -435,9 +434,11 @@ START_TEST(test_bench)
     }
     b.phase = 0;
     b.scores = NULL;
-    setenv("DSARL_TILELANG_INDEXER_ROWWISE", "1", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer: rowwise\n");
     const double rowwise = time_ms(&b, 2);
-    unsetenv("DSARL_TILELANG_INDEXER_ROWWISE");
+    tilelang_destroy(tl);
+    tl = keep;
     printf("check_dsa_indexer_fast: BENCH row-wise kernel (before) %.3f ms\n", rowwise);
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k), cuda_free(gpu, (void *)din.weights);
     cuda_free(gpu, b.idx), cuda_free(gpu, b.ws), cuda_free(gpu, scores);

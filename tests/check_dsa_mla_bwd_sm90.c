@@ -1,6 +1,6 @@
 /* check_dsa_mla_bwd_sm90.c: the Hopper wgmma sparse MLA backward of the tilelang backend
- * (sparse_mla_backward_sm90.cu, the default; DSARL_TILELANG_NO_SM90=1 takes the WMMA kernel) against the reference
- * backend on fresh random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
+ * (sparse_mla_backward_sm90.cu, the default; runtime.tilelang_sparse_mla=wmma takes the WMMA kernel) against the
+ * reference backend on fresh random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
  *
  * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
  * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
@@ -33,6 +33,7 @@
 #include "dsa_reference.h"
 #include "tilelang.h"
 #include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 /* The kernel under test (sparse_mla_backward_sm90.cu): dq written, the key gradient added into dkv_acc (Tk, 576)
  * fp32; *used = 0 when it does not take the shape. */
@@ -48,6 +49,7 @@ int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_ba
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl;
+static dsarl_dsa_context *tl_wmma; /* runtime.tilelang_sparse_mla = wmma: the portable kernels on the H200 */
 static dsarl_error err;
 static rng stream;     /* the run's random inputs (cuda_test_util.h) */
 static close_check cc; /* expect_close's device and printed label */
@@ -58,12 +60,14 @@ static void setup(void)
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
+    tl_wmma = tilelang_with_keys(gpu, TL_KEYS_WMMA);
     cc = (close_check){.gpu = gpu, .label = LOG_PREFIX ":", .width = 58, .norm = 1};
 }
 
 static void teardown(void)
 {
     tilelang_destroy(tl);
+    tilelang_destroy(tl_wmma);
     cuda_destroy(gpu);
 }
 
@@ -253,13 +257,8 @@ static void poison_dq(mla_case *c)
 /* The backward through the entry point, with the sm90 kernel switched on (sm90 = 1) or off. */
 static void run_entry(mla_case *c, int sm90)
 {
-    if (sm90)
-        unsetenv("DSARL_TILELANG_NO_SM90");
-    else
-        setenv("DSARL_TILELANG_NO_SM90", "1", 1);
-    int rc = tilelang_sparse_mla_backward(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
+    int rc = tilelang_sparse_mla_backward(sm90 ? tl : tl_wmma, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
                                           c->g_dout, c->g_dq, c->g_dkv, &err);
-    unsetenv("DSARL_TILELANG_NO_SM90");
     ck_assert_msg(rc == 0, "%s", err.message);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }
@@ -493,14 +492,12 @@ START_TEST(test_bench)
     const int sm90[3] = {1, 1, 0}, reps[3] = {5, 5, 2};
     for (int k = 0; k < 3; k++) {
         run_entry(&c, sm90[k]); /* warm-up */
-        if (!sm90[k])
-            setenv("DSARL_TILELANG_NO_SM90", "1", 1);
         cudaEventRecord(a, 0);
         for (int r = 0; r < reps[k]; r++)
-            ck_assert_int_eq(tilelang_sparse_mla_backward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
-                                                          c.g_dout, c.g_dq, c.g_dkv, &err), 0);
+            ck_assert_int_eq(tilelang_sparse_mla_backward(sm90[k] ? tl : tl_wmma, &c.dbatch, &c.din, c.g_idx,
+                                                          c.topk, c.g_out, c.g_lse, c.g_dout, c.g_dq, c.g_dkv, &err),
+                             0);
         cudaEventRecord(b, 0);
-        unsetenv("DSARL_TILELANG_NO_SM90");
         ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, a, b);

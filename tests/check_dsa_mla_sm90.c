@@ -25,6 +25,7 @@
 #include "dsa_reference.h"
 #include "tilelang.h"
 #include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 /* The kernel under test (sparse_mla_forward_sm90.cu); *used = 0 when it does not take the shape. */
 int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -37,6 +38,7 @@ int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_bat
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl;
+static dsarl_dsa_context *tl_wmma; /* runtime.tilelang_sparse_mla = wmma: the portable kernels on the H200 */
 static dsarl_error err;
 static rng stream;     /* the run's random inputs (cuda_test_util.h) */
 static close_check cc; /* expect_close's device and printed label */
@@ -47,12 +49,14 @@ static void setup(void)
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
+    tl_wmma = tilelang_with_keys(gpu, TL_KEYS_WMMA);
     cc = (close_check){.gpu = gpu, .label = "check_dsa_mla_sm90:", .width = 52, .norm = 1};
 }
 
 static void teardown(void)
 {
     tilelang_destroy(tl);
+    tilelang_destroy(tl_wmma);
     cuda_destroy(gpu);
 }
 
@@ -319,11 +323,9 @@ START_TEST(test_old_vs_new)
     mla_case c;
     case_decode(&c, 1024, 8192, 64, 2048);
     int64_t n_out = c.Tq * c.H * D_V, n_lse = c.Tq * c.H;
-    setenv("DSARL_TILELANG_NO_SM90", "1", 1);
     poison(&c);
-    ck_assert_msg(tilelang_sparse_mla_forward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse, &err) == 0,
+    ck_assert_msg(tilelang_sparse_mla_forward(tl_wmma, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse, &err) == 0,
                   "%s", err.message);
-    unsetenv("DSARL_TILELANG_NO_SM90");
     float *old_out = from_gpu(gpu, c.g_out, n_out, DSARL_DTYPE_BF16),
           *old_lse = from_gpu(gpu, c.g_lse, n_lse, DSARL_DTYPE_F32);
     poison(&c);
@@ -346,20 +348,18 @@ START_TEST(test_old_vs_new)
         cudaEventCreate(&a), cudaEventCreate(&b);
         float ms[2] = {0, 0};
         for (int k = 0; k < 2; k++) { /* 0: sm90, 1: wmma */
-            if (k)
-                setenv("DSARL_TILELANG_NO_SM90", "1", 1);
-            ck_assert_int_eq(tilelang_sparse_mla_forward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
+            dsarl_dsa_context *t = k ? tl_wmma : tl;
+            ck_assert_int_eq(tilelang_sparse_mla_forward(t, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
                                                          &err), 0);
             cudaEventRecord(a, 0);
             for (int r = 0; r < 5; r++)
-                ck_assert_int_eq(tilelang_sparse_mla_forward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out,
+                ck_assert_int_eq(tilelang_sparse_mla_forward(t, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out,
                                                              c.g_lse, &err), 0);
             cudaEventRecord(b, 0);
             ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
             cudaEventElapsedTime(&ms[k], a, b);
             ms[k] /= 5;
         }
-        unsetenv("DSARL_TILELANG_NO_SM90");
         double flops = 2.0 * c.Tq * c.H * c.topk * (double)(D_QK + D_V);
         printf("check_dsa_mla_sm90: BENCH sparse_mla_forward Tq1024 Tk8192 H64 k2048: sm90 %.3f ms = %.1f TFLOP/s, "
                "wmma %.3f ms = %.1f TFLOP/s\n", ms[0], flops / ms[0] / 1e9, ms[1], flops / ms[1] / 1e9);

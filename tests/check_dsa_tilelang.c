@@ -9,8 +9,9 @@
  * outputs (lse, scores, loss, dweights) 1e-3; top-k as sets: the chosen keys' exact scores must equal the
  * reference's sorted top-k scores (1e-4 relative to the row's largest |score|), a key is only swapped for one whose
  * score ties the k-th within that tolerance, and the order is descending. Each comparison prints its error.
- * Sparse MLA at GLM-5 dims runs both the tensor-core (WMMA) kernels and the CUDA-core ones
- * (DSARL_TILELANG_NO_WMMA=1). DSARL_GPU_BENCH=1 adds first timings at larger shapes. Label gpu; exit status 77
+ * Sparse MLA at GLM-5 dims runs both the tensor-core (WMMA) kernels and the CUDA-core ones (a second context with
+ * runtime.tilelang_sparse_mla and runtime.tilelang_indexer = cuda_core). DSARL_GPU_BENCH=1 adds first timings at
+ * larger shapes. Label gpu; exit status 77
  * (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
@@ -23,9 +24,11 @@
 #include "dsa_reference.h"
 #include "tilelang.h"
 #include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl, *ref;
+static dsarl_dsa_context *tl_cc; /* runtime.tilelang_* = cuda_core: the CUDA-core kernels on the same GPU */
 static dsarl_error err;
 static rng stream;     /* the run's random inputs (cuda_test_util.h) */
 static close_check cc; /* expect_close's device and printed label */
@@ -36,6 +39,7 @@ static void setup(void)
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
+    tl_cc = tilelang_with_keys(gpu, TL_KEYS_CUDA_CORE);
     ck_assert_int_eq(dsa_reference_create(NULL, NULL, NULL, &ref, &err), 0);
     cc = (close_check){.gpu = gpu, .label = "check_dsa_tilelang:", .width = 44};
 }
@@ -43,6 +47,7 @@ static void setup(void)
 static void teardown(void)
 {
     tilelang_destroy(tl);
+    tilelang_destroy(tl_cc);
     dsa_reference_destroy(ref);
     cuda_destroy(gpu);
 }
@@ -138,9 +143,10 @@ START_TEST(test_indexer_topk_packed)
     batch_packed_gpu(gpu, &tb, longer, 2);
     check_topk(&tb, 32, 128, 64, "indexer_topk pack (32x128, k64, tensor cores)");
     check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100, tensor cores)");
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tl_cc;
     check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100, cuda cores)");
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     batch_free_gpu(gpu, &tb);
 }
 END_TEST
@@ -259,9 +265,10 @@ START_TEST(test_sparse_mla_glm5_dims)
     int32_t *idx2 = malloc((size_t)(T * topk) * 4);
     memcpy(idx2, idx, (size_t)(T * topk) * 4);
     check_attention(&tb, 20, 576, 512, topk, idx, "sparse_mla pack H20 d576/512 k64 (tensor cores)");
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1); /* the CUDA-core kernels on the same shapes */
+    dsarl_dsa_context *keep = tl; /* the CUDA-core kernels on the same shapes */
+    tl = tl_cc;
     check_attention(&tb, 20, 576, 512, topk, idx2, "sparse_mla pack H20 d576/512 k64 (cuda cores)");
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     // 40 heads: the forward's 32-head blocks plus a partial one of 8
     int32_t *idx3 = malloc((size_t)(T * topk) * 4);
     ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.b, &in, topk, idx3, NULL, &err), 0);
@@ -446,9 +453,10 @@ START_TEST(test_bench)
                                     .k = to_gpu_bf16(gpu, k, T * 128), .weights = to_gpu_f32(gpu, w, T * 32),
                                     .n_heads = 32, .head_dim = 128};
     bench_args b = {.batch = &tb.dev, .index = &din, .topk = 2048, .idx = to_gpu_i32(gpu, NULL, T * 2048)};
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tl_cc;
     double ms_cc = time_ms(run_topk, &b, 1);
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     double ms = time_ms(run_topk, &b, 3);
     double flops = 2.0 * 32 * 128 * (double)T * (T + 1) / 2;
     printf("check_dsa_tilelang: BENCH indexer_topk T=8192 causal, 32x128, k=2048: %.2f ms (%.1f TFLOP/s on the "
@@ -478,9 +486,10 @@ START_TEST(test_bench)
                     .out = to_gpu_bf16(gpu, hq, Tq * H * d_v), .dout = to_gpu_bf16(gpu, hq, Tq * H * d_v),
                     .dq = to_gpu_bf16(gpu, hq, Tq * H * d_qk), .dkv = to_gpu_bf16(gpu, hkv, Tk * d_qk),
                     .lse = to_gpu_f32(gpu, NULL, Tq * H)};
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    keep = tl;
+    tl = tl_cc;
     double fwd_cc = time_ms(run_fwd, &m, 1), bwd_cc = time_ms(run_bwd, &m, 1);
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     double fwd_ms = time_ms(run_fwd, &m, 3);
     double fwd_flops = 2.0 * Tq * H * topk * (double)(d_qk + d_v);
     printf("check_dsa_tilelang: BENCH sparse_mla_forward Tq=512 H=64 d=576/512 k=2048: %.2f ms = %.1f TFLOP/s "

@@ -1,11 +1,12 @@
 /* context.c: the backend's state (cuDNN handle, the tilelang context it hands over to, plan cache, workspace from
  * the cuda device) and preferred_form. */
-#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include "dsarl/recipe.h"
 #include "graph.h"
 #include "tilelang.h"
 
@@ -17,21 +18,18 @@
                                    cudaGetErrorString(cdn_rc_));                                                \
     } while (0)
 
-/* *out = the environment variable name as a whole number in [1, max], or fallback when it is unset; anything
- * else is refused with one sentence naming the variable. */
-static int env_positive(const char *name, int64_t fallback, int64_t max, int64_t *out, dsarl_error *err)
+/* *out = the recipe key as a whole number in [1, max], or fallback when it is absent (or there is no recipe);
+ * anything else is refused with one sentence naming the key, where it was set and its value. */
+static int key_positive(const dsarl_node *recipe, const char *key, int64_t fallback, int64_t max, int64_t *out,
+                        dsarl_error *err)
 {
-    const char *text = getenv(name);
     *out = fallback;
-    if (!text)
+    if (!recipe)
         return DSARL_OK;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || errno == ERANGE || v < 1 || v > max)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn: environment variable %s is '%s'; it must be a whole "
-                          "number from 1 to %lld, or unset", name, text, (long long)max);
-    *out = v;
+    DSARL_TRY(dsarl_recipe_int_or(recipe, key, fallback, out, err));
+    if (*out < 1 || *out > max)
+        return dsarl_recipe_fail(recipe, key, err, DSARL_E_INVALID, "must be a whole number from 1 to %lld, got %lld",
+                                 (long long)max, (long long)*out);
     return DSARL_OK;
 }
 
@@ -46,9 +44,14 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
                           "runtime.device=%s needs dsa_kernel_backend=reference",
                           device_ops->common.name ? device_ops->common.name : "(unnamed)");
     int64_t max_segment, cap;
+    bool paged = false;
     // benchmarks and tests move the segment bound; tests shrink the dP cap to run one segment per launch
-    DSARL_TRY(env_positive("DSARL_CUDNN_MAX_SEGMENT", CDN_MAX_SEGMENT, INT32_MAX, &max_segment, err));
-    DSARL_TRY(env_positive("DSARL_CUDNN_DP_CAP", CDN_DP_WORKSPACE_CAP, INT64_MAX, &cap, err));
+    DSARL_TRY(key_positive(recipe, "runtime.cudnn_max_segment", CDN_MAX_SEGMENT, INT32_MAX, &max_segment, err));
+    DSARL_TRY(key_positive(recipe, "runtime.cudnn_dp_workspace_cap", CDN_DP_WORKSPACE_CAP, INT64_MAX, &cap, err));
+    if (recipe) // measure the paged graph where tilelang is faster
+        DSARL_TRY(dsarl_recipe_bool_or(recipe, "runtime.cudnn_paged_forward", false, &paged, err));
+    tilelang_settings tl_settings; // checked here too, so a bad tilelang key fails before cuDNN is asked
+    DSARL_TRY(tilelang_read_settings(recipe, &tl_settings, err));
     size_t version = cudnnGetVersion();
     if (version < 91900)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the cudnn DSA backend needs cuDNN 9.19 or newer at run time, "
@@ -62,8 +65,8 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
     c->f32 = device_ops && dev && device_ops->storage_dtype(dev) == DSARL_DTYPE_F32;
     c->max_segment = (int32_t)max_segment;
     c->dp_workspace_cap = cap;
-    const char *paged = getenv("DSARL_CUDNN_PAGED_FORWARD"); // measure the paged graph where tilelang is faster
-    c->paged_forced = paged && strcmp(paged, "1") == 0;
+    c->paged_forced = paged;
+    c->stream = tilelang_device_stream(device_ops, dev);
     cudnnHandle_t handle = NULL;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
@@ -73,7 +76,14 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
         return DSARL_FAIL(err, DSARL_E_DEVICE, "dsa cudnn create: cudnnCreate failed: %s (%s)",
                           cudnnGetErrorString(st), last);
     }
-    c->handle = handle; // default stream: the legacy default stream, which the cuda device's streams block on
+    c->handle = handle;
+    st = cudnnSetStream(handle, (cudaStream_t)c->stream); // the device's stream: one order for all GPU work
+    if (st != CUDNN_STATUS_SUCCESS) {
+        cudnnDestroy(handle);
+        free(c);
+        return DSARL_FAIL(err, DSARL_E_DEVICE, "dsa cudnn create: cudnnSetStream failed: %s",
+                          cudnnGetErrorString(st));
+    }
     if (tilelang_create(device_ops, dev, recipe, &c->tilelang, err) < 0) {
         cudnnDestroy(handle);
         free(c);
@@ -100,7 +110,7 @@ void cdn_destroy(dsarl_dsa_context *ctx)
     cudnn_dsa *c = cdn_ctx(ctx);
     if (!c)
         return;
-    cudaDeviceSynchronize();
+    cudaStreamSynchronize((cudaStream_t)c->stream);
     for (int i = 0; i < c->n_plans; i++)
         cdn_plan_free(c->plans[i]);
     free(c->plans);
@@ -115,7 +125,7 @@ int cdn_workspace(cudnn_dsa *c, size_t bytes, void **out, dsarl_error *err)
 {
     if (bytes > c->workspace_bytes) {
         size_t want = bytes + bytes / 4;
-        cdnCudaCheck(cudaDeviceSynchronize(), err); /* queued work may still use the old workspace */
+        cdnCudaCheck(cudaStreamSynchronize((cudaStream_t)c->stream), err); /* queued work may use the old one */
         release_workspace(c);
         if (c->device_ops)
             DSARL_TRY(c->device_ops->alloc(c->dev, want, &c->workspace, err));

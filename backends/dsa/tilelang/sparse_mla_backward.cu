@@ -141,7 +141,7 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     int64_t acc_n = batch->n_keys * (int64_t)in->d_qk;
     float *acc;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
-    tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
+    tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float), TL_STREAM(ctx)), err);
     int used = 0;
     DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used, err));
     if (!used)
@@ -151,7 +151,7 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
         return tilelang_flush_accumulator(ctx, dkv, acc, acc_n, err);
     tlSharedLimitT(sparse_mla_backward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
-    TL_LAUNCH(ctx->f32, sparse_mla_backward_kernel, grid, MLA_THREADS, shared, 
+    TL_LAUNCH(ctx->f32, ctx->stream, sparse_mla_backward_kernel, grid, MLA_THREADS, shared, 
         (S *)dq, acc, (const S *)in->q, (const S *)in->kv, indices, (const S *)out, lse,
         (const S *)dout, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale, hg, kt);
     tlCheckLaunch("sparse_mla_backward", err);

@@ -187,11 +187,11 @@ int tilelang_sparse_mla_backward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_ba
     *used = 0;
     wmma_bwd_layout L = make_layout(in->d_qk, in->d_v);
     if (ctx->f32 || in->d_qk % 16 || in->d_v % 16 || L.total > TL_MAX_SHARED || ((uintptr_t)in->q % 16) ||
-        ((uintptr_t)in->kv % 16) || ((uintptr_t)dout % 16) || getenv("DSARL_TILELANG_NO_WMMA"))
+        ((uintptr_t)in->kv % 16) || ((uintptr_t)dout % 16) || ctx->settings.sparse_mla == TILELANG_MLA_CUDA_CORE)
         return DSARL_OK;
     tlSharedLimit(sparse_mla_backward_wmma_kernel, L.total, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + WB_HEADS - 1) / WB_HEADS));
-    sparse_mla_backward_wmma_kernel<<<grid, WB_THREADS, L.total>>>(
+    sparse_mla_backward_wmma_kernel<<<grid, WB_THREADS, L.total, TL_STREAM(ctx)>>>(
         (bf16 *)dq, dkv_acc, (const bf16 *)in->q, (const bf16 *)in->kv, indices, (const bf16 *)out, lse,
         (const bf16 *)dout, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale, L);
     tlCheckLaunch("sparse_mla_backward (wmma)", err);

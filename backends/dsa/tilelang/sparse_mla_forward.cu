@@ -139,9 +139,9 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
                           "bytes of shared memory, more than %d", in->d_qk, in->d_v, shared, TL_MAX_SHARED);
     tlSharedLimitT(sparse_mla_forward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
-    TL_LAUNCH(ctx->f32, sparse_mla_forward_kernel, grid, MLA_THREADS, shared, (S *)out, lse, (const S *)in->q,
-                                                             (const S *)in->kv, indices, topk, in->n_heads,
-                                                             in->d_qk, in->d_v, in->softmax_scale, hg, kt);
+    TL_LAUNCH(ctx->f32, ctx->stream, sparse_mla_forward_kernel, grid, MLA_THREADS, shared, (S *)out, lse,
+              (const S *)in->q, (const S *)in->kv, indices, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale,
+              hg, kt);
     tlCheckLaunch("sparse_mla_forward", err);
     return DSARL_OK;
 }

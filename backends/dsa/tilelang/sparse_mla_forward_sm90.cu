@@ -213,7 +213,7 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     // a compute capability 9.0 device
     if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !tilelang_sparse_mla_sm90_head_groups(in->n_heads) ||
         ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
-        batch->n_queries > 0x7fffffff || getenv("DSARL_TILELANG_NO_SM90") || getenv("DSARL_TILELANG_NO_WMMA"))
+        batch->n_queries > 0x7fffffff || ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
         return DSARL_OK;
     int device = 0, major = 0, minor = 0;
     tlCheck(cudaGetDevice(&device), err);
@@ -224,9 +224,9 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)tilelang_sparse_mla_sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
     tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
-    sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED>>>((bf16 *)out, lse, (const bf16 *)in->q,
-                                                                        (const bf16 *)in->kv, indices, topk,
-                                                                        in->n_heads, batch->n_keys, scale_log2);
+    sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED, TL_STREAM(ctx)>>>(
+        (bf16 *)out, lse, (const bf16 *)in->q, (const bf16 *)in->kv, indices, topk, in->n_heads, batch->n_keys,
+        scale_log2);
     tlCheckLaunch("sparse_mla_forward (sm90 wgmma)", err);
     *used = 1;
     return DSARL_OK;

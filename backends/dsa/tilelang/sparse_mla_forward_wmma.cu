@@ -156,11 +156,11 @@ int tilelang_sparse_mla_forward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_bat
     wmma_layout L = make_layout(hb, in->d_qk, in->d_v);
     // The tensor-core path needs bf16 storage, 16-multiples, 16-byte aligned rows and fitting shared memory.
     if (ctx->f32 || in->d_qk % 16 || in->d_v % 16 || L.total > TL_MAX_SHARED || ((uintptr_t)in->q % 16) ||
-        ((uintptr_t)in->kv % 16) || getenv("DSARL_TILELANG_NO_WMMA"))
+        ((uintptr_t)in->kv % 16) || ctx->settings.sparse_mla == TILELANG_MLA_CUDA_CORE)
         return DSARL_OK;
     tlSharedLimit(sparse_mla_forward_wmma_kernel, L.total, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hb - 1) / hb));
-    sparse_mla_forward_wmma_kernel<<<grid, WM_THREADS, L.total>>>((bf16 *)out, lse, (const bf16 *)in->q,
+    sparse_mla_forward_wmma_kernel<<<grid, WM_THREADS, L.total, TL_STREAM(ctx)>>>((bf16 *)out, lse, (const bf16 *)in->q,
                                                                   (const bf16 *)in->kv, indices, topk, in->n_heads,
                                                                   in->d_qk, in->d_v, in->softmax_scale, hb, L);
     tlCheckLaunch("sparse_mla_forward (wmma)", err);
