@@ -257,8 +257,8 @@ static void poison_dq(mla_case *c)
 /* The backward through the entry point, with the sm90 kernel switched on (sm90 = 1) or off. */
 static void run_entry(mla_case *c, int sm90)
 {
-    int rc = tilelang_sparse_mla_backward(sm90 ? tl : tl_wmma, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
-                                          c->g_dout, c->g_dq, c->g_dkv, &err);
+    int rc = tilelang_sparse_mla_backward(sm90 ? tl : tl_wmma, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out,
+                                          c->g_lse, c->g_dout, c->g_dq, c->g_dkv, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }

@@ -324,7 +324,8 @@ START_TEST(test_old_vs_new)
     case_decode(&c, 1024, 8192, 64, 2048);
     int64_t n_out = c.Tq * c.H * D_V, n_lse = c.Tq * c.H;
     poison(&c);
-    ck_assert_msg(tilelang_sparse_mla_forward(tl_wmma, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse, &err) == 0,
+    ck_assert_msg(tilelang_sparse_mla_forward(tl_wmma, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
+                                              &err) == 0,
                   "%s", err.message);
     float *old_out = from_gpu(gpu, c.g_out, n_out, DSARL_DTYPE_BF16),
           *old_lse = from_gpu(gpu, c.g_lse, n_lse, DSARL_DTYPE_F32);

@@ -1,4 +1,6 @@
 /* sparse_mla_backward.cu: backward of the sparse MLA forward (TileLang examples/deepseek_v32 sparse_mla_bwd).
+ * Role: the CUDA-core fp32 path (float32 storage, dims that are not multiples of 16, every GPU), tested on the H200
+ * by check_dsa_tilelang through runtime.tilelang_sparse_mla=cuda_core (docs/gpu.md).
  *
  * With the forward's out and lse, for query t, head h and valid slot s:
  *   p(s)  = exp(softmax_scale * q[t,h,:] . kv[s,:] - lse[t,h]),   Delta = out[t,h,:] . dout[t,h,:]

@@ -1,6 +1,8 @@
 /* sparse_mla_backward_wmma.cu: the tensor-core path of the sparse MLA backward (bf16 storage, d_qk and d_v
- * multiples of 16); the math is sparse_mla_backward.cu's. One block (8 warps) per (query, group of 16 heads); per
- * tile of 64 selected keys, on WMMA 16x16x16 bf16 fragments with fp32 accumulation:
+ * multiples of 16): the tested portable path of GPUs without wgmma, forced on the H200 by
+ * runtime.tilelang_sparse_mla=wmma in check_dsa_mla_bwd_sm90 (docs/gpu.md). The math is sparse_mla_backward.cu's.
+ * One block (8 warps) per (query, group of 16 heads); per tile of 64 selected keys, on WMMA 16x16x16 bf16
+ * fragments with fp32 accumulation:
  *   S = Q KV^T and dPV = dO V^T (16 x 64)        -> P = exp(scale S - lse), dS = scale P (dPV - Delta)   (fp32)
  *   dQ += dS KV                      (16 x d_qk, fp32 in shared memory)
  *   dKV = dS^T Q + P^T dO            (64 x d_qk: each warp's 16x16 blocks go through a small fp32 scratch to

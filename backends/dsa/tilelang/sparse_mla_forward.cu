@@ -1,4 +1,7 @@
-/* sparse_mla_forward.cu: sparse MLA forward in the absorbed MQA form (glm5_dsa.md sections 2.4 and 2.7).
+/* sparse_mla_forward.cu: sparse MLA forward in the absorbed MQA form (the latent kv row is both
+ * key and value). Role: the CUDA-core fp32 path, the only one for float32 storage (runtime.cuda_storage_dtype=f32,
+ * which checks a model against the cpu run) and for dims that are not multiples of 16, on every GPU; tested on the
+ * H200 by check_dsa_tilelang through runtime.tilelang_sparse_mla=cuda_core and its odd-dim cases (docs/gpu.md).
  *
  *   logit_h(s) = softmax_scale * q[t,h,:] . kv[s,:]   (all d_qk columns), s over the valid slots of indices[t]
  *   out[t,h,:] = sum_s softmax(logit_h)(s) kv[s,:d_v],  lse[t,h] = log sum_s exp(logit_h(s))

@@ -19,10 +19,9 @@
  * At the end out = O / l (bf16) and lse = m ln 2 + log l; a row with no valid slot gets out 0 and lse +inf. A
  * repeated key is two softmax terms, as in the reference.
  * One owner of S (rather than both warpgroups each scoring 32 keys) reads a third less shared memory per tile and
- * needs no exchange of row maxima: 502 TFLOP/s against 353 at `dsarl bench dsa` (H200, bf16 GEMM ceiling 793). The
- * same kernel with the gather removed (every tile from shared memory) ran 544 and the gather alone 1.37 ms of its
- * 2.36 ms at Tq 4096, so the limit is the serial chain S -> softmax -> P V inside a tile, where the tensor cores
- * wait for the softmax (no ping-pong between warpgroups yet).
+ * needs no exchange of row maxima (measurably faster: docs/performance.md). The same kernel with the gather removed
+ * (every tile from shared memory) was only a little faster, so the limit is the serial chain S -> softmax -> P V
+ * inside a tile, where the tensor cores wait for the softmax (no ping-pong between warpgroups yet).
  * Heads that are not whole groups of 64 pad the last group with zero Q rows whose out and lse are never stored; it
  * must hold at least 16 real heads (tilelang_sparse_mla_sm90_head_groups: 16 heads do 4x the products, still
  * well ahead of the WMMA kernel). Shapes that do not fit (other dims, a last group under 16 heads, float32

@@ -2,6 +2,11 @@
  * of 16): same math as sparse_mla_forward.cu (see there), with both products on the tensor cores through WMMA
  * (16x16x16 bf16 fragments, fp32 accumulation).
  *
+ * Role: the tested portable tensor-core path. It serves every bf16 shape on GPUs without wgmma (Ampere, Ada) and on
+ * Hopper the shapes the sm_90 kernel does not take (other dims, a last head group under 16); on the H200 the suites
+ * force it at GLM-5 dims with runtime.tilelang_sparse_mla=wmma (check_dsa_mla_sm90's test_old_vs_new, against the
+ * wgmma kernel that its other cases check against the reference backend). docs/gpu.md lists the paths.
+ *
  * One block (8 warps) per (query, group of hb = 32 heads, or 16 when the model has fewer than 32). Per tile of 64
  * selected keys: the KV rows are gathered into shared memory (bf16, 16-byte copies); the warps compute
  * S = Q KV^T (hb x 64, in 16x16 blocks over d_qk); hb threads run the online softmax on S and write P (bf16); every

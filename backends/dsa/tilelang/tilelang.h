@@ -5,7 +5,8 @@
  * the stream the device hands out (dsarl_device_ops.stream, ABI 1.2), so the model's device ops and this backend's
  * kernels are ordered on one stream; a device without the slot leaves the legacy default stream (NULL).
  *
- * What the kernels are (measured on the H200: check_dsa_tilelang's DSARL_GPU_BENCH figures), and the fast path:
+ * What the kernels are (their measured rates on the H200 are in docs/performance.md; the paths and the keys that
+ * force them in docs/gpu.md):
  * - indexer_topk (indexer_fast.cuh): bf16 with 8/16/32/64 heads and 16-multiple head dims runs two kernels per chunk
  *   of query rows: query tiles (8 warps x 64 query-head columns) scored against 64-key tiles read once per tile
  *   (cp.async double buffer, ldmatrix + mma.sync m16n8k16, fp32 accumulators; ReLU, head weights and the head sum
@@ -13,31 +14,27 @@
  *   no scores are wanted), then one block per row: an exact 4-pass radix select (warp-aggregated histograms, the
  *   row in shared memory) and an ordered compaction, ties to the lower key index; key order without scores, a
  *   bitonic sort into descending order with them. Other storage/shapes keep the fused row-wise kernel (one block
- *   per row, WMMA or CUDA-core scores, the same select). 8K causal tokens, 32 heads x 128, k 2048: 1.75 ms on the
- *   H200 in `dsarl bench dsa` (row-wise kernel 7.85 ms; target 2 ms; floor 0.35 ms at the bf16 GEMM ceiling);
- *   the split between the two kernels is not measured yet (check_dsa_indexer_fast's DSARL_GPU_BENCH prints it).
- *   Fast path: wgmma with the epilogue overlapped (mma.sync leaves ReLU, weights, the head reduction and the stores
- *   on the issue slots of the warps that feed the tensor cores), and the select fused into the scoring blocks.
+ *   per row, WMMA or CUDA-core scores, the same select). Fast path: wgmma with the epilogue overlapped (mma.sync
+ *   leaves ReLU, weights, the head reduction and the stores on the issue slots of the warps that feed the tensor
+ *   cores), and the select fused into the scoring blocks.
  * - sparse_mla_forward: bf16 at GLM-5 dims (d_qk 576, d_v 512, heads in groups of 64) on Hopper runs the wgmma
  *   kernel (sparse_mla_forward_sm90.cu, FlashMLA's sparse prefill shape): one block of two warpgroups per (query,
  *   64 heads), Q resident in shared memory, the top-k in tiles of 64 latent rows gathered by cp.async into two
  *   swizzled buffers (the next tile lands while this one is computed); warpgroup 0 owns S = Q K^T and the online
- *   softmax, both warpgroups add P V into their halves of O held in registers. 64 heads, 576/512, k 2048, T 8192:
- *   502 TFLOP/s on the H200 (bf16 GEMM ceiling 793; target 450); limit: the in-tile chain S -> softmax -> P V
- *   (no warpgroup ping-pong yet), then the gather (L2 -> shared, 58% of the time on its own). Other shapes: one
- *   block per (query, group of 32 / 16 heads) with WMMA 16x16x16 products (22 TFLOP/s at the same shape), or
- *   CUDA-core fp32 kernels for other dims and float32 storage.
+ *   softmax, both warpgroups add P V into their halves of O held in registers. Its limit: the in-tile chain
+ *   S -> softmax -> P V (no warpgroup ping-pong yet), then the gather. Other shapes, and GPUs without wgmma: one
+ *   block per (query, group of 32 / 16 heads) with WMMA 16x16x16 products, or CUDA-core fp32 kernels for other
+ *   dims and float32 storage.
  * - sparse_mla_backward: one block per (query, group of 16 heads); the selected KV rows go through shared memory in
  *   tiles of 64 and are reused by every head of the group; WMMA 16x16x16 bf16 products with fp32 accumulation
  *   (CUDA-core fp32 kernels for other dims and float32 storage); dq in shared fp32 and dkv accumulated with fp32
- *   atomics at the selected rows. 64 heads, 576/512, k 2048: 29.9 TFLOP/s (target 200).
- *   bf16 at GLM-5 dims on Hopper takes the wgmma kernel instead (sparse_mla_backward_sm90.cu, the forward's
- *   shape): one block of two warpgroups per (query, 64 heads), Q and dO resident in shared memory, per tile of 64
- *   keys S and dP by wgmma (one warpgroup each), P and dS in bf16, dQ in registers for the whole top-k, and the
- *   tile's dKV (64 keys x 576, summed over the 64 heads in the tensor cores) sent with 16-byte
- *   red.global.add.v4.f32 reductions into the fp32 accumulator; the next tile is gathered while dKV is computed.
- *   64 heads, 576/512, k 2048, T 8192: 282 TFLOP/s. Both sm90 kernels pad a last group of 16-63 heads with zero
- *   rows; DSARL_TILELANG_NO_SM90=1 takes the older kernels.
+ *   atomics at the selected rows. bf16 at GLM-5 dims on Hopper takes the wgmma kernel instead
+ *   (sparse_mla_backward_sm90.cu, the forward's shape): one block of two warpgroups per (query, 64 heads), Q and dO
+ *   resident in shared memory, per tile of 64 keys S and dP by wgmma (one warpgroup each), P and dS in bf16, dQ in
+ *   registers for the whole top-k, and the tile's dKV (64 keys x 576, summed over the 64 heads in the tensor cores)
+ *   sent with 16-byte red.global.add.v4.f32 reductions into the fp32 accumulator; the next tile is gathered while
+ *   dKV is computed. Both sm90 kernels pad a last group of 16-63 heads with zero rows;
+ *   runtime.tilelang_sparse_mla=wmma takes the WMMA kernels, =cuda_core the CUDA-core ones.
  * - indexer loss: one block per query row; the set's target and indexer distributions in a per-block workspace. */
 #ifndef DSARL_DSA_TILELANG_H
 #define DSARL_DSA_TILELANG_H
