@@ -31,13 +31,20 @@ static dsarl_error err;
 static rng stream;     /* the run's random inputs (cuda_test_util.h) */
 static close_check cc; /* expect_close's device and printed label */
 static const dsarl_dsa_ops *ops = &dsarl_dsa_cudnn_ops;
+static dsarl_registry *registry; /* holds the tilelang plugin the cudnn backend hands over to */
 
 static void setup(void)
 {
     dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
+    registry = tilelang_registry();
+    cdn_set_host(dsarl_registry_host(registry));
     ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &cd, &err) == 0, "%s", err.message);
+    ck_assert_msg(cdn_ctx(cd)->tl == (const dsarl_dsa_ops *)(const void *)dsarl_registry_find(registry, DSARL_KIND_DSA,
+                                                                                            "tilelang"),
+                  "the cudnn context does not hand over to the registry's tilelang table");
+    ck_assert_msg(cdn_ctx(cd)->stream == cuda_stream(gpu), "the cudnn context is not on the device's stream");
     ck_assert_int_eq(dsa_reference_create(NULL, NULL, NULL, &ref, &err), 0);
     cc = (close_check){.gpu = gpu, .label = "check_dsa_cudnn:", .width = 58};
 }
@@ -50,6 +57,8 @@ static void teardown(void)
     ops->destroy(cd);
     dsa_reference_destroy(ref);
     cuda_destroy(gpu);
+    cdn_set_host(NULL);
+    dsarl_registry_free(registry);
 }
 
 // DSA's selection for the batch: the reference indexer's top-k on random indexer inputs.

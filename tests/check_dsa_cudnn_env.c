@@ -1,6 +1,7 @@
-/* check_dsa_cudnn_env.c: the cudnn DSA backend refuses a bad value of one of its recipe keys (runtime.cudnn_*) or of
- * the tilelang keys it forwards to its hand-overs (runtime.tilelang_*) with one sentence naming the key and what is
- * valid, before it looks at cuDNN or a GPU (so it runs in CI). */
+/* check_dsa_cudnn_env.c: the cudnn DSA backend refuses a bad value of one of its recipe keys (runtime.cudnn_*), and
+ * the tilelang backend (which the cudnn one hands over to, with the same recipe) one of its keys
+ * (runtime.tilelang_*), with one sentence naming the key and what is valid, before either looks at cuDNN or a GPU
+ * (so it runs in CI); and without the tilelang backend in the registry, cudnn's create refuses in one sentence. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include "cuda_device.h"
 #include "cudnn_dsa.h"
 #include "recipe_internal.h"
+#include "tilelang.h"
 
 typedef struct bad_key {
     const char *key, *value; /* runtime.<key>: <value> */
@@ -41,7 +43,9 @@ START_TEST(test_bad_value_refused)
     dsarl_error err = {0};
     ck_assert_msg(dsarl_recipe_load_string(yaml, "bad.yaml", &r, &err) == 0, "%s", err.message);
     dsarl_dsa_context *ctx = (dsarl_dsa_context *)&ctx; /* must be reset to NULL */
-    int rc = cdn_create(&dsarl_cuda_device_ops, NULL, dsarl_recipe_root(r), &ctx, &err);
+    int rc = strncmp(b->key, "cudnn_", 6) == 0
+                 ? cdn_create(&dsarl_cuda_device_ops, NULL, dsarl_recipe_root(r), &ctx, &err)
+                 : tilelang_create(&dsarl_cuda_device_ops, NULL, dsarl_recipe_root(r), &ctx, &err);
     dsarl_recipe_free(r);
     ck_assert_msg(rc != 0, "%s=%s accepted", path, b->value);
     ck_assert_ptr_null(ctx);
@@ -53,11 +57,26 @@ START_TEST(test_bad_value_refused)
 }
 END_TEST
 
+// Without a registry holding the tilelang backend, create refuses in one sentence naming what is missing.
+START_TEST(test_tilelang_missing_refused)
+{
+    cdn_set_host(NULL);
+    dsarl_dsa_context *ctx = (dsarl_dsa_context *)&ctx;
+    dsarl_error err = {0};
+    int rc = cdn_create(&dsarl_cuda_device_ops, NULL, NULL, &ctx, &err);
+    ck_assert_msg(rc == DSARL_E_UNSUPPORTED, "rc %d (%s)", rc, err.message);
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(err.message, "tilelang") && strstr(err.message, "not loaded") && !strchr(err.message, '\n'),
+                  "message does not say tilelang is not loaded, in one line: %s", err.message);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dsa_cudnn_env");
     TCase *tc = tcase_create("keys");
     tcase_add_loop_test(tc, test_bad_value_refused, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(tc, test_tilelang_missing_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

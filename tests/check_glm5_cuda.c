@@ -35,6 +35,8 @@
 #include "tilelang.h"
 #ifdef DSARL_TEST_CUDNN
 #include "cudnn_dsa.h"
+#include "tilelang_test_util.h"
+static dsarl_registry *registry; /* holds the tilelang plugin the cudnn backend hands over to */
 #endif
 
 static const char *recipe_model =
@@ -121,7 +123,12 @@ static void setup_with(int bf16, const dsarl_dsa_ops *dsa_ops)
 static void setup_f32(void) { setup_with(0, &dsarl_dsa_tilelang_ops); }
 static void setup_bf16(void) { setup_with(1, &dsarl_dsa_tilelang_ops); }
 #ifdef DSARL_TEST_CUDNN
-static void setup_bf16_cudnn(void) { setup_with(1, &dsarl_dsa_cudnn_ops); }
+static void setup_bf16_cudnn(void)
+{
+    registry = tilelang_registry();
+    cdn_set_host(dsarl_registry_host(registry));
+    setup_with(1, &dsarl_dsa_cudnn_ops);
+}
 #endif
 
 static void teardown(void)
@@ -133,6 +140,11 @@ static void teardown(void)
     cuda_destroy(gpu);
     cpu_destroy(cpu);
     dsarl_recipe_free(recipe);
+#ifdef DSARL_TEST_CUDNN
+    cdn_set_host(NULL);
+    dsarl_registry_free(registry); /* NULL outside the cudnn case */
+    registry = NULL;
+#endif
 }
 
 static double max_rel(const float *got, const float *want, int64_t n)

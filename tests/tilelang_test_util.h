@@ -8,6 +8,7 @@
 #include <check.h>
 #include "cuda_device.h"
 #include "recipe_internal.h"
+#include "registry.h"
 #include "tilelang.h"
 
 /* Block YAML for the usual forced paths. */
@@ -42,5 +43,21 @@ static inline dsarl_dsa_context *tilelang_with_keys(dsarl_device *gpu, const cha
     dsarl_recipe_free(r);
     return ctx;
 }
+
+#ifdef DSARL_TEST_TILELANG_SO
+// A registry holding the built tilelang plugin (DSARL_TEST_TILELANG_SO), for the cudnn backend's create to find it
+// through (cdn_set_host(dsarl_registry_host(reg))), as it does in a run. Free it after the last cudnn context.
+static inline dsarl_registry *tilelang_registry(void)
+{
+    dsarl_registry *reg = NULL;
+    dsarl_error e = {0};
+    ck_assert_msg(dsarl_registry_create(&reg, &e) == 0, "%s", e.message);
+    ck_assert_msg(dsarl_registry_load_file(reg, DSARL_TEST_TILELANG_SO, &e) == 0, "loading %s: %s",
+                  DSARL_TEST_TILELANG_SO, e.message);
+    ck_assert_msg(dsarl_registry_find(reg, DSARL_KIND_DSA, "tilelang") != NULL, "%s registered no (dsa, tilelang)",
+                  DSARL_TEST_TILELANG_SO);
+    return reg;
+}
+#endif
 
 #endif /* DSARL_TEST_TILELANG_TEST_UTIL_H */

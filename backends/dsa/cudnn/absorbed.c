@@ -115,8 +115,8 @@ int cdn_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
     cudnn_dsa *c = cdn_ctx(ctx);
     if (!c)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn sparse_mla_forward: the context is NULL");
-    DSARL_TRY(tilelang_check_batch("sparse_mla_forward", batch, err));
-    DSARL_TRY(tilelang_check_attention("sparse_mla_forward", in, err));
+    DSARL_TRY(cdn_check_batch("sparse_mla_forward", batch, err));
+    DSARL_TRY(cdn_check_attention("sparse_mla_forward", in, err));
     if (!indices || topk <= 0 || !out || !lse)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn sparse_mla_forward: needs indices (Tq, topk > 0), out and "
                           "lse");
@@ -137,7 +137,7 @@ int cdn_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                   in->n_heads, in->d_qk, in->d_v, topk, why.message);
         c->paged_handovers++;
     }
-    return tilelang_sparse_mla_forward(c->tilelang, batch, in, indices, topk, out, lse, err);
+    return c->tl->sparse_mla_forward(c->tilelang, batch, in, indices, topk, out, lse, err);
 }
 
 int cdn_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -145,14 +145,15 @@ int cdn_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch
                             const void *out, const float *lse, const void *dout, void *dq, void *dkv,
                             dsarl_error *err)
 {
-    return tilelang_sparse_mla_backward(cdn_ctx(ctx)->tilelang, batch, in, indices, topk, out, lse, dout, dq, dkv,
-                                        err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->sparse_mla_backward(c->tilelang, batch, in, indices, topk, out, lse, dout, dq, dkv, err);
 }
 
 int cdn_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
                      int32_t topk, int32_t *indices, float *scores, dsarl_error *err)
 {
-    return tilelang_indexer_topk(cdn_ctx(ctx)->tilelang, batch, in, topk, indices, scores, err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->indexer_topk(c->tilelang, batch, in, topk, indices, scores, err);
 }
 
 int cdn_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -160,7 +161,8 @@ int cdn_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batc
                              const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
                              float *loss, dsarl_error *err)
 {
-    return tilelang_indexer_loss_forward(cdn_ctx(ctx)->tilelang, batch, attn, lse, indexer, indices, topk, loss, err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->indexer_loss_forward(c->tilelang, batch, attn, lse, indexer, indices, topk, loss, err);
 }
 
 int cdn_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -168,6 +170,7 @@ int cdn_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *bat
                               const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
                               const float *dloss, void *dq_index, void *dk_index, float *dweights, dsarl_error *err)
 {
-    return tilelang_indexer_loss_backward(cdn_ctx(ctx)->tilelang, batch, attn, lse, indexer, indices, topk, dloss,
-                                          dq_index, dk_index, dweights, err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->indexer_loss_backward(c->tilelang, batch, attn, lse, indexer, indices, topk, dloss, dq_index,
+                                        dk_index, dweights, err);
 }

@@ -1,6 +1,8 @@
 /* context.c: the backend's state (cuDNN handle, the tilelang context it hands over to, plan cache, workspace from
  * the cuda device) and preferred_form. */
+#include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,40 @@ static int key_positive(const dsarl_node *recipe, const char *key, int64_t fallb
     return DSARL_OK;
 }
 
+static const dsarl_host *registry_host; /* the one static: set by init (cdn_set_host) */
+
+void cdn_set_host(const dsarl_host *host) { registry_host = host; }
+
+int cdn_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_error *err)
+{
+    if (!batch || batch->n_queries < 0 || batch->n_keys < 0 || batch->max_keys_per_query < 0 ||
+        (batch->n_queries > 0 && (!batch->key_start || !batch->key_end)))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn %s: the batch needs n_queries, n_keys, "
+                          "max_keys_per_query >= 0 and key_start/key_end (Tq) device arrays", op);
+    if (batch->n_keys > INT32_MAX || batch->n_queries > INT32_MAX)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn %s: n_queries and n_keys must be below 2^31", op);
+    return DSARL_OK;
+}
+
+int cdn_check_attention(const char *op, const dsarl_dsa_attention_inputs *in, dsarl_error *err)
+{
+    if (!in || !in->q || !in->kv || in->n_heads <= 0 || in->d_qk <= 0 || in->d_v <= 0 || in->d_v > in->d_qk ||
+        !isfinite(in->softmax_scale))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn %s: attention inputs need q and kv, n_heads > 0, "
+                          "0 < d_v <= d_qk and a finite softmax_scale", op);
+    return DSARL_OK;
+}
+
+// The device's stream (dsarl_device_ops.stream, ABI 1.2), or NULL (legacy default stream) for an older device.
+static void *device_stream(const dsarl_device_ops *device_ops, dsarl_device *dev)
+{
+    if (!device_ops || !dev ||
+        device_ops->common.struct_size < offsetof(dsarl_device_ops, stream) + sizeof(device_ops->stream) ||
+        !device_ops->stream)
+        return NULL;
+    return device_ops->stream(dev);
+}
+
 int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
                dsarl_dsa_context **out, dsarl_error *err)
 {
@@ -50,8 +86,13 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
     DSARL_TRY(key_positive(recipe, "runtime.cudnn_dp_workspace_cap", CDN_DP_WORKSPACE_CAP, INT64_MAX, &cap, err));
     if (recipe) // measure the paged graph where tilelang is faster
         DSARL_TRY(dsarl_recipe_bool_or(recipe, "runtime.cudnn_paged_forward", false, &paged, err));
-    tilelang_settings tl_settings; // checked here too, so a bad tilelang key fails before cuDNN is asked
-    DSARL_TRY(tilelang_read_settings(recipe, &tl_settings, err));
+    const dsarl_ops_common *tl_common =
+        registry_host && registry_host->find_ops ? registry_host->find_ops(registry_host, DSARL_KIND_DSA, "tilelang")
+                                                 : NULL;
+    if (!tl_common || tl_common->kind != DSARL_KIND_DSA || tl_common->struct_size < sizeof(dsarl_dsa_ops))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the cudnn DSA backend hands what cuDNN cannot run to the tilelang "
+                          "DSA backend, which is not loaded (dsarl-dsa-tilelang.so must be on the plugin path)");
+    const dsarl_dsa_ops *tl = (const dsarl_dsa_ops *)(const void *)tl_common;
     size_t version = cudnnGetVersion();
     if (version < 91900)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the cudnn DSA backend needs cuDNN 9.19 or newer at run time, "
@@ -66,7 +107,8 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
     c->max_segment = (int32_t)max_segment;
     c->dp_workspace_cap = cap;
     c->paged_forced = paged;
-    c->stream = tilelang_device_stream(device_ops, dev);
+    c->stream = device_stream(device_ops, dev);
+    c->tl = tl;
     cudnnHandle_t handle = NULL;
     cudnnStatus_t st = cudnnCreate(&handle);
     if (st != CUDNN_STATUS_SUCCESS) {
@@ -84,7 +126,7 @@ int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsar
         return DSARL_FAIL(err, DSARL_E_DEVICE, "dsa cudnn create: cudnnSetStream failed: %s",
                           cudnnGetErrorString(st));
     }
-    if (tilelang_create(device_ops, dev, recipe, &c->tilelang, err) < 0) {
+    if (tl->create(device_ops, dev, recipe, &c->tilelang, err) < 0) {
         cudnnDestroy(handle);
         free(c);
         return -1;
@@ -116,7 +158,7 @@ void cdn_destroy(dsarl_dsa_context *ctx)
     free(c->plans);
     release_workspace(c);
     free(c->host_segments);
-    tilelang_destroy(c->tilelang);
+    c->tl->destroy(c->tilelang);
     cudnnDestroy((cudnnHandle_t)c->handle);
     free(c);
 }

@@ -16,8 +16,9 @@
  *   rows without a valid index are written outside cuDNN (out 0, lse +inf). At GLM-5's 576/512 with 64-head
  *   groups (or a padded last group of 16 or more) tilelang's wgmma kernel is several times faster
  *   (docs/performance.md), so that case is handed over (runtime.cudnn_paged_forward=true forces the paged graph).
- * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang kernels, linked
- *   into this plugin, so their improvements reach this backend without a change here.
+ * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang backend, whose ops
+ *   table create finds in the registry (a tilelang context made with the same device and recipe), so its
+ *   improvements reach this backend without a change here; create refuses when tilelang is not loaded.
  *
  * Streams: the handle (cudnnSetStream), our kernels, our copies and the tilelang context all use the device's stream
  * (dsarl_device_ops.stream, ABI 1.2), so device work and DSA work are ordered on one stream.
@@ -77,6 +78,7 @@ struct cudnn_dsa {
     dsarl_device *dev;
     int f32;                            /* the device stores float32 (runtime.cuda_storage_dtype=f32) */
     void *handle;                       /* cudnnHandle_t on the legacy default stream */
+    const dsarl_dsa_ops *tl;            /* tilelang's ops table, found through the registry at create */
     dsarl_dsa_context *tilelang;        /* the hand-over target (tilelang's own context) */
     cdn_plan **plans;                   /* cache, searched by key */
     int n_plans, cap_plans;
@@ -109,6 +111,12 @@ static inline int64_t next_pow2(int64_t x)
 static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* --- context (context.c) --------------------------------------------------------------------------------------- */
+/* The host of the registry that loaded this plugin (set by its init; tests that link the objects set it from a
+ * registry of their own). The plugin's one static: create finds the tilelang table through it. */
+void cdn_set_host(const dsarl_host *host);
+/* Host-side argument checks, one sentence naming the argument and what would be valid. */
+int cdn_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_error *err);
+int cdn_check_attention(const char *op, const dsarl_dsa_attention_inputs *in, dsarl_error *err);
 int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
                dsarl_dsa_context **out, dsarl_error *err);
 void cdn_destroy(dsarl_dsa_context *ctx);

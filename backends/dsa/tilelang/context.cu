@@ -24,11 +24,11 @@ int tilelang_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the tilelang DSA backend runs on the cuda device only; "
                           "runtime.device=%s needs dsa_kernel_backend=reference",
                           device_ops->common.name ? device_ops->common.name : "(unnamed)");
+    tilelang_settings settings; // before any CUDA call: a bad key is refused without a GPU
+    DSARL_TRY(tilelang_read_settings(recipe, &settings, err));
     int device = 0, sms = 0;
     tlCheck(cudaGetDevice(&device), err);
     tlCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), err);
-    tilelang_settings settings;
-    DSARL_TRY(tilelang_read_settings(recipe, &settings, err));
     dsarl_dsa_context *ctx = (dsarl_dsa_context *)calloc(1, sizeof(*ctx));
     if (!ctx)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsa tilelang create: cannot allocate the context");
