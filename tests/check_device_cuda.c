@@ -15,26 +15,7 @@
 #define DSARL_CUDA_DEVICE_OPAQUE /* both plugins define struct dsarl_device */
 #include "cuda_device.h"
 #include "recipe_internal.h"
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-// xorshift64* uniform in [-1, 1)
-static float frand(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (float)((double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-// n values uniform in [-scale, scale), rounded to bf16 so both devices see the same numbers.
-static float *rand_bf16(int64_t n, float scale)
-{
-    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand() * scale));
-    return a;
-}
+#include "cuda_test_util.h"
 
 static float *copy_floats(const float *a, int64_t n)
 {
@@ -45,6 +26,8 @@ static float *copy_floats(const float *a, int64_t n)
 
 static dsarl_device *gpu, *cpu;
 static dsarl_error err;
+static rng stream;               /* the run's random inputs (cuda_test_util.h) */
+static close_check cc;           /* expect_close's device and printed label (with the storage dtype) */
 static dsarl_dtype storage;      /* the GPU's storage dtype in the running test case */
 static double storage_tol;       /* tolerance of storage-dtype outputs: 1e-2 for bf16, 1e-5 for f32 */
 
@@ -64,7 +47,12 @@ static void create_devices(const char *recipe_text)
     dsarl_recipe_free(recipe);
     storage = cuda_storage_dtype(gpu);
     storage_tol = storage == DSARL_DTYPE_F32 ? 1e-5 : 1e-2;
+    cc = (close_check){.gpu = gpu, .width = 28,
+                       .label = storage == DSARL_DTYPE_F32 ? "check_device_cuda: f32" : "check_device_cuda: bf16"};
 }
+
+// The running case's storage dtype (the shared to_gpu_as takes it as an argument).
+static void *to_storage(const float *h, int64_t n) { return to_gpu_as(gpu, h, n, storage); }
 
 static void setup(void) { create_devices(NULL); }
 static void setup_f32(void) { create_devices("runtime:\n  cuda_storage_dtype: f32\n"); }
@@ -73,69 +61,6 @@ static void teardown(void)
 {
     cuda_destroy(gpu);
     cpu_destroy(cpu);
-}
-
-/* --- device buffers ------------------------------------------------------------------------------------- */
-
-static void *to_gpu(const float *h, int64_t n) // storage dtype
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    ck_assert_msg(cuda_upload_f32(gpu, d, storage, h, (size_t)n, &err) == 0, "%s", err.message);
-    return d;
-}
-
-static float *to_gpu_f32(const float *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_F32, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static int32_t *to_gpu_i32(const int32_t *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    ck_assert_int_eq(cuda_copy(gpu, d, h, (size_t)n * 4, DSARL_COPY_HOST_TO_DEVICE, &err), 0);
-    return d;
-}
-
-static float *from_gpu(const void *d, int64_t n, dsarl_dtype dtype)
-{
-    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_msg(cuda_download_f32(gpu, h, d, dtype, (size_t)n, &err) == 0, "%s", err.message);
-    ck_assert_msg(cuda_synchronize(gpu, &err) == 0, "%s", err.message);
-    return h;
-}
-
-static int32_t *from_gpu_i32(const int32_t *d, int64_t n)
-{
-    int32_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    ck_assert_int_eq(cuda_copy(gpu, h, d, (size_t)n * 4, DSARL_COPY_DEVICE_TO_HOST, &err), 0);
-    return h;
-}
-
-// Downloads a device result and checks max |got - want| / max |want| <= tol; prints the measured value.
-static void expect_close(const void *d, dsarl_dtype dtype, const float *want, int64_t n, double tol, const char *what)
-{
-    float *got = from_gpu(d, n, dtype);
-    double maxref = 1e-30, maxerr = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        ck_assert_msg(isfinite(got[i]) || !isfinite(want[i]), "%s: element %lld is %g, want %g", what, (long long)i,
-                      got[i], want[i]);
-        if (!isfinite(want[i])) {
-            ck_assert_msg(got[i] == want[i], "%s: element %lld is %g, want %g", what, (long long)i, got[i], want[i]);
-            continue;
-        }
-        maxref = fmax(maxref, fabs(want[i]));
-        maxerr = fmax(maxerr, fabs(got[i] - want[i]));
-    }
-    printf("check_device_cuda: %s %-28s rel err %.2e (tol %.0e, n %lld)\n", dsarl_dtype_name(storage), what,
-           maxerr / maxref, tol, (long long)n);
-    ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
-                  tol);
-    free(got);
 }
 
 #define F32_TOL 1e-5
@@ -149,13 +74,14 @@ START_TEST(test_gemm_all_transposes)
     int64_t m = 37, n = 53, k = 71;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            float *a = rand_bf16(m * k + 1, 1), *b = rand_bf16(k * n + 1, 1), *c = rand_bf16(m * n + 1, 1);
-            char *da = to_gpu(a, m * k + 1), *db = to_gpu(b, k * n + 1), *dc = to_gpu(c, m * n + 1);
+            float *a = rand_bf16(&stream, m * k + 1, 1), *b = rand_bf16(&stream, k * n + 1, 1),
+                  *c = rand_bf16(&stream, m * n + 1, 1);
+            char *da = to_storage(a, m * k + 1), *db = to_storage(b, k * n + 1), *dc = to_storage(c, m * n + 1);
             ck_assert_int_eq(cpu_gemm(cpu, ta, tb, m, n, k, 0.5f, a + 1, b + 1, 0.25f, c + 1, &err), 0);
             ck_assert_msg(cuda_gemm(gpu, ta, tb, m, n, k, 0.5f, da + esz, db + esz, 0.25f, dc + esz, &err) == 0, "%s",
                           err.message);
-            expect_close(dc + esz, storage, c + 1, m * n, storage_tol, ta ? (tb ? "gemm TT" : "gemm TN")
-                                                                             : (tb ? "gemm NT" : "gemm NN"));
+            expect_close(&cc, dc + esz, storage, c + 1, m * n, storage_tol, ta ? (tb ? "gemm TT" : "gemm TN")
+                                                                                  : (tb ? "gemm NT" : "gemm NN"));
             cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
             free(a), free(b), free(c);
         }
@@ -165,19 +91,20 @@ END_TEST
 START_TEST(test_gemm_strided_batched)
 {
     int64_t m = 24, n = 40, k = 64, batch = 5;
-    float *a = rand_bf16(batch * m * k, 1), *b = rand_bf16(batch * k * n, 1), *c = rand_bf16(batch * m * n, 1);
-    void *da = to_gpu(a, batch * m * k), *db = to_gpu(b, batch * k * n), *dc = to_gpu(c, batch * m * n);
+    float *a = rand_bf16(&stream, batch * m * k, 1), *b = rand_bf16(&stream, batch * k * n, 1),
+          *c = rand_bf16(&stream, batch * m * n, 1);
+    void *da = to_storage(a, batch * m * k), *db = to_storage(b, batch * k * n), *dc = to_storage(c, batch * m * n);
     ck_assert_int_eq(cpu_gemm_strided_batched(cpu, false, true, m, n, k, 1.0f, a, m * k, b, k * n, 0.0f, c, m * n,
                                               batch, &err), 0);
     ck_assert_msg(cuda_gemm_strided_batched(gpu, false, true, m, n, k, 1.0f, da, m * k, db, k * n, 0.0f, dc, m * n,
                                             batch, &err) == 0, "%s", err.message);
-    expect_close(dc, storage, c, batch * m * n, storage_tol, "gemm_strided_batched");
+    expect_close(&cc, dc, storage, c, batch * m * n, storage_tol, "gemm_strided_batched");
     // k = 0: C = beta * C
     float *c0 = copy_floats(c, m * n);
     for (int64_t i = 0; i < m * n; i++)
         c0[i] *= 0.5f;
     ck_assert_int_eq(cuda_gemm(gpu, false, false, m, n, 0, 1.0f, da, db, 0.5f, dc, &err), 0);
-    expect_close(dc, storage, c0, m * n, storage_tol, "gemm k=0");
+    expect_close(&cc, dc, storage, c0, m * n, storage_tol, "gemm k=0");
     cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
     free(a), free(b), free(c), free(c0);
 }
@@ -188,19 +115,20 @@ END_TEST
 START_TEST(test_rmsnorm)
 {
     int64_t T = 19, C = 300;
-    float *x = rand_bf16(T * C, 2), *w = rand_bf16(C, 1), *dout = rand_bf16(T * C, 1), *dw = rand_bf16(C, 1);
+    float *x = rand_bf16(&stream, T * C, 2), *w = rand_bf16(&stream, C, 1), *dout = rand_bf16(&stream, T * C, 1),
+          *dw = rand_bf16(&stream, C, 1);
     float *out = malloc(T * C * 4), *rstd = malloc(T * 4), *dx = malloc(T * C * 4);
-    void *gx = to_gpu(x, T * C), *gw = to_gpu(w, C), *gdout = to_gpu(dout, T * C), *gdw = to_gpu(dw, C);
-    void *gout = to_gpu(x, T * C), *gdx = to_gpu(x, T * C);
-    float *grstd = to_gpu_f32(x, T);
+    void *gx = to_storage(x, T * C), *gw = to_storage(w, C), *gdout = to_storage(dout, T * C), *gdw = to_storage(dw, C);
+    void *gout = to_storage(x, T * C), *gdx = to_storage(x, T * C);
+    float *grstd = to_gpu_f32(gpu, x, T);
     ck_assert_int_eq(cpu_rmsnorm_forward(cpu, out, rstd, x, w, T, C, 1e-5f, &err), 0);
     ck_assert_int_eq(cuda_rmsnorm_forward(gpu, gout, grstd, gx, gw, T, C, 1e-5f, &err), 0);
-    expect_close(gout, storage, out, T * C, storage_tol, "rmsnorm_forward out");
-    expect_close(grstd, DSARL_DTYPE_F32, rstd, T, F32_TOL, "rmsnorm_forward rstd");
+    expect_close(&cc, gout, storage, out, T * C, storage_tol, "rmsnorm_forward out");
+    expect_close(&cc, grstd, DSARL_DTYPE_F32, rstd, T, F32_TOL, "rmsnorm_forward rstd");
     ck_assert_int_eq(cpu_rmsnorm_backward(cpu, dx, dw, dout, x, w, rstd, T, C, &err), 0);
     ck_assert_int_eq(cuda_rmsnorm_backward(gpu, gdx, gdw, gdout, gx, gw, grstd, T, C, &err), 0);
-    expect_close(gdx, storage, dx, T * C, storage_tol, "rmsnorm_backward dinp");
-    expect_close(gdw, storage, dw, C, storage_tol, "rmsnorm_backward dweight (+=)");
+    expect_close(&cc, gdx, storage, dx, T * C, storage_tol, "rmsnorm_backward dinp");
+    expect_close(&cc, gdw, storage, dw, C, storage_tol, "rmsnorm_backward dweight (+=)");
     cuda_free(gpu, gx), cuda_free(gpu, gw), cuda_free(gpu, gdout), cuda_free(gpu, gdw), cuda_free(gpu, gout);
     cuda_free(gpu, gdx), cuda_free(gpu, grstd);
     free(x), free(w), free(dout), free(dw), free(out), free(rstd), free(dx);
@@ -210,24 +138,25 @@ END_TEST
 START_TEST(test_layernorm)
 {
     int64_t T = 13, C = 128;
-    float *x = rand_bf16(T * C, 2), *w = rand_bf16(C, 1), *b = rand_bf16(C, 1), *dout = rand_bf16(T * C, 1);
-    float *dw = rand_bf16(C, 1), *db = rand_bf16(C, 1);
+    float *x = rand_bf16(&stream, T * C, 2), *w = rand_bf16(&stream, C, 1), *b = rand_bf16(&stream, C, 1),
+          *dout = rand_bf16(&stream, T * C, 1);
+    float *dw = rand_bf16(&stream, C, 1), *db = rand_bf16(&stream, C, 1);
     for (int64_t i = 0; i < T * C; i++)
-        x[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(x[i] + 0.5f)); /* a mean away from 0 */
+        x[i] = bf16_value(x[i] + 0.5f); /* a mean away from 0 */
     float *out = malloc(T * C * 4), *mean = malloc(T * 4), *rstd = malloc(T * 4), *dx = malloc(T * C * 4);
-    void *gx = to_gpu(x, T * C), *gw = to_gpu(w, C), *gb = to_gpu(b, C), *gdout = to_gpu(dout, T * C);
-    void *gdw = to_gpu(dw, C), *gdb = to_gpu(db, C), *gout = to_gpu(x, T * C), *gdx = to_gpu(x, T * C);
-    float *gmean = to_gpu_f32(x, T), *grstd = to_gpu_f32(x, T);
+    void *gx = to_storage(x, T * C), *gw = to_storage(w, C), *gb = to_storage(b, C), *gdout = to_storage(dout, T * C);
+    void *gdw = to_storage(dw, C), *gdb = to_storage(db, C), *gout = to_storage(x, T * C), *gdx = to_storage(x, T * C);
+    float *gmean = to_gpu_f32(gpu, x, T), *grstd = to_gpu_f32(gpu, x, T);
     ck_assert_int_eq(cpu_layernorm_forward(cpu, out, mean, rstd, x, w, b, T, C, 1e-6f, &err), 0);
     ck_assert_int_eq(cuda_layernorm_forward(gpu, gout, gmean, grstd, gx, gw, gb, T, C, 1e-6f, &err), 0);
-    expect_close(gout, storage, out, T * C, storage_tol, "layernorm_forward out");
-    expect_close(gmean, DSARL_DTYPE_F32, mean, T, F32_TOL, "layernorm_forward mean");
-    expect_close(grstd, DSARL_DTYPE_F32, rstd, T, F32_TOL, "layernorm_forward rstd");
+    expect_close(&cc, gout, storage, out, T * C, storage_tol, "layernorm_forward out");
+    expect_close(&cc, gmean, DSARL_DTYPE_F32, mean, T, F32_TOL, "layernorm_forward mean");
+    expect_close(&cc, grstd, DSARL_DTYPE_F32, rstd, T, F32_TOL, "layernorm_forward rstd");
     ck_assert_int_eq(cpu_layernorm_backward(cpu, dx, dw, db, dout, x, w, mean, rstd, T, C, &err), 0);
     ck_assert_int_eq(cuda_layernorm_backward(gpu, gdx, gdw, gdb, gdout, gx, gw, gmean, grstd, T, C, &err), 0);
-    expect_close(gdx, storage, dx, T * C, storage_tol, "layernorm_backward dinp");
-    expect_close(gdw, storage, dw, C, storage_tol, "layernorm_backward dweight");
-    expect_close(gdb, storage, db, C, storage_tol, "layernorm_backward dbias");
+    expect_close(&cc, gdx, storage, dx, T * C, storage_tol, "layernorm_backward dinp");
+    expect_close(&cc, gdw, storage, dw, C, storage_tol, "layernorm_backward dweight");
+    expect_close(&cc, gdb, storage, db, C, storage_tol, "layernorm_backward dbias");
     cuda_free(gpu, gx), cuda_free(gpu, gw), cuda_free(gpu, gb), cuda_free(gpu, gdout), cuda_free(gpu, gdw);
     cuda_free(gpu, gdb), cuda_free(gpu, gout), cuda_free(gpu, gdx), cuda_free(gpu, gmean), cuda_free(gpu, grstd);
     free(x), free(w), free(b), free(dout), free(dw), free(db), free(out), free(mean), free(rstd), free(dx);
@@ -240,15 +169,15 @@ START_TEST(test_rope)
 {
     // q-like layout: (T, H, 192) with the rope part in the last 64 columns, rotated in place
     int64_t T = 11, H = 3, head = 192, rope_dim = 64, off = 128;
-    float *x = rand_bf16(T * H * head, 1), *inv = malloc(rope_dim / 2 * 4);
+    float *x = rand_bf16(&stream, T * H * head, 1), *inv = malloc(rope_dim / 2 * 4);
     int32_t pos[11];
     for (int64_t i = 0; i < rope_dim / 2; i++)
         inv[i] = powf(10000.0f, -2.0f * (float)i / (float)rope_dim);
     for (int t = 0; t < T; t++)
         pos[t] = 3 * t + 1000;
-    void *gx = to_gpu(x, T * H * head);
-    float *ginv = to_gpu_f32(inv, rope_dim / 2);
-    int32_t *gpos = to_gpu_i32(pos, T);
+    void *gx = to_storage(x, T * H * head);
+    float *ginv = to_gpu_f32(gpu, inv, rope_dim / 2);
+    int32_t *gpos = to_gpu_i32(gpu, pos, T);
     for (int backward = 0; backward < 2; backward++) {
         float *want = copy_floats(x, T * H * head);
         if (!backward) {
@@ -262,10 +191,10 @@ START_TEST(test_rope)
             ck_assert_int_eq(cuda_rope_backward(gpu, (char *)gx + off * esz, (char *)gx + off * esz, gpos, ginv, 1.25f,
                                                 T, H, H * head, head, rope_dim, &err), 0);
         }
-        expect_close(gx, storage, want, T * H * head, storage_tol,
+        expect_close(&cc, gx, storage, want, T * H * head, storage_tol,
                      backward ? "rope_backward (in place)" : "rope_forward (in place)");
         free(x);
-        x = from_gpu(gx, T * H * head, storage); /* continue from the device's values */
+        x = from_gpu(gpu, gx, T * H * head, storage); /* continue from the device's values */
         free(want);
     }
     cuda_free(gpu, gx), cuda_free(gpu, ginv), cuda_free(gpu, gpos);
@@ -278,32 +207,33 @@ END_TEST
 START_TEST(test_swiglu_add_axpy_copy2d)
 {
     int64_t T = 17, inner = 96;
-    float *inp = rand_bf16(T * 2 * inner, 3), *dout = rand_bf16(T * inner, 1);
+    float *inp = rand_bf16(&stream, T * 2 * inner, 3), *dout = rand_bf16(&stream, T * inner, 1);
     float *out = malloc(T * inner * 4), *dinp = malloc(T * 2 * inner * 4);
-    void *ginp = to_gpu(inp, T * 2 * inner), *gdout = to_gpu(dout, T * inner), *gout = to_gpu(dout, T * inner);
-    void *gdinp = to_gpu(inp, T * 2 * inner);
+    void *ginp = to_storage(inp, T * 2 * inner), *gdout = to_storage(dout, T * inner),
+         *gout = to_storage(dout, T * inner);
+    void *gdinp = to_storage(inp, T * 2 * inner);
     ck_assert_int_eq(cpu_swiglu_forward(cpu, out, inp, T, inner, &err), 0);
     ck_assert_int_eq(cuda_swiglu_forward(gpu, gout, ginp, T, inner, &err), 0);
-    expect_close(gout, storage, out, T * inner, storage_tol, "swiglu_forward");
+    expect_close(&cc, gout, storage, out, T * inner, storage_tol, "swiglu_forward");
     ck_assert_int_eq(cpu_swiglu_backward(cpu, dinp, dout, inp, T, inner, &err), 0);
     ck_assert_int_eq(cuda_swiglu_backward(gpu, gdinp, gdout, ginp, T, inner, &err), 0);
-    expect_close(gdinp, storage, dinp, T * 2 * inner, storage_tol, "swiglu_backward");
+    expect_close(&cc, gdinp, storage, dinp, T * 2 * inner, storage_tol, "swiglu_backward");
 
     int64_t n = T * inner;
-    float *a = rand_bf16(n, 1), *b = rand_bf16(n, 1), *sum = malloc(n * 4);
-    void *ga = to_gpu(a, n), *gb = to_gpu(b, n), *gsum = to_gpu(a, n);
+    float *a = rand_bf16(&stream, n, 1), *b = rand_bf16(&stream, n, 1), *sum = malloc(n * 4);
+    void *ga = to_storage(a, n), *gb = to_storage(b, n), *gsum = to_storage(a, n);
     ck_assert_int_eq(cpu_add(cpu, sum, a, b, n, &err), 0);
     ck_assert_int_eq(cuda_add(gpu, gsum, ga, gb, n, &err), 0);
-    expect_close(gsum, storage, sum, n, storage_tol, "add");
+    expect_close(&cc, gsum, storage, sum, n, storage_tol, "add");
     ck_assert_int_eq(cpu_axpy(cpu, n, -0.75f, a, b, &err), 0);
     ck_assert_int_eq(cuda_axpy(gpu, n, -0.75f, ga, gb, &err), 0);
-    expect_close(gb, storage, b, n, storage_tol, "axpy");
+    expect_close(&cc, gb, storage, b, n, storage_tol, "axpy");
     // copy_2d: a (T, 40) block out of (T, inner) rows into (T, 50) rows at column 5
-    float *dst = rand_bf16(T * 50, 1);
-    void *gdst = to_gpu(dst, T * 50);
+    float *dst = rand_bf16(&stream, T * 50, 1);
+    void *gdst = to_storage(dst, T * 50);
     ck_assert_int_eq(cpu_copy_2d(cpu, dst + 5, 50, a + 7, inner, T, 40, &err), 0);
     ck_assert_int_eq(cuda_copy_2d(gpu, (char *)gdst + 5 * esz, 50, (char *)ga + 7 * esz, inner, T, 40, &err), 0);
-    expect_close(gdst, storage, dst, T * 50, 0.0, "copy_2d (exact)");
+    expect_close(&cc, gdst, storage, dst, T * 50, 0.0, "copy_2d (exact)");
     cuda_free(gpu, ginp), cuda_free(gpu, gdout), cuda_free(gpu, gout), cuda_free(gpu, gdinp), cuda_free(gpu, ga);
     cuda_free(gpu, gb), cuda_free(gpu, gsum), cuda_free(gpu, gdst);
     free(inp), free(dout), free(out), free(dinp), free(a), free(b), free(sum), free(dst);
@@ -315,21 +245,22 @@ START_TEST(test_embedding)
     int64_t T = 300, C = 72, V = 50; /* T > V: many repeated tokens */
     int32_t tokens[300];
     for (int t = 0; t < T; t++)
-        tokens[t] = (int32_t)((frand() + 1.0f) * 0.5f * (float)V) % (int32_t)V;
-    float *wte = rand_bf16(V * C, 1), *dout = rand_bf16(T * C, 1), *dwte = rand_bf16(V * C, 1);
+        tokens[t] = rng_below(&stream, (int32_t)V);
+    float *wte = rand_bf16(&stream, V * C, 1), *dout = rand_bf16(&stream, T * C, 1),
+          *dwte = rand_bf16(&stream, V * C, 1);
     float *out = malloc(T * C * 4);
-    void *gwte = to_gpu(wte, V * C), *gdout = to_gpu(dout, T * C), *gdwte = to_gpu(dwte, V * C);
-    void *gout = to_gpu(dout, T * C);
-    int32_t *gtok = to_gpu_i32(tokens, T);
+    void *gwte = to_storage(wte, V * C), *gdout = to_storage(dout, T * C), *gdwte = to_storage(dwte, V * C);
+    void *gout = to_storage(dout, T * C);
+    int32_t *gtok = to_gpu_i32(gpu, tokens, T);
     ck_assert_int_eq(cpu_embedding_forward(cpu, out, tokens, wte, T, C, V, &err), 0);
     ck_assert_int_eq(cuda_embedding_forward(gpu, gout, gtok, gwte, T, C, V, &err), 0);
-    expect_close(gout, storage, out, T * C, 0.0, "embedding_forward (exact)");
+    expect_close(&cc, gout, storage, out, T * C, 0.0, "embedding_forward (exact)");
     ck_assert_int_eq(cpu_embedding_backward(cpu, dwte, dout, tokens, T, C, &err), 0);
     ck_assert_int_eq(cuda_embedding_backward(gpu, gdwte, gdout, gtok, T, C, &err), 0);
-    expect_close(gdwte, storage, dwte, V * C, storage_tol, "embedding_backward (+=)");
+    expect_close(&cc, gdwte, storage, dwte, V * C, storage_tol, "embedding_backward (+=)");
     // a token outside the vocabulary is reported, not read
     tokens[123] = (int32_t)V;
-    int32_t *gbad = to_gpu_i32(tokens, T);
+    int32_t *gbad = to_gpu_i32(gpu, tokens, T);
     ck_assert_int_eq(cuda_embedding_forward(gpu, gout, gbad, gwte, T, C, V, &err), DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "position 123") != NULL, "%s", err.message);
     cuda_free(gpu, gwte), cuda_free(gpu, gdout), cuda_free(gpu, gdwte), cuda_free(gpu, gout), cuda_free(gpu, gtok);
@@ -344,27 +275,27 @@ START_TEST(test_rows)
     int32_t rows[160];
     for (int64_t r = 0; r < n; r++)
         rows[r] = (int32_t)((r * 7 + (r / T)) % T);
-    float *inp = rand_bf16(T * C, 1), *perm = malloc(n * C * 4), *scale = rand_bf16(n, 1);
-    float *acc = rand_bf16(T * C, 1), *dots = malloc(n * 4), *other = rand_bf16(n * C, 1);
-    void *ginp = to_gpu(inp, T * C), *gperm = to_gpu(other, n * C), *gacc = to_gpu(acc, T * C);
-    void *gother = to_gpu(other, n * C);
-    float *gscale = to_gpu_f32(scale, n), *gdots = to_gpu_f32(scale, n);
-    int32_t *grows = to_gpu_i32(rows, n);
+    float *inp = rand_bf16(&stream, T * C, 1), *perm = malloc(n * C * 4), *scale = rand_bf16(&stream, n, 1);
+    float *acc = rand_bf16(&stream, T * C, 1), *dots = malloc(n * 4), *other = rand_bf16(&stream, n * C, 1);
+    void *ginp = to_storage(inp, T * C), *gperm = to_storage(other, n * C), *gacc = to_storage(acc, T * C);
+    void *gother = to_storage(other, n * C);
+    float *gscale = to_gpu_f32(gpu, scale, n), *gdots = to_gpu_f32(gpu, scale, n);
+    int32_t *grows = to_gpu_i32(gpu, rows, n);
     ck_assert_int_eq(cpu_gather_rows(cpu, perm, inp, rows, n, C, &err), 0);
     ck_assert_int_eq(cuda_gather_rows(gpu, gperm, ginp, grows, n, C, &err), 0);
-    expect_close(gperm, storage, perm, n * C, 0.0, "gather_rows (exact)");
+    expect_close(&cc, gperm, storage, perm, n * C, 0.0, "gather_rows (exact)");
     ck_assert_int_eq(cpu_scatter_add_rows(cpu, acc, other, rows, scale, n, C, &err), 0);
     ck_assert_int_eq(cuda_scatter_add_rows(gpu, gacc, gother, grows, gscale, n, C, &err), 0);
-    expect_close(gacc, storage, acc, T * C, storage_tol, "scatter_add_rows (scaled)");
+    expect_close(&cc, gacc, storage, acc, T * C, storage_tol, "scatter_add_rows (scaled)");
     ck_assert_int_eq(cpu_scatter_add_rows(cpu, acc, other, rows, NULL, n, C, &err), 0);
     ck_assert_int_eq(cuda_scatter_add_rows(gpu, gacc, gother, grows, NULL, n, C, &err), 0);
-    expect_close(gacc, storage, acc, T * C, storage_tol, "scatter_add_rows (unscaled)");
+    expect_close(&cc, gacc, storage, acc, T * C, storage_tol, "scatter_add_rows (unscaled)");
     ck_assert_int_eq(cpu_row_dot(cpu, dots, perm, other, n, C, &err), 0);
     ck_assert_int_eq(cuda_row_dot(gpu, gdots, gperm, gother, n, C, &err), 0);
-    expect_close(gdots, DSARL_DTYPE_F32, dots, n, F32_TOL, "row_dot");
+    expect_close(&cc, gdots, DSARL_DTYPE_F32, dots, n, F32_TOL, "row_dot");
     ck_assert_int_eq(cpu_scale_rows(cpu, perm, scale, n, C, &err), 0);
     ck_assert_int_eq(cuda_scale_rows(gpu, gperm, gscale, n, C, &err), 0);
-    expect_close(gperm, storage, perm, n * C, storage_tol, "scale_rows");
+    expect_close(&cc, gperm, storage, perm, n * C, storage_tol, "scale_rows");
     cuda_free(gpu, ginp), cuda_free(gpu, gperm), cuda_free(gpu, gacc), cuda_free(gpu, gother);
     cuda_free(gpu, gscale), cuda_free(gpu, gdots), cuda_free(gpu, grows);
     free(inp), free(perm), free(scale), free(acc), free(dots), free(other);
@@ -378,25 +309,29 @@ START_TEST(test_moe_route)
     int64_t T = 50, E = 64;
     int32_t K = 8, n_group = 8, topk_group = 4;
     for (int norm = 0; norm < 2; norm++) {
-        float *logits = rand_bf16(T * E, 4), *bias = rand_bf16(E, 0.5f), *dw = rand_bf16(T * K, 1);
+        float *logits = rand_bf16(&stream, T * E, 4), *bias = rand_bf16(&stream, E, 0.5f),
+              *dw = rand_bf16(&stream, T * K, 1);
         float *w = malloc(T * K * 4), *probs = malloc(T * E * 4), *dlogits = malloc(T * E * 4);
         int32_t *idx = malloc(T * K * 4);
-        float *glogits = to_gpu_f32(logits, T * E), *gbias = to_gpu_f32(bias, E), *gdw = to_gpu_f32(dw, T * K);
-        float *gw = to_gpu_f32(dw, T * K), *gprobs = to_gpu_f32(logits, T * E), *gdlogits = to_gpu_f32(logits, T * E);
-        int32_t *gidx = to_gpu_i32(idx, T * K);
+        float *glogits = to_gpu_f32(gpu, logits, T * E), *gbias = to_gpu_f32(gpu, bias, E),
+              *gdw = to_gpu_f32(gpu, dw, T * K);
+        float *gw = to_gpu_f32(gpu, dw, T * K), *gprobs = to_gpu_f32(gpu, logits, T * E),
+              *gdlogits = to_gpu_f32(gpu, logits, T * E);
+        int32_t *gidx = to_gpu_i32(gpu, idx, T * K);
         ck_assert_int_eq(cpu_moe_route_forward(cpu, idx, w, probs, logits, bias, T, E, K, n_group, topk_group, norm,
                                                2.5f, &err), 0);
         ck_assert_int_eq(cuda_moe_route_forward(gpu, gidx, gw, gprobs, glogits, gbias, T, E, K, n_group, topk_group,
                                                 norm, 2.5f, &err), 0);
-        int32_t *got = from_gpu_i32(gidx, T * K);
+        int32_t *got = from_gpu_i32(gpu, gidx, T * K);
         for (int64_t i = 0; i < T * K; i++)
             ck_assert_msg(got[i] == idx[i], "moe_route: slot %lld picks expert %d, cpu %d", (long long)i, got[i],
                           idx[i]);
-        expect_close(gw, DSARL_DTYPE_F32, w, T * K, F32_TOL, norm ? "moe_route weights (norm)" : "moe_route weights");
-        expect_close(gprobs, DSARL_DTYPE_F32, probs, T * E, F32_TOL, "moe_route probs");
+        expect_close(&cc, gw, DSARL_DTYPE_F32, w, T * K, F32_TOL,
+                     norm ? "moe_route weights (norm)" : "moe_route weights");
+        expect_close(&cc, gprobs, DSARL_DTYPE_F32, probs, T * E, F32_TOL, "moe_route probs");
         ck_assert_int_eq(cpu_moe_route_backward(cpu, dlogits, dw, idx, probs, T, E, K, norm, 2.5f, &err), 0);
         ck_assert_int_eq(cuda_moe_route_backward(gpu, gdlogits, gdw, gidx, gprobs, T, E, K, norm, 2.5f, &err), 0);
-        expect_close(gdlogits, DSARL_DTYPE_F32, dlogits, T * E, F32_TOL, "moe_route_backward");
+        expect_close(&cc, gdlogits, DSARL_DTYPE_F32, dlogits, T * E, F32_TOL, "moe_route_backward");
         cuda_free(gpu, glogits), cuda_free(gpu, gbias), cuda_free(gpu, gdw), cuda_free(gpu, gw);
         cuda_free(gpu, gprobs), cuda_free(gpu, gdlogits), cuda_free(gpu, gidx);
         free(logits), free(bias), free(dw), free(w), free(probs), free(dlogits), free(idx), free(got);
@@ -409,22 +344,23 @@ END_TEST
 START_TEST(test_logprobs)
 {
     int64_t T = 9, V = 5000;
-    float *logits = rand_bf16(T * V, 6), *dlp = rand_bf16(T, 1), *lp = malloc(T * 4), *dlogits = malloc(T * V * 4);
+    float *logits = rand_bf16(&stream, T * V, 6), *dlp = rand_bf16(&stream, T, 1), *lp = malloc(T * 4),
+          *dlogits = malloc(T * V * 4);
     int32_t targets[9];
     for (int t = 0; t < T; t++)
         targets[t] = (int32_t)((t * 1237 + 11) % V);
     targets[4] = -1; /* ignored position */
-    float *glogits = to_gpu_f32(logits, T * V), *gdlp = to_gpu_f32(dlp, T), *glp = to_gpu_f32(dlp, T);
-    float *gdlogits = to_gpu_f32(logits, T * V);
-    int32_t *gt = to_gpu_i32(targets, T);
+    float *glogits = to_gpu_f32(gpu, logits, T * V), *gdlp = to_gpu_f32(gpu, dlp, T), *glp = to_gpu_f32(gpu, dlp, T);
+    float *gdlogits = to_gpu_f32(gpu, logits, T * V);
+    int32_t *gt = to_gpu_i32(gpu, targets, T);
     ck_assert_int_eq(cpu_logprobs_forward(cpu, lp, logits, targets, T, V, &err), 0);
     ck_assert_int_eq(cuda_logprobs_forward(gpu, glp, glogits, gt, T, V, &err), 0);
-    expect_close(glp, DSARL_DTYPE_F32, lp, T, F32_TOL, "logprobs_forward");
+    expect_close(&cc, glp, DSARL_DTYPE_F32, lp, T, F32_TOL, "logprobs_forward");
     ck_assert_int_eq(cpu_logprobs_backward(cpu, dlogits, dlp, logits, targets, T, V, &err), 0);
     ck_assert_int_eq(cuda_logprobs_backward(gpu, gdlogits, gdlp, glogits, gt, T, V, &err), 0);
-    expect_close(gdlogits, DSARL_DTYPE_F32, dlogits, T * V, F32_TOL, "logprobs_backward");
+    expect_close(&cc, gdlogits, DSARL_DTYPE_F32, dlogits, T * V, F32_TOL, "logprobs_backward");
     targets[2] = (int32_t)V;
-    int32_t *gbad = to_gpu_i32(targets, T);
+    int32_t *gbad = to_gpu_i32(gpu, targets, T);
     ck_assert_int_eq(cuda_logprobs_forward(gpu, glp, glogits, gbad, T, V, &err), DSARL_E_INVALID);
     cuda_free(gpu, glogits), cuda_free(gpu, gdlp), cuda_free(gpu, glp), cuda_free(gpu, gdlogits), cuda_free(gpu, gt);
     cuda_free(gpu, gbad);
@@ -436,15 +372,15 @@ START_TEST(test_scale_sum_squares)
 {
     int64_t n = 10007;
     // AdamW itself is covered by test_adamw_update; here the reductions over a bf16-rounded parameter vector
-    float *p = rand_bf16(n, 1);
-    void *gp = to_gpu(p, n);
-    float ss = 0.0f, *gss = to_gpu_f32(&ss, 1);
+    float *p = rand_bf16(&stream, n, 1);
+    void *gp = to_storage(p, n);
+    float ss = 0.0f, *gss = to_gpu_f32(gpu, &ss, 1);
     ck_assert_int_eq(cpu_sum_squares(cpu, &ss, p, n, &err), 0);
     ck_assert_int_eq(cuda_sum_squares(gpu, gss, gp, n, &err), 0);
-    expect_close(gss, DSARL_DTYPE_F32, &ss, 1, F32_TOL, "sum_squares");
+    expect_close(&cc, gss, DSARL_DTYPE_F32, &ss, 1, F32_TOL, "sum_squares");
     ck_assert_int_eq(cpu_scale(cpu, p, 0.3f, n, &err), 0);
     ck_assert_int_eq(cuda_scale(gpu, gp, 0.3f, n, &err), 0);
-    expect_close(gp, storage, p, n, storage_tol, "scale");
+    expect_close(&cc, gp, storage, p, n, storage_tol, "scale");
     cuda_free(gpu, gp), cuda_free(gpu, gss);
     free(p);
 }
@@ -453,22 +389,23 @@ END_TEST
 START_TEST(test_adamw_update)
 {
     int64_t n = 5003;
-    float *master = rand_bf16(n, 1), *m = rand_bf16(n, 0.1f), *v = rand_bf16(n, 0.1f), *w = malloc(n * 4);
+    float *master = rand_bf16(&stream, n, 1), *m = rand_bf16(&stream, n, 0.1f), *v = rand_bf16(&stream, n, 0.1f),
+          *w = malloc(n * 4);
     for (int64_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
-    float *gmaster = to_gpu_f32(master, n), *gm = to_gpu_f32(m, n), *gv = to_gpu_f32(v, n);
-    void *gw = to_gpu(master, n);
+    float *gmaster = to_gpu_f32(gpu, master, n), *gm = to_gpu_f32(gpu, m, n), *gv = to_gpu_f32(gpu, v, n);
+    void *gw = to_storage(master, n);
     for (int step = 1; step <= 3; step++) {
-        float *g = rand_bf16(n, 2);
-        void *gg = to_gpu(g, n);
+        float *g = rand_bf16(&stream, n, 2);
+        void *gg = to_storage(g, n);
         ck_assert_int_eq(cpu_adamw_update(cpu, master, w, g, m, v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step,
                                           &err), 0);
         ck_assert_int_eq(cuda_adamw_update(gpu, gmaster, gw, gg, gm, gv, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
                                            step, &err), 0);
-        expect_close(gmaster, DSARL_DTYPE_F32, master, n, F32_TOL, "adamw_update master");
-        expect_close(gm, DSARL_DTYPE_F32, m, n, F32_TOL, "adamw_update m");
-        expect_close(gv, DSARL_DTYPE_F32, v, n, F32_TOL, "adamw_update v");
-        expect_close(gw, storage, w, n, storage_tol, "adamw_update weight write-back");
+        expect_close(&cc, gmaster, DSARL_DTYPE_F32, master, n, F32_TOL, "adamw_update master");
+        expect_close(&cc, gm, DSARL_DTYPE_F32, m, n, F32_TOL, "adamw_update m");
+        expect_close(&cc, gv, DSARL_DTYPE_F32, v, n, F32_TOL, "adamw_update v");
+        expect_close(&cc, gw, storage, w, n, storage_tol, "adamw_update weight write-back");
         cuda_free(gpu, gg), free(g);
     }
     cuda_free(gpu, gmaster), cuda_free(gpu, gm), cuda_free(gpu, gv), cuda_free(gpu, gw);
@@ -479,15 +416,15 @@ END_TEST
 START_TEST(test_sample_tokens)
 {
     int64_t T = 64, V = 3001;
-    float *logits = rand_bf16(T * V, 3);
+    float *logits = rand_bf16(&stream, T * V, 3);
     int32_t *want = malloc(T * 4);
-    float *glogits = to_gpu_f32(logits, T * V);
-    int32_t *gtok = to_gpu_i32(want, T);
+    float *glogits = to_gpu_f32(gpu, logits, T * V);
+    int32_t *gtok = to_gpu_i32(gpu, want, T);
     for (int temp = 0; temp < 2; temp++) {
         float temperature = temp ? 0.8f : 0.0f;
         ck_assert_int_eq(cpu_sample_tokens(cpu, want, logits, T, V, temperature, 1234, 77, &err), 0);
         ck_assert_int_eq(cuda_sample_tokens(gpu, gtok, glogits, T, V, temperature, 1234, 77, &err), 0);
-        int32_t *got = from_gpu_i32(gtok, T);
+        int32_t *got = from_gpu_i32(gpu, gtok, T);
         int same = 0;
         for (int64_t t = 0; t < T; t++)
             same += got[t] == want[t];
@@ -560,6 +497,7 @@ int main(void)
         printf("check_device_cuda: skipped: no CUDA device is visible\n");
         return 77;
     }
+    stream = cuda_test_seed("check_device_cuda", 0x2545F4914F6CDD1Dull);
     SRunner *sr = srunner_create(device_cuda_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);

@@ -7,7 +7,7 @@
  * Routes covered: headwise forward/backward through the plain causal graph (segments <= topk, and indices NULL)
  * and the causal + top-k bias graph (topk < segment <= the segment bound), in ragged packs whose segments fall on
  * both sides of topk and of the length buckets, also one segment per launch; the segment bound (moved down with
- * DSARL_CUDNN_MAX_SEGMENT); preferred_form (absorbed: one form for training and generation); the absorbed forward through the paged graph (random rows with -1 slots, repeated keys and
+ * runtime.cudnn_max_segment); preferred_form (absorbed: one form for training and generation); the absorbed forward through the paged graph (random rows with -1 slots, repeated keys and
  * a row with no index; decode ranges; GLM-5 576/512 dims) and its hand-over case; the hand-overs to tilelang
  * (absorbed backward, indexer top-k, indexer loss). Comparisons, as max |cudnn - reference| / max |reference|:
  * bf16 outputs 1e-2, gradients through cuDNN's bf16 P and dS 2e-2, float32 lse and losses 1e-3 (lse +inf rows
@@ -22,45 +22,31 @@
 #include "cuda_device.h"
 #include "graph.h"
 #include "dsa_reference.h"
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static float frand(void) // uniform in [-1, 1), xorshift64*
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (float)((double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static float *rand_bf16(int64_t n, float scale)
-{
-    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand() * scale));
-    return a;
-}
-
-static float *round_bf16(const float *x, int64_t n)
-{
-    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(x[i]));
-    return a;
-}
+#include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *cd, *ref;
 static dsarl_error err;
+static rng stream;     /* the run's random inputs (cuda_test_util.h) */
+static close_check cc; /* expect_close's device and printed label */
 static const dsarl_dsa_ops *ops = &dsarl_dsa_cudnn_ops;
+static dsarl_registry *registry; /* holds the tilelang plugin the cudnn backend hands over to */
 
 static void setup(void)
 {
     dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
+    registry = tilelang_registry();
+    cdn_set_host(dsarl_registry_host(registry));
     ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &cd, &err) == 0, "%s", err.message);
+    ck_assert_msg(cdn_ctx(cd)->tl == (const dsarl_dsa_ops *)(const void *)dsarl_registry_find(registry, DSARL_KIND_DSA,
+                                                                                            "tilelang"),
+                  "the cudnn context does not hand over to the registry's tilelang table");
+    ck_assert_msg(cdn_ctx(cd)->stream == cuda_stream(gpu), "the cudnn context is not on the device's stream");
     ck_assert_int_eq(dsa_reference_create(NULL, NULL, NULL, &ref, &err), 0);
+    cc = (close_check){.gpu = gpu, .label = "check_dsa_cudnn:", .width = 58};
 }
 
 static void teardown(void)
@@ -71,152 +57,21 @@ static void teardown(void)
     ops->destroy(cd);
     dsa_reference_destroy(ref);
     cuda_destroy(gpu);
-}
-
-static void *to_gpu(const float *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 2, &d, &err), 0);
-    if (h)
-        ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_BF16, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static float *to_gpu_f32(const float *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    if (h)
-        ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_F32, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static int32_t *to_gpu_i32(const int32_t *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    if (h)
-        ck_assert_int_eq(cuda_copy(gpu, d, h, (size_t)n * 4, DSARL_COPY_HOST_TO_DEVICE, &err), 0);
-    return d;
-}
-
-static float *from_gpu(const void *d, int64_t n, dsarl_dtype dtype)
-{
-    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_msg(cuda_download_f32(gpu, h, d, dtype, (size_t)n, &err) == 0, "%s", err.message);
-    return h;
-}
-
-static void expect_close(const void *d, dsarl_dtype dtype, const float *want, int64_t n, double tol, const char *what)
-{
-    float *got = from_gpu(d, n, dtype);
-    double maxref = 1e-30, maxerr = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(want[i])) {
-            ck_assert_msg(got[i] == want[i], "%s: element %lld is %g, want %g", what, (long long)i, got[i], want[i]);
-            continue;
-        }
-        ck_assert_msg(isfinite(got[i]), "%s: element %lld is %g, want %g", what, (long long)i, got[i], want[i]);
-        maxref = fmax(maxref, fabs(want[i]));
-        maxerr = fmax(maxerr, fabs(got[i] - want[i]));
-    }
-    printf("check_dsa_cudnn: %-58s rel err %.2e (tol %.0e, n %lld)\n", what, maxerr / maxref, tol, (long long)n);
-    ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
-                  tol);
-    free(got);
-}
-
-/* --- batches ---------------------------------------------------------------------------------------------- */
-
-typedef struct test_batch {
-    dsarl_dsa_batch host, dev; /* the same ranges in host and device memory */
-    int32_t *start, *end, *cu;
-} test_batch;
-
-static void batch_finish(test_batch *tb, int64_t n_queries, int64_t n_keys)
-{
-    int32_t max = 0;
-    for (int64_t t = 0; t < n_queries; t++)
-        max = tb->end[t] - tb->start[t] > max ? tb->end[t] - tb->start[t] : max;
-    tb->host = (dsarl_dsa_batch){.struct_size = sizeof(dsarl_dsa_batch), .n_queries = n_queries, .n_keys = n_keys,
-                                 .key_start = tb->start, .key_end = tb->end, .max_keys_per_query = max};
-    tb->dev = tb->host;
-    tb->dev.key_start = to_gpu_i32(tb->start, n_queries);
-    tb->dev.key_end = to_gpu_i32(tb->end, n_queries);
-}
-
-// Causal packed THD with host cu_seqlens: query t of sequence i sees [cu_seqlens[i], t + 1).
-static void batch_packed(test_batch *tb, const int32_t *lengths, int n_seq)
-{
-    int64_t T = 0;
-    for (int i = 0; i < n_seq; i++)
-        T += lengths[i];
-    tb->start = malloc((size_t)T * 4);
-    tb->end = malloc((size_t)T * 4);
-    tb->cu = malloc((size_t)(n_seq + 1) * 4);
-    int32_t offset = 0;
-    for (int i = 0; i < n_seq; i++) {
-        tb->cu[i] = offset;
-        for (int32_t j = 0; j < lengths[i]; j++) {
-            tb->start[offset + j] = offset;
-            tb->end[offset + j] = offset + j + 1;
-        }
-        offset += lengths[i];
-    }
-    tb->cu[n_seq] = offset;
-    batch_finish(tb, T, T);
-    tb->host.host_cu_seqlens = tb->dev.host_cu_seqlens = tb->cu;
-    tb->host.n_segments = tb->dev.n_segments = n_seq;
-}
-
-// Decode: query i sees its own window [start, start + len) of a longer key array (len 0 for one query).
-static void batch_decode(test_batch *tb, int64_t n_queries, int32_t n_keys)
-{
-    tb->start = malloc((size_t)n_queries * 4);
-    tb->end = malloc((size_t)n_queries * 4);
-    tb->cu = NULL;
-    for (int64_t t = 0; t < n_queries; t++) {
-        int32_t a = (int32_t)((frand() + 1.0f) * 0.5f * (float)n_keys) % n_keys;
-        int32_t b = (int32_t)((frand() + 1.0f) * 0.5f * (float)n_keys) % n_keys;
-        tb->start[t] = a < b ? a : b;
-        tb->end[t] = (a < b ? b : a) + 1;
-    }
-    tb->end[n_queries / 2] = tb->start[n_queries / 2]; /* an empty range */
-    batch_finish(tb, n_queries, n_keys);
-}
-
-static void batch_free(test_batch *tb)
-{
-    cuda_free(gpu, (void *)tb->dev.key_start);
-    cuda_free(gpu, (void *)tb->dev.key_end);
-    free(tb->start), free(tb->end), free(tb->cu);
+    cdn_set_host(NULL);
+    dsarl_registry_free(registry);
 }
 
 // DSA's selection for the batch: the reference indexer's top-k on random indexer inputs.
 static int32_t *indexer_indices(const test_batch *tb, int32_t topk)
 {
-    int64_t T = tb->host.n_queries, Tk = tb->host.n_keys;
-    float *q = rand_bf16(T * 4 * 32, 1), *k = rand_bf16(Tk * 32, 1), *w = rand_bf16(T * 4, 0.2f);
+    int64_t T = tb->b.n_queries, Tk = tb->b.n_keys;
+    float *q = rand_bf16(&stream, T * 4 * 32, 1), *k = rand_bf16(&stream, Tk * 32, 1),
+          *w = rand_bf16(&stream, T * 4, 0.2f);
     dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = q, .k = k, .weights = w, .n_heads = 4,
                                    .head_dim = 32};
     int32_t *idx = malloc((size_t)(T * topk) * 4);
-    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->host, &in, topk, idx, NULL, &err), 0);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->b, &in, topk, idx, NULL, &err), 0);
     free(q), free(k), free(w);
-    return idx;
-}
-
-// Random index rows: keys of the query's range (some repeated), -1 slots, the last row all -1.
-static int32_t *random_indices(const test_batch *tb, int32_t topk)
-{
-    int64_t Tq = tb->host.n_queries;
-    int32_t *idx = malloc((size_t)(Tq * topk) * 4);
-    for (int64_t t = 0; t < Tq; t++)
-        for (int32_t i = 0; i < topk; i++) {
-            int32_t n = tb->end[t] - tb->start[t];
-            int drop = frand() < -0.7f || n == 0 || t == Tq - 1;
-            idx[t * topk + i] = drop ? -1 : tb->start[t] + (int32_t)((frand() + 1.0f) * 0.5f * (float)n) % n;
-        }
     return idx;
 }
 
@@ -224,43 +79,46 @@ static int32_t *random_indices(const test_batch *tb, int32_t topk)
 
 static void check_headwise(test_batch *tb, int H, int d_qk, int d_v, int32_t topk, int use_indices, const char *what)
 {
-    int64_t T = tb->host.n_queries;
+    int64_t T = tb->b.n_queries;
     char name[160];
     int32_t *idx = use_indices ? indexer_indices(tb, topk) : NULL;
-    float *q = rand_bf16(T * H * d_qk, 1), *k = rand_bf16(T * H * d_qk, 1), *v = rand_bf16(T * H * d_v, 1);
+    float *q = rand_bf16(&stream, T * H * d_qk, 1), *k = rand_bf16(&stream, T * H * d_qk, 1),
+          *v = rand_bf16(&stream, T * H * d_v, 1);
     dsarl_dsa_headwise_inputs hin = {.struct_size = sizeof(hin), .q = q, .k = k, .v = v, .n_heads = H, .d_qk = d_qk,
                                      .d_v = d_v, .softmax_scale = 1.5f / sqrtf((float)d_qk)};
     dsarl_dsa_headwise_inputs din = hin;
-    din.q = to_gpu(q, T * H * d_qk), din.k = to_gpu(k, T * H * d_qk), din.v = to_gpu(v, T * H * d_v);
-    int32_t *g_idx = idx ? to_gpu_i32(idx, T * topk) : NULL;
+    din.q = to_gpu_bf16(gpu, q, T * H * d_qk), din.k = to_gpu_bf16(gpu, k, T * H * d_qk);
+    din.v = to_gpu_bf16(gpu, v, T * H * d_v);
+    int32_t *g_idx = idx ? to_gpu_i32(gpu, idx, T * topk) : NULL;
     float *out = malloc((size_t)(T * H * d_v) * 4), *lse = malloc((size_t)(T * H) * 4);
-    void *g_out = to_gpu(NULL, T * H * d_v);
-    float *g_lse = to_gpu_f32(NULL, T * H);
-    ck_assert_int_eq(dsa_reference_headwise_attention_forward(ref, &tb->host, &hin, idx, topk, out, lse, &err), 0);
+    void *g_out = to_gpu_bf16(gpu, NULL, T * H * d_v);
+    float *g_lse = to_gpu_f32(gpu, NULL, T * H);
+    ck_assert_int_eq(dsa_reference_headwise_attention_forward(ref, &tb->b, &hin, idx, topk, out, lse, &err), 0);
     ck_assert_msg(ops->headwise_attention_forward(cd, &tb->dev, &din, g_idx, topk, g_out, g_lse, &err) == 0, "%s",
                   err.message);
     snprintf(name, sizeof name, "%s fwd out", what);
-    expect_close(g_out, DSARL_DTYPE_BF16, out, T * H * d_v, 1e-2, name);
+    expect_close(&cc, g_out, DSARL_DTYPE_BF16, out, T * H * d_v, 1e-2, name);
     snprintf(name, sizeof name, "%s fwd lse", what);
-    expect_close(g_lse, DSARL_DTYPE_F32, lse, T * H, 1e-3, name);
+    expect_close(&cc, g_lse, DSARL_DTYPE_F32, lse, T * H, 1e-3, name);
 
     // backward from the same (bf16-rounded) out and the reference lse on both sides
-    float *out16 = round_bf16(out, T * H * d_v), *dout = rand_bf16(T * H * d_v, 1);
+    float *out16 = round_bf16(out, T * H * d_v), *dout = rand_bf16(&stream, T * H * d_v, 1);
     float *dq = malloc((size_t)(T * H * d_qk) * 4), *dk = malloc((size_t)(T * H * d_qk) * 4);
     float *dv = malloc((size_t)(T * H * d_v) * 4);
-    void *g_out16 = to_gpu(out16, T * H * d_v), *g_dout = to_gpu(dout, T * H * d_v);
-    void *g_dq = to_gpu(NULL, T * H * d_qk), *g_dk = to_gpu(NULL, T * H * d_qk), *g_dv = to_gpu(NULL, T * H * d_v);
-    float *g_lse_ref = to_gpu_f32(lse, T * H);
-    ck_assert_int_eq(dsa_reference_headwise_attention_backward(ref, &tb->host, &hin, idx, topk, out16, lse, dout, dq,
+    void *g_out16 = to_gpu_bf16(gpu, out16, T * H * d_v), *g_dout = to_gpu_bf16(gpu, dout, T * H * d_v);
+    void *g_dq = to_gpu_bf16(gpu, NULL, T * H * d_qk), *g_dk = to_gpu_bf16(gpu, NULL, T * H * d_qk),
+         *g_dv = to_gpu_bf16(gpu, NULL, T * H * d_v);
+    float *g_lse_ref = to_gpu_f32(gpu, lse, T * H);
+    ck_assert_int_eq(dsa_reference_headwise_attention_backward(ref, &tb->b, &hin, idx, topk, out16, lse, dout, dq,
                                                                dk, dv, &err), 0);
     ck_assert_msg(ops->headwise_attention_backward(cd, &tb->dev, &din, g_idx, topk, g_out16, g_lse_ref, g_dout, g_dq,
                                                    g_dk, g_dv, &err) == 0, "%s", err.message);
     snprintf(name, sizeof name, "%s bwd dq", what);
-    expect_close(g_dq, DSARL_DTYPE_BF16, dq, T * H * d_qk, 2e-2, name);
+    expect_close(&cc, g_dq, DSARL_DTYPE_BF16, dq, T * H * d_qk, 2e-2, name);
     snprintf(name, sizeof name, "%s bwd dk", what);
-    expect_close(g_dk, DSARL_DTYPE_BF16, dk, T * H * d_qk, 2e-2, name);
+    expect_close(&cc, g_dk, DSARL_DTYPE_BF16, dk, T * H * d_qk, 2e-2, name);
     snprintf(name, sizeof name, "%s bwd dv", what);
-    expect_close(g_dv, DSARL_DTYPE_BF16, dv, T * H * d_v, 2e-2, name);
+    expect_close(&cc, g_dv, DSARL_DTYPE_BF16, dv, T * H * d_v, 2e-2, name);
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k), cuda_free(gpu, (void *)din.v);
     cuda_free(gpu, g_idx), cuda_free(gpu, g_out), cuda_free(gpu, g_lse), cuda_free(gpu, g_out16);
     cuda_free(gpu, g_dout), cuda_free(gpu, g_dq), cuda_free(gpu, g_dk), cuda_free(gpu, g_dv), cuda_free(gpu, g_lse_ref);
@@ -273,21 +131,24 @@ START_TEST(test_headwise_tiny_dims)
 {
     test_batch tb;
     const int32_t lengths[] = {5, 30, 1, 12, 70, 16, 17, 100, 3};
-    batch_packed(&tb, lengths, 9);
+    batch_packed_gpu(gpu, &tb, lengths, 9);
     check_headwise(&tb, 4, 24, 16, 16, 1, "headwise ragged pack H4 d24/16 k16 (causal + bias)");
     check_headwise(&tb, 4, 24, 16, 16, 0, "headwise ragged pack H4 d24/16 dense (indices NULL)");
     // one form for training and generation: absorbed unless the recipe asks for headwise (see preferred_form)
     ck_assert_int_eq(ops->preferred_form(cd, &tb.dev, 16), DSARL_DSA_FORM_ABSORBED);
-    // the same with one segment per launch (DSARL_CUDNN_DP_CAP=1): buckets split into several launches of a plan
-    setenv("DSARL_CUDNN_DP_CAP", "1", 1);
+    // the same with one segment per launch (runtime.cudnn_dp_workspace_cap=1): buckets split into several launches
+    // of a plan
+    dsarl_recipe *r = keys_recipe("runtime:\n  cudnn_dp_workspace_cap: 1\n");
     dsarl_dsa_context *split = NULL, *saved = cd;
-    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &split, &err) == 0, "%s", err.message);
-    unsetenv("DSARL_CUDNN_DP_CAP");
+    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, dsarl_recipe_root(r), &split, &err) == 0, "%s",
+                  err.message);
+    dsarl_recipe_free(r);
+    ck_assert_msg(cdn_ctx(split)->dp_workspace_cap == 1, "runtime.cudnn_dp_workspace_cap=1 was not kept");
     cd = split;
     check_headwise(&tb, 4, 24, 16, 16, 1, "headwise ragged pack H4 d24/16 k16, one segment per launch");
     cd = saved;
     ops->destroy(split);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -296,29 +157,31 @@ START_TEST(test_headwise_glm5_dims)
 {
     test_batch tb;
     const int32_t lengths[] = {40, 300, 64};
-    batch_packed(&tb, lengths, 3);
+    batch_packed_gpu(gpu, &tb, lengths, 3);
     check_headwise(&tb, 8, 256, 256, 64, 1, "headwise pack H8 d256/256 k64 (causal + bias)");
     check_headwise(&tb, 8, 192, 128, 512, 1, "headwise pack H8 d192/128 k512 (all dense)");
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
-// The segment bound: with DSARL_CUDNN_MAX_SEGMENT=128, a 300-token segment is refused with or without the bias
+// The segment bound: with runtime.cudnn_max_segment=128, a 300-token segment is refused with or without the bias
 // (the headwise op fails with a sentence naming it); the default bound serves it.
 START_TEST(test_bias_bound)
 {
-    setenv("DSARL_CUDNN_MAX_SEGMENT", "128", 1);
+    dsarl_recipe *r = keys_recipe("runtime:\n  cudnn_max_segment: 128\n");
     dsarl_dsa_context *bounded = NULL;
-    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, NULL, &bounded, &err) == 0, "%s", err.message);
-    unsetenv("DSARL_CUDNN_MAX_SEGMENT");
+    ck_assert_msg(ops->create(&dsarl_cuda_device_ops, gpu, dsarl_recipe_root(r), &bounded, &err) == 0, "%s",
+                  err.message);
+    dsarl_recipe_free(r);
+    ck_assert_msg(cdn_ctx(bounded)->max_segment == 128, "runtime.cudnn_max_segment=128 was not kept");
     test_batch tb;
     const int32_t lengths[] = {100, 300};
-    batch_packed(&tb, lengths, 2);
+    batch_packed_gpu(gpu, &tb, lengths, 2);
     ck_assert_int_eq(ops->preferred_form(bounded, &tb.dev, 64), DSARL_DSA_FORM_ABSORBED);
-    int64_t T = tb.host.n_queries;
-    void *q = to_gpu(NULL, T * 4 * 32), *out = to_gpu(NULL, T * 4 * 32);
-    float *lse = to_gpu_f32(NULL, T * 4);
-    int32_t *idx = to_gpu_i32(NULL, T * 64);
+    int64_t T = tb.b.n_queries;
+    void *q = to_gpu_bf16(gpu, NULL, T * 4 * 32), *out = to_gpu_bf16(gpu, NULL, T * 4 * 32);
+    float *lse = to_gpu_f32(gpu, NULL, T * 4);
+    int32_t *idx = to_gpu_i32(gpu, NULL, T * 64);
     dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in), .q = q, .k = q, .v = q, .n_heads = 4, .d_qk = 32,
                                     .d_v = 32, .softmax_scale = 0.1f};
     dsarl_error e2;
@@ -329,7 +192,7 @@ START_TEST(test_bias_bound)
     in.d_qk = 264; // past cuDNN's 256 limit: a sentence, not a crash
     ck_assert_int_eq(ops->headwise_attention_forward(cd, &tb.dev, &in, idx, 64, out, lse, &e2), DSARL_E_UNSUPPORTED);
     cuda_free(gpu, q), cuda_free(gpu, out), cuda_free(gpu, lse), cuda_free(gpu, idx);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
     ops->destroy(bounded);
 }
 END_TEST
@@ -338,39 +201,40 @@ END_TEST
 
 static void check_absorbed(test_batch *tb, int H, int d_qk, int d_v, int32_t topk, int32_t *idx, const char *what)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
     char name[160];
-    float *q = rand_bf16(Tq * H * d_qk, 1), *kv = rand_bf16(Tk * d_qk, 1);
+    float *q = rand_bf16(&stream, Tq * H * d_qk, 1), *kv = rand_bf16(&stream, Tk * d_qk, 1);
     dsarl_dsa_attention_inputs hin = {.struct_size = sizeof(hin), .q = q, .kv = kv, .n_heads = H, .d_qk = d_qk,
                                       .d_v = d_v, .softmax_scale = 1.5f / sqrtf((float)d_qk)};
     dsarl_dsa_attention_inputs din = hin;
-    din.q = to_gpu(q, Tq * H * d_qk), din.kv = to_gpu(kv, Tk * d_qk);
-    int32_t *g_idx = to_gpu_i32(idx, Tq * topk);
+    din.q = to_gpu_bf16(gpu, q, Tq * H * d_qk), din.kv = to_gpu_bf16(gpu, kv, Tk * d_qk);
+    int32_t *g_idx = to_gpu_i32(gpu, idx, Tq * topk);
     float *out = malloc((size_t)(Tq * H * d_v) * 4), *lse = malloc((size_t)(Tq * H) * 4);
-    void *g_out = to_gpu(NULL, Tq * H * d_v);
-    float *g_lse = to_gpu_f32(NULL, Tq * H);
-    ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb->host, &hin, idx, topk, out, lse, &err), 0);
+    void *g_out = to_gpu_bf16(gpu, NULL, Tq * H * d_v);
+    float *g_lse = to_gpu_f32(gpu, NULL, Tq * H);
+    ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb->b, &hin, idx, topk, out, lse, &err), 0);
     ck_assert_msg(ops->sparse_mla_forward(cd, &tb->dev, &din, g_idx, topk, g_out, g_lse, &err) == 0, "%s",
                   err.message);
     snprintf(name, sizeof name, "%s fwd out", what);
-    expect_close(g_out, DSARL_DTYPE_BF16, out, Tq * H * d_v, 1e-2, name);
+    expect_close(&cc, g_out, DSARL_DTYPE_BF16, out, Tq * H * d_v, 1e-2, name);
     snprintf(name, sizeof name, "%s fwd lse", what);
-    expect_close(g_lse, DSARL_DTYPE_F32, lse, Tq * H, 1e-3, name);
+    expect_close(&cc, g_lse, DSARL_DTYPE_F32, lse, Tq * H, 1e-3, name);
 
     // the backward is tilelang's (hand-over): same out and lse on both sides, dkv accumulated
-    float *out16 = round_bf16(out, Tq * H * d_v), *dout = rand_bf16(Tq * H * d_v, 1);
-    float *dkv = rand_bf16(Tk * d_qk, 0.5f), *dq = malloc((size_t)(Tq * H * d_qk) * 4);
-    void *g_out16 = to_gpu(out16, Tq * H * d_v), *g_dout = to_gpu(dout, Tq * H * d_v), *g_dkv = to_gpu(dkv, Tk * d_qk);
-    void *g_dq = to_gpu(NULL, Tq * H * d_qk);
-    float *g_lse_ref = to_gpu_f32(lse, Tq * H);
-    ck_assert_int_eq(dsa_reference_sparse_mla_backward(ref, &tb->host, &hin, idx, topk, out16, lse, dout, dq, dkv,
+    float *out16 = round_bf16(out, Tq * H * d_v), *dout = rand_bf16(&stream, Tq * H * d_v, 1);
+    float *dkv = rand_bf16(&stream, Tk * d_qk, 0.5f), *dq = malloc((size_t)(Tq * H * d_qk) * 4);
+    void *g_out16 = to_gpu_bf16(gpu, out16, Tq * H * d_v), *g_dout = to_gpu_bf16(gpu, dout, Tq * H * d_v),
+         *g_dkv = to_gpu_bf16(gpu, dkv, Tk * d_qk);
+    void *g_dq = to_gpu_bf16(gpu, NULL, Tq * H * d_qk);
+    float *g_lse_ref = to_gpu_f32(gpu, lse, Tq * H);
+    ck_assert_int_eq(dsa_reference_sparse_mla_backward(ref, &tb->b, &hin, idx, topk, out16, lse, dout, dq, dkv,
                                                        &err), 0);
     ck_assert_msg(ops->sparse_mla_backward(cd, &tb->dev, &din, g_idx, topk, g_out16, g_lse_ref, g_dout, g_dq, g_dkv,
                                            &err) == 0, "%s", err.message);
     snprintf(name, sizeof name, "%s bwd dq (tilelang)", what);
-    expect_close(g_dq, DSARL_DTYPE_BF16, dq, Tq * H * d_qk, 1e-2, name);
+    expect_close(&cc, g_dq, DSARL_DTYPE_BF16, dq, Tq * H * d_qk, 1e-2, name);
     snprintf(name, sizeof name, "%s bwd dkv += (tilelang)", what);
-    expect_close(g_dkv, DSARL_DTYPE_BF16, dkv, Tk * d_qk, 1e-2, name);
+    expect_close(&cc, g_dkv, DSARL_DTYPE_BF16, dkv, Tk * d_qk, 1e-2, name);
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.kv), cuda_free(gpu, g_idx), cuda_free(gpu, g_out);
     cuda_free(gpu, g_lse), cuda_free(gpu, g_out16), cuda_free(gpu, g_dout), cuda_free(gpu, g_dkv);
     cuda_free(gpu, g_dq), cuda_free(gpu, g_lse_ref);
@@ -382,33 +246,36 @@ START_TEST(test_absorbed_paged)
     cudnn_dsa *c = cdn_ctx(cd);
     test_batch tb;
     const int32_t lengths[] = {5, 30, 1, 12, 23};
-    batch_packed(&tb, lengths, 5); // 71 tokens: chunks of 64, 4, 2 and 1
+    batch_packed_gpu(gpu, &tb, lengths, 5); // 71 tokens: chunks of 64, 4, 2 and 1
     // the tiny recipe's latent dims: reported either way (cuDNN may have no engine for d 40/32)
-    check_absorbed(&tb, 4, 40, 32, 16, random_indices(&tb, 16), "absorbed pack H4 d40/32 k16 random idx");
+    check_absorbed(&tb, 4, 40, 32, 16, random_indices_repeats(&stream, &tb, 16),
+                   "absorbed pack H4 d40/32 k16 random idx");
     printf("check_dsa_cudnn: paged graph at d 40/32: %s\n", c->paged_handovers ? c->paged_refused : "cuDNN runs it");
     int before = c->paged_handovers;
     c->paged_forced = 1; // the paged graph itself at GLM-5 dims and 16 heads (unforced, tilelang's kernel takes them)
     check_absorbed(&tb, 16, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H16 d576/512 k32 indexer idx");
     c->paged_forced = 0;
-    batch_free(&tb);
-    batch_decode(&tb, 10, 200);
+    batch_free_gpu(gpu, &tb);
+    batch_decode_gpu(gpu, &stream, &tb, 10, 200, 1);
     // 8 heads: tilelang's wgmma kernel declines them, so the paged graph serves them unforced
-    check_absorbed(&tb, 8, 576, 512, 24, random_indices(&tb, 24), "absorbed decode H8 d576/512 k24 (empty rows)");
-    batch_free(&tb);
+    check_absorbed(&tb, 8, 576, 512, 24, random_indices_repeats(&stream, &tb, 24),
+                   "absorbed decode H8 d576/512 k24 (empty rows)");
+    batch_free_gpu(gpu, &tb);
     ck_assert_msg(c->paged_handovers == before, "the GLM-5 576/512 forward was handed over: %s", c->paged_refused);
     // a shape the paged graph does not take (3 heads): handed over to tilelang, still exact
-    batch_decode(&tb, 6, 50);
-    check_absorbed(&tb, 3, 40, 32, 8, random_indices(&tb, 8), "absorbed decode H3 d40/32 k8 (hand-over)");
-    batch_free(&tb);
+    batch_decode_gpu(gpu, &stream, &tb, 6, 50, 1);
+    check_absorbed(&tb, 3, 40, 32, 8, random_indices_repeats(&stream, &tb, 8),
+                   "absorbed decode H3 d40/32 k8 (hand-over)");
+    batch_free_gpu(gpu, &tb);
     ck_assert_int_eq(c->paged_handovers, before + 1);
     // GLM-5 dims with a 64-head group: handed over to tilelang's wgmma kernel (the faster exact route)
     const int32_t pack[] = {40, 31};
-    batch_packed(&tb, pack, 2);
+    batch_packed_gpu(gpu, &tb, pack, 2);
     check_absorbed(&tb, 64, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H64 d576/512 k32 (tilelang)");
     ck_assert_int_eq(c->paged_handovers, before + 2);
     // and 16 heads, a padded group of the same kernel
     check_absorbed(&tb, 16, 576, 512, 32, indexer_indices(&tb, 32), "absorbed pack H16 d576/512 k32 (tilelang)");
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
     ck_assert_int_eq(c->paged_handovers, before + 3);
 }
 END_TEST
@@ -419,50 +286,54 @@ START_TEST(test_indexer_handover)
 {
     test_batch tb;
     const int32_t lengths[] = {6, 40, 25};
-    batch_packed(&tb, lengths, 3);
-    int64_t T = tb.host.n_queries;
+    batch_packed_gpu(gpu, &tb, lengths, 3);
+    int64_t T = tb.b.n_queries;
     int nh = 4, hd = 32, H = 8, d_qk = 80;
     int32_t topk = 16;
-    float *iq = rand_bf16(T * nh * hd, 1), *ik = rand_bf16(T * hd, 1), *iw = rand_bf16(T * nh, 0.3f);
+    float *iq = rand_bf16(&stream, T * nh * hd, 1), *ik = rand_bf16(&stream, T * hd, 1),
+          *iw = rand_bf16(&stream, T * nh, 0.3f);
     dsarl_dsa_indexer_inputs hin = {.struct_size = sizeof(hin), .q = iq, .k = ik, .weights = iw, .n_heads = nh,
                                     .head_dim = hd};
     dsarl_dsa_indexer_inputs din = hin;
-    din.q = to_gpu(iq, T * nh * hd), din.k = to_gpu(ik, T * hd), din.weights = to_gpu_f32(iw, T * nh);
-    int32_t *idx = malloc((size_t)(T * topk) * 4), *g_idx = to_gpu_i32(NULL, T * topk);
-    float *scores = malloc((size_t)(T * topk) * 4), *g_scores = to_gpu_f32(NULL, T * topk);
-    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.host, &hin, topk, idx, scores, &err), 0);
+    din.q = to_gpu_bf16(gpu, iq, T * nh * hd), din.k = to_gpu_bf16(gpu, ik, T * hd);
+    din.weights = to_gpu_f32(gpu, iw, T * nh);
+    int32_t *idx = malloc((size_t)(T * topk) * 4), *g_idx = to_gpu_i32(gpu, NULL, T * topk);
+    float *scores = malloc((size_t)(T * topk) * 4), *g_scores = to_gpu_f32(gpu, NULL, T * topk);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.b, &hin, topk, idx, scores, &err), 0);
     ck_assert_msg(ops->indexer_topk(cd, &tb.dev, &din, topk, g_idx, g_scores, &err) == 0, "%s", err.message);
-    expect_close(g_scores, DSARL_DTYPE_F32, scores, T * topk, 1e-3, "indexer_topk scores (tilelang)");
+    expect_close(&cc, g_scores, DSARL_DTYPE_F32, scores, T * topk, 1e-3, "indexer_topk scores (tilelang)");
     // the sparse indexer loss on the reference's selection and lse
-    float *q = rand_bf16(T * H * d_qk, 1), *kv = rand_bf16(T * d_qk, 1);
+    float *q = rand_bf16(&stream, T * H * d_qk, 1), *kv = rand_bf16(&stream, T * d_qk, 1);
     dsarl_dsa_attention_inputs ahin = {.struct_size = sizeof(ahin), .q = q, .kv = kv, .n_heads = H, .d_qk = d_qk,
                                        .d_v = 64, .softmax_scale = 0.2f};
     dsarl_dsa_attention_inputs adin = ahin;
-    adin.q = to_gpu(q, T * H * d_qk), adin.kv = to_gpu(kv, T * d_qk);
+    adin.q = to_gpu_bf16(gpu, q, T * H * d_qk), adin.kv = to_gpu_bf16(gpu, kv, T * d_qk);
     float *out = malloc((size_t)(T * H * 64) * 4), *lse = malloc((size_t)(T * H) * 4);
-    ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb.host, &ahin, idx, topk, out, lse, &err), 0);
-    float *g_lse = to_gpu_f32(lse, T * H), *loss = malloc((size_t)T * 4), *g_loss = to_gpu_f32(NULL, T);
-    int32_t *g_ref_idx = to_gpu_i32(idx, T * topk);
-    ck_assert_int_eq(dsa_reference_indexer_loss_forward(ref, &tb.host, &ahin, lse, &hin, idx, topk, loss, &err), 0);
+    ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb.b, &ahin, idx, topk, out, lse, &err), 0);
+    float *g_lse = to_gpu_f32(gpu, lse, T * H), *loss = malloc((size_t)T * 4), *g_loss = to_gpu_f32(gpu, NULL, T);
+    int32_t *g_ref_idx = to_gpu_i32(gpu, idx, T * topk);
+    ck_assert_int_eq(dsa_reference_indexer_loss_forward(ref, &tb.b, &ahin, lse, &hin, idx, topk, loss, &err), 0);
     ck_assert_msg(ops->indexer_loss_forward(cd, &tb.dev, &adin, g_lse, &din, g_ref_idx, topk, g_loss, &err) == 0,
                   "%s", err.message);
-    expect_close(g_loss, DSARL_DTYPE_F32, loss, T, 1e-3, "indexer_loss_forward (tilelang)");
-    float *dloss = rand_bf16(T, 1), *dqi = malloc((size_t)(T * nh * hd) * 4), *dki = rand_bf16(T * hd, 0.3f);
-    float *dw = malloc((size_t)(T * nh) * 4), *g_dloss = to_gpu_f32(dloss, T), *g_dw = to_gpu_f32(NULL, T * nh);
-    void *g_dki = to_gpu(dki, T * hd), *g_dqi = to_gpu(NULL, T * nh * hd);
-    ck_assert_int_eq(dsa_reference_indexer_loss_backward(ref, &tb.host, &ahin, lse, &hin, idx, topk, dloss, dqi, dki,
+    expect_close(&cc, g_loss, DSARL_DTYPE_F32, loss, T, 1e-3, "indexer_loss_forward (tilelang)");
+    float *dloss = rand_bf16(&stream, T, 1), *dqi = malloc((size_t)(T * nh * hd) * 4),
+          *dki = rand_bf16(&stream, T * hd, 0.3f);
+    float *dw = malloc((size_t)(T * nh) * 4), *g_dloss = to_gpu_f32(gpu, dloss, T),
+          *g_dw = to_gpu_f32(gpu, NULL, T * nh);
+    void *g_dki = to_gpu_bf16(gpu, dki, T * hd), *g_dqi = to_gpu_bf16(gpu, NULL, T * nh * hd);
+    ck_assert_int_eq(dsa_reference_indexer_loss_backward(ref, &tb.b, &ahin, lse, &hin, idx, topk, dloss, dqi, dki,
                                                          dw, &err), 0);
     ck_assert_msg(ops->indexer_loss_backward(cd, &tb.dev, &adin, g_lse, &din, g_ref_idx, topk, g_dloss, g_dqi, g_dki,
                                              g_dw, &err) == 0, "%s", err.message);
-    expect_close(g_dqi, DSARL_DTYPE_BF16, dqi, T * nh * hd, 1e-2, "indexer_loss_backward dq_index (tilelang)");
-    expect_close(g_dw, DSARL_DTYPE_F32, dw, T * nh, 1e-3, "indexer_loss_backward dweights (tilelang)");
+    expect_close(&cc, g_dqi, DSARL_DTYPE_BF16, dqi, T * nh * hd, 1e-2, "indexer_loss_backward dq_index (tilelang)");
+    expect_close(&cc, g_dw, DSARL_DTYPE_F32, dw, T * nh, 1e-3, "indexer_loss_backward dweights (tilelang)");
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k), cuda_free(gpu, (void *)din.weights);
     cuda_free(gpu, g_idx), cuda_free(gpu, g_scores), cuda_free(gpu, (void *)adin.q), cuda_free(gpu, (void *)adin.kv);
     cuda_free(gpu, g_lse), cuda_free(gpu, g_loss), cuda_free(gpu, g_ref_idx), cuda_free(gpu, g_dloss);
     cuda_free(gpu, g_dw), cuda_free(gpu, g_dki), cuda_free(gpu, g_dqi);
     free(iq), free(ik), free(iw), free(idx), free(scores), free(q), free(kv), free(out), free(lse), free(loss);
     free(dloss), free(dqi), free(dki), free(dw);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -484,7 +355,8 @@ START_TEST(test_moe_grouped_matmul_probe)
 {
     const int64_t E = 4, K = 64, N = 96, T = 100;
     const int32_t first[4] = {0, 17, 17, 60}; // expert 1 gets no tokens
-    float *tok = rand_bf16(T * K, 1), *w = rand_bf16(E * K * N, 0.2f), *want = calloc((size_t)(T * N), 4);
+    float *tok = rand_bf16(&stream, T * K, 1), *w = rand_bf16(&stream, E * K * N, 0.2f),
+          *want = calloc((size_t)(T * N), 4);
     for (int64_t t = 0; t < T; t++) {
         int e = 0;
         while (e + 1 < E && first[e + 1] <= t)
@@ -496,8 +368,9 @@ START_TEST(test_moe_grouped_matmul_probe)
             want[t * N + n] = (float)s;
         }
     }
-    void *g_tok = to_gpu(tok, T * K), *g_w = to_gpu(w, E * K * N), *g_out = to_gpu(NULL, T * N);
-    int32_t *g_first = to_gpu_i32(first, E);
+    void *g_tok = to_gpu_bf16(gpu, tok, T * K), *g_w = to_gpu_bf16(gpu, w, E * K * N),
+         *g_out = to_gpu_bf16(gpu, NULL, T * N);
+    int32_t *g_first = to_gpu_i32(gpu, first, E);
     cudnn_dsa *c = cdn_ctx(cd);
     cdn_graph g;
     dsarl_error e2;
@@ -539,7 +412,7 @@ START_TEST(test_moe_grouped_matmul_probe)
         else {
             printf("check_dsa_cudnn: MOE_GROUPED_MATMUL bf16 forward runs on this GPU (engine %lld, workspace %lld)\n",
                    (long long)plan->engine, (long long)plan->workspace);
-            expect_close(g_out, DSARL_DTYPE_BF16, want, T * N, 1e-2, "MoE grouped matmul (cuDNN) vs CPU");
+            expect_close(&cc, g_out, DSARL_DTYPE_BF16, want, T * N, 1e-2, "MoE grouped matmul (cuDNN) vs CPU");
         }
         cdn_plan_free(plan);
     }
@@ -582,23 +455,24 @@ START_TEST(test_bench)
     for (int si = 0; si < 2; si++) {
         int32_t S = sizes[si], topk = 2048, H = 64, d = 256;
         test_batch tb;
-        batch_packed(&tb, &S, 1);
+        batch_packed_gpu(gpu, &tb, &S, 1);
         int32_t *idx = malloc((size_t)S * topk * 4);
         for (int64_t t = 0; t < S; t++) // the most recent topk keys (any valid selection times the same)
             for (int32_t i = 0; i < topk; i++)
                 idx[t * topk + i] = t - i >= 0 ? (int32_t)(t - i) : -1;
-        int32_t *g_idx = to_gpu_i32(idx, (int64_t)S * topk);
+        int32_t *g_idx = to_gpu_i32(gpu, idx, (int64_t)S * topk);
         int64_t n = (int64_t)S * H * d;
-        dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in), .q = to_gpu(NULL, n), .k = to_gpu(NULL, n),
-                                        .v = to_gpu(NULL, n), .n_heads = H, .d_qk = d, .d_v = d,
-                                        .softmax_scale = 0.0625f};
+        dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in), .q = to_gpu_bf16(gpu, NULL, n),
+                                        .k = to_gpu_bf16(gpu, NULL, n), .v = to_gpu_bf16(gpu, NULL, n), .n_heads = H,
+                                        .d_qk = d, .d_v = d, .softmax_scale = 0.0625f};
         ck_assert_int_eq(cuda_zero(gpu, (void *)in.q, (size_t)n * 2, &err), 0);
         ck_assert_int_eq(cuda_zero(gpu, (void *)in.k, (size_t)n * 2, &err), 0);
         ck_assert_int_eq(cuda_zero(gpu, (void *)in.v, (size_t)n * 2, &err), 0);
-        void *out = to_gpu(NULL, n), *dout = to_gpu(NULL, n), *dq = to_gpu(NULL, n), *dk = to_gpu(NULL, n);
-        void *dv = to_gpu(NULL, n);
+        void *out = to_gpu_bf16(gpu, NULL, n), *dout = to_gpu_bf16(gpu, NULL, n), *dq = to_gpu_bf16(gpu, NULL, n),
+             *dk = to_gpu_bf16(gpu, NULL, n);
+        void *dv = to_gpu_bf16(gpu, NULL, n);
         ck_assert_int_eq(cuda_zero(gpu, dout, (size_t)n * 2, &err), 0);
-        float *lse = to_gpu_f32(NULL, (int64_t)S * H);
+        float *lse = to_gpu_f32(gpu, NULL, (int64_t)S * H);
         double f = time_headwise(&tb, &in, g_idx, topk, out, lse, NULL, NULL, NULL, NULL, 0);
         double bw = time_headwise(&tb, &in, g_idx, topk, out, lse, dout, dq, dk, dv, 1);
         // useful FLOPs: each query's selected pairs (min(t + 1, topk)) x 2 (d_qk + d_v); bwd counts 2.5x fwd
@@ -613,7 +487,7 @@ START_TEST(test_bench)
         cuda_free(gpu, out), cuda_free(gpu, dout), cuda_free(gpu, dq), cuda_free(gpu, dk), cuda_free(gpu, dv);
         cuda_free(gpu, lse), cuda_free(gpu, g_idx);
         free(idx);
-        batch_free(&tb);
+        batch_free_gpu(gpu, &tb);
     }
 }
 END_TEST
@@ -642,6 +516,7 @@ int main(void)
         printf("check_dsa_cudnn: skipped: no CUDA device is visible\n");
         return 77;
     }
+    stream = cuda_test_seed("check_dsa_cudnn", 0x2545F4914F6CDD1Dull);
     SRunner *sr = srunner_create(dsa_cudnn_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);

@@ -18,7 +18,7 @@
  * eligible). Shapes: ragged causal packs (rows shorter and longer than topk), topk 16 / 64 / 100 / 256 / 512 / 1000
  * / 2048, n_heads 8 / 16 / 32 / 64, head dims 32 / 64 / 128 (one reference run per case, cut to each topk),
  * decode-style ranges into a 40000-key array (rows longer than the select's shared-memory row, so it reads them
- * from global memory, and one empty row), and packs split into chunks of query rows (DSARL_TILELANG_INDEXER_CHUNK).
+ * from global memory, and one empty row), and packs split into chunks of query rows (runtime.tilelang_indexer_chunk).
  * DSARL_GPU_BENCH=1 adds timings at the issue's shape (8192 causal tokens, 32 x 128, top-2048), first: each kernel
  * alone, the whole op with and without scores, in both configurations, and the row-wise kernel it replaces.
  * Label gpu; exit status 77 (skipped) without a GPU. */
@@ -33,26 +33,14 @@
 #include "dsa_reference.h"
 #include "indexer_fast.h"
 #include "tilelang.h"
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static float frand(void) // uniform in [-1, 1), xorshift64*
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (float)((double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static int irand(int n) // uniform in [0, n)
-{
-    int v = (int)((frand() + 1.0f) * 0.5f * (float)n);
-    return v < n ? v : n - 1;
-}
+#include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl, *ref;
+static dsarl_dsa_context *tl_configs[2]; /* use_config's contexts: the default keys and the alternatives */
 static dsarl_error err;
+static rng stream; /* the run's random inputs (cuda_test_util.h) */
 
 static void setup(void)
 {
@@ -61,94 +49,16 @@ static void setup(void)
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
     ck_assert_int_eq(dsa_reference_create(NULL, NULL, NULL, &ref, &err), 0);
+    tl_configs[0] = tl;
+    tl_configs[1] = tilelang_with_keys(gpu, "runtime:\n  tilelang_score_warps: 4\n  tilelang_select_threads: 256\n");
 }
 
 static void teardown(void)
 {
-    tilelang_destroy(tl);
+    tilelang_destroy(tl_configs[0]);
+    tilelang_destroy(tl_configs[1]);
     dsa_reference_destroy(ref);
     cuda_destroy(gpu);
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, bytes > 0 ? bytes : 1, &d, &err), 0);
-    return d;
-}
-
-static void *to_gpu(const float *h, int64_t n, dsarl_dtype dtype)
-{
-    void *d = dev_alloc((size_t)n * (dtype == DSARL_DTYPE_BF16 ? 2 : 4));
-    ck_assert_int_eq(cuda_upload_f32(gpu, d, dtype, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static int32_t *to_gpu_i32(const int32_t *h, int64_t n)
-{
-    int32_t *d = dev_alloc((size_t)n * 4);
-    ck_assert_int_eq(cuda_copy(gpu, d, h, (size_t)n * 4, DSARL_COPY_HOST_TO_DEVICE, &err), 0);
-    return d;
-}
-
-/* --- batches ---------------------------------------------------------------------------------------------- */
-
-typedef struct test_batch {
-    dsarl_dsa_batch host, dev; /* the same ranges in host and device memory */
-    int32_t *start, *end;
-} test_batch;
-
-static void batch_finish(test_batch *tb, int64_t n_queries, int64_t n_keys)
-{
-    int32_t max = 0;
-    for (int64_t t = 0; t < n_queries; t++)
-        max = tb->end[t] - tb->start[t] > max ? tb->end[t] - tb->start[t] : max;
-    tb->host = (dsarl_dsa_batch){.struct_size = sizeof(dsarl_dsa_batch), .n_queries = n_queries, .n_keys = n_keys,
-                                 .key_start = tb->start, .key_end = tb->end, .max_keys_per_query = max};
-    tb->dev = tb->host;
-    tb->dev.key_start = to_gpu_i32(tb->start, n_queries);
-    tb->dev.key_end = to_gpu_i32(tb->end, n_queries);
-}
-
-// Causal packed THD: query t of sequence i sees [cu_seqlens[i], t + 1).
-static void batch_packed(test_batch *tb, const int32_t *lengths, int n_seq)
-{
-    int64_t T = 0;
-    for (int i = 0; i < n_seq; i++)
-        T += lengths[i];
-    tb->start = malloc((size_t)T * 4);
-    tb->end = malloc((size_t)T * 4);
-    int32_t offset = 0;
-    for (int i = 0; i < n_seq; i++) {
-        for (int32_t j = 0; j < lengths[i]; j++) {
-            tb->start[offset + j] = offset;
-            tb->end[offset + j] = offset + j + 1;
-        }
-        offset += lengths[i];
-    }
-    batch_finish(tb, T, T);
-}
-
-// Decode: query i sees its own window of a longer key array, at least min_len keys long; one window is empty.
-static void batch_decode(test_batch *tb, int64_t n_queries, int32_t n_keys, int32_t min_len)
-{
-    tb->start = malloc((size_t)n_queries * 4);
-    tb->end = malloc((size_t)n_queries * 4);
-    for (int64_t t = 0; t < n_queries; t++) {
-        int32_t len = min_len + irand(n_keys - min_len + 1);
-        tb->start[t] = irand(n_keys - len + 1);
-        tb->end[t] = tb->start[t] + len;
-    }
-    tb->end[n_queries / 2] = tb->start[n_queries / 2];
-    batch_finish(tb, n_queries, n_keys);
-}
-
-static void batch_free(test_batch *tb)
-{
-    cuda_free(gpu, (void *)tb->dev.key_start);
-    cuda_free(gpu, (void *)tb->dev.key_end);
-    free(tb->start);
-    free(tb->end);
 }
 
 /* --- inputs ----------------------------------------------------------------------------------------------- */
@@ -162,32 +72,32 @@ typedef struct indexer_case {
 
 static void case_make(indexer_case *c, const test_batch *tb, int nh, int hd, int exact)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
     c->nh = nh, c->hd = hd, c->exact = exact;
     c->q = malloc((size_t)(Tq * nh * hd) * 4);
     c->k = malloc((size_t)(Tk * hd) * 4);
     c->w = malloc((size_t)(Tq * nh) * 4);
     for (int64_t i = 0; i < Tq * nh * hd; i++)
-        c->q[i] = exact ? (float)(irand(5) - 2) : dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand()));
+        c->q[i] = exact ? (float)(rng_below(&stream, 5) - 2) : bf16_value(rng_sym(&stream));
     for (int64_t i = 0; i < Tk * hd; i++)
-        c->k[i] = exact ? (float)(irand(5) - 2) : dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand()));
+        c->k[i] = exact ? (float)(rng_below(&stream, 5) - 2) : bf16_value(rng_sym(&stream));
     for (int64_t i = 0; i < Tq * nh; i++)
-        c->w[i] = exact ? (float)(irand(9) - 4) / 16.0f : 0.2f * frand();
+        c->w[i] = exact ? (float)(rng_below(&stream, 9) - 4) / 16.0f : 0.2f * rng_sym(&stream);
     if (exact) {
         // adversarial ties: every 5th key row a copy of an earlier one; every 7th query has all weights 0 (every
         // score 0: the lowest key indices win)
         for (int64_t s = 1; s < Tk; s++)
             if (s % 5 == 0)
-                memcpy(c->k + s * hd, c->k + (int64_t)irand((int)s) * hd, (size_t)hd * 4);
+                memcpy(c->k + s * hd, c->k + (int64_t)rng_below(&stream, (int32_t)s) * hd, (size_t)hd * 4);
         for (int64_t t = 0; t < Tq; t += 7)
             memset(c->w + t * nh, 0, (size_t)nh * 4);
     }
     c->hin = (dsarl_dsa_indexer_inputs){.struct_size = sizeof(c->hin), .q = c->q, .k = c->k, .weights = c->w,
                                         .n_heads = nh, .head_dim = hd};
     c->din = c->hin;
-    c->din.q = to_gpu(c->q, Tq * nh * hd, DSARL_DTYPE_BF16);
-    c->din.k = to_gpu(c->k, Tk * hd, DSARL_DTYPE_BF16);
-    c->din.weights = to_gpu(c->w, Tq * nh, DSARL_DTYPE_F32);
+    c->din.q = to_gpu_bf16(gpu, c->q, Tq * nh * hd);
+    c->din.k = to_gpu_bf16(gpu, c->k, Tk * hd);
+    c->din.weights = to_gpu_f32(gpu, c->w, Tq * nh);
 }
 
 static void case_free(indexer_case *c)
@@ -214,19 +124,10 @@ static double exact_score(const indexer_case *c, int64_t t, int32_t s)
 
 // The kernel configurations every case runs under: the defaults (8-warp score tiles, 512-thread select) and the
 // alternatives kept for timing comparisons (4-warp tiles, 256-thread select with per-warp first histograms).
-static const char *const configs[2][2] = {{NULL, NULL}, {"4", "v2"}};
+// (runtime.tilelang_score_warps = 4 and runtime.tilelang_select_threads = 256; contexts made in setup).
 static const char *const config_names[2] = {"default", "4-warp/v2"};
 
-static void use_config(int c)
-{
-    if (configs[c][0]) {
-        setenv("DSARL_TILELANG_INDEXER_SCORE_WARPS", configs[c][0], 1);
-        setenv("DSARL_TILELANG_INDEXER_SELECT", configs[c][1], 1);
-    } else {
-        unsetenv("DSARL_TILELANG_INDEXER_SCORE_WARPS");
-        unsetenv("DSARL_TILELANG_INDEXER_SELECT");
-    }
-}
+static void use_config(int c) { tl = tl_configs[c]; }
 
 static double seconds(void)
 {
@@ -239,9 +140,9 @@ static double seconds(void)
 static void run_fast(const test_batch *tb, const indexer_case *c, int32_t topk, int with_scores, int32_t *idx,
                      float *scores)
 {
-    int64_t n = tb->host.n_queries * topk;
-    int32_t *gidx = dev_alloc((size_t)n * 4);
-    float *gsc = with_scores ? dev_alloc((size_t)n * 4) : NULL;
+    int64_t n = tb->b.n_queries * topk;
+    int32_t *gidx = dev_alloc(gpu, (size_t)n * 4);
+    float *gsc = with_scores ? dev_alloc(gpu, (size_t)n * 4) : NULL;
     ck_assert_int_eq(cudaMemset(gidx, 0x5a, (size_t)n * 4), cudaSuccess);
     if (gsc)
         ck_assert_int_eq(cudaMemset(gsc, 0xff, (size_t)n * 4), cudaSuccess);
@@ -264,10 +165,10 @@ typedef struct ref_topk {
 
 static ref_topk ref_run(const test_batch *tb, const indexer_case *c, int32_t k_max, const char *what)
 {
-    int64_t Tq = tb->host.n_queries;
+    int64_t Tq = tb->b.n_queries;
     ref_topk r = {.k_max = k_max, .idx = malloc((size_t)(Tq * k_max) * 4), .scores = malloc((size_t)(Tq * k_max) * 4)};
     double t0 = seconds();
-    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->host, &c->hin, k_max, r.idx, r.scores, &err), 0);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->b, &c->hin, k_max, r.idx, r.scores, &err), 0);
     printf("check_dsa_indexer_fast: %s: reference top-%d in %.2f s\n", what, k_max, seconds() - t0);
     fflush(stdout);
     return r;
@@ -276,7 +177,7 @@ static ref_topk ref_run(const test_batch *tb, const indexer_case *c, int32_t k_m
 static void check_case(const test_batch *tb, const indexer_case *c, const ref_topk *r, int32_t topk,
                        const char *what)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
     int32_t *ref_idx = malloc((size_t)(Tq * topk) * 4), *got = malloc((size_t)(Tq * topk) * 4);
     float *ref_sc = malloc((size_t)(Tq * topk) * 4), *got_sc = malloc((size_t)(Tq * topk) * 4);
     int64_t *mark = malloc((size_t)(Tk > 0 ? Tk : 1) * 8); /* mark[s] = row * 2 + 1 when s is in that row's ref set */
@@ -296,7 +197,7 @@ static void check_case(const test_batch *tb, const indexer_case *c, const ref_to
         int swaps = 0;
         double worst = 0.0;
         for (int64_t t = 0; t < Tq; t++) {
-            const int32_t n = tb->end[t] - tb->start[t], kk = n < topk ? n : topk;
+            const int32_t n = tb->key_end[t] - tb->key_start[t], kk = n < topk ? n : topk;
             const int32_t *gr = got + t * topk, *rr = ref_idx + t * topk;
             const float *gs = got_sc + t * topk, *rs = ref_sc + t * topk;
             double row_max = 1e-30;
@@ -314,8 +215,9 @@ static void check_case(const test_batch *tb, const indexer_case *c, const ref_to
                                   "want -inf", what, (long long)t, i, gs[i]);
                     continue;
                 }
-                ck_assert_msg(s >= tb->start[t] && s < tb->end[t], "%s: row %lld slot %d key %d outside [%d, %d)",
-                              what, (long long)t, i, s, tb->start[t], tb->end[t]);
+                ck_assert_msg(s >= tb->key_start[t] && s < tb->key_end[t],
+                              "%s: row %lld slot %d key %d outside [%d, %d)", what, (long long)t, i, s,
+                              tb->key_start[t], tb->key_end[t]);
                 ck_assert_msg(mark[s] != t * 2 + 2, "%s: row %lld lists key %d twice", what, (long long)t, s);
                 const int in_ref = mark[s] == t * 2 + 1;
                 mark[s] = t * 2 + 2; /* seen in this row (no longer counts as an unseen reference key) */
@@ -361,7 +263,7 @@ static void check_packed(const int32_t *lengths, int n_seq, int nh, int hd, int 
     test_batch tb;
     indexer_case c;
     char name[160];
-    batch_packed(&tb, lengths, n_seq);
+    batch_packed_gpu(gpu, &tb, lengths, n_seq);
     case_make(&c, &tb, nh, hd, exact);
     ck_assert_msg(tilelang_indexer_scores_mma_fits(&c.din), "%s: the inputs should take the tensor-core path", what);
     int32_t k_max = 0;
@@ -374,7 +276,7 @@ static void check_packed(const int32_t *lengths, int n_seq, int nh, int hd, int 
     }
     free(r.idx), free(r.scores);
     case_free(&c);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 
 START_TEST(test_exact_ragged)
@@ -416,7 +318,7 @@ START_TEST(test_decode_long_ranges)
     // 50 queries, windows of 12000..40000 keys: rows beyond the select's 16384-key shared row, and one empty row
     test_batch tb;
     indexer_case c;
-    batch_decode(&tb, 50, 40000, 12000);
+    batch_decode_gpu(gpu, &stream, &tb, 50, 40000, 12000);
     case_make(&c, &tb, 8, 64, 0);
     ref_topk r = ref_run(&tb, &c, 2048, "float decode ranges");
     check_case(&tb, &c, &r, 2048, "float decode ranges 8x64 k2048");
@@ -427,7 +329,7 @@ START_TEST(test_decode_long_ranges)
     check_case(&tb, &c, &r, 512, "exact decode ranges 8x64 k512");
     free(r.idx), free(r.scores);
     case_free(&c);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -436,11 +338,14 @@ START_TEST(test_chunks)
     // query rows in chunks of 100 (not a multiple of any query tile) and of 64
     const int32_t lengths[] = {300, 250, 1, 77};
     const int32_t topks[] = {64};
-    setenv("DSARL_TILELANG_INDEXER_CHUNK", "100", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 100\n");
     check_packed(lengths, 4, 32, 128, 1, topks, 1, "exact pack, chunks of 100 rows");
-    setenv("DSARL_TILELANG_INDEXER_CHUNK", "64", 1);
+    tilelang_destroy(tl);
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 64\n");
     check_packed(lengths, 4, 64, 64, 0, topks, 1, "float pack, chunks of 64 rows");
-    unsetenv("DSARL_TILELANG_INDEXER_CHUNK");
+    tilelang_destroy(tl);
+    tl = keep;
     const int32_t one[] = {1};
     check_packed(one, 1, 32, 128, 0, topks, 1, "single query");
 }
@@ -461,7 +366,7 @@ typedef struct bench_args {
 // Mean of reps timed runs after one warm-up, CUDA events around each.
 static double time_ms(bench_args *b, int reps)
 {
-    int64_t T = b->tb->host.n_queries, mk = b->tb->host.max_keys_per_query;
+    int64_t T = b->tb->b.n_queries, mk = b->tb->b.max_keys_per_query;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     float total = 0.0f;
@@ -471,9 +376,9 @@ static double time_ms(bench_args *b, int reps)
         if (b->phase == 0)
             rc = tilelang_indexer_topk(tl, &b->tb->dev, b->in, b->topk, b->idx, b->scores, &err);
         else if (b->phase == 1)
-            rc = tilelang_indexer_scores_mma(&b->tb->dev, b->in, 0, T, b->ws, b->ld_ws, mk, b->topk, &err);
+            rc = tilelang_indexer_scores_mma(tl, &b->tb->dev, b->in, 0, T, b->ws, b->ld_ws, mk, b->topk, &err);
         else
-            rc = tilelang_indexer_select(&b->tb->dev, 0, T, b->ws, b->ld_ws, mk, b->topk, b->idx, NULL, &err);
+            rc = tilelang_indexer_select(tl, &b->tb->dev, 0, T, b->ws, b->ld_ws, mk, b->topk, b->idx, NULL, &err);
         ck_assert_msg(rc == 0, "%s", err.message);
         cudaEventRecord(e1, 0);
         ck_assert_int_eq(cudaEventSynchronize(e1), cudaSuccess);
@@ -494,22 +399,22 @@ START_TEST(test_bench)
     }
     test_batch tb;
     const int32_t len8k[] = {8192};
-    batch_packed(&tb, len8k, 1);
+    batch_packed_gpu(gpu, &tb, len8k, 1);
     int64_t T = 8192;
     float *q = malloc((size_t)(T * 32 * 128) * 4), *k = malloc((size_t)(T * 128) * 4);
     float *w = malloc((size_t)(T * 32) * 4);
     for (int64_t i = 0; i < T * 32 * 128; i++)
-        q[i] = frand();
+        q[i] = rng_sym(&stream);
     for (int64_t i = 0; i < T * 128; i++)
-        k[i] = frand();
+        k[i] = rng_sym(&stream);
     for (int64_t i = 0; i < T * 32; i++)
-        w[i] = 0.2f * frand();
-    dsarl_dsa_indexer_inputs din = {.struct_size = sizeof(din), .q = to_gpu(q, T * 32 * 128, DSARL_DTYPE_BF16),
-                                    .k = to_gpu(k, T * 128, DSARL_DTYPE_BF16),
-                                    .weights = to_gpu(w, T * 32, DSARL_DTYPE_F32), .n_heads = 32, .head_dim = 128};
-    bench_args b = {.tb = &tb, .in = &din, .topk = 2048, .idx = dev_alloc((size_t)(T * 2048) * 4), .ld_ws = T};
-    b.ws = dev_alloc((size_t)(T * T) * 4);
-    float *scores = dev_alloc((size_t)(T * 2048) * 4);
+        w[i] = 0.2f * rng_sym(&stream);
+    dsarl_dsa_indexer_inputs din = {.struct_size = sizeof(din), .q = to_gpu_bf16(gpu, q, T * 32 * 128),
+                                    .k = to_gpu_bf16(gpu, k, T * 128), .weights = to_gpu_f32(gpu, w, T * 32),
+                                    .n_heads = 32, .head_dim = 128};
+    bench_args b = {.tb = &tb, .in = &din, .topk = 2048, .idx = dev_alloc(gpu, (size_t)(T * 2048) * 4), .ld_ws = T};
+    b.ws = dev_alloc(gpu, (size_t)(T * T) * 4);
+    float *scores = dev_alloc(gpu, (size_t)(T * 2048) * 4);
     const double flops = 2.0 * 32 * 128 * (double)T * (T + 1) / 2;
     const double scored = flops * (1.0 - 1.0 / 16.0); /* rows with <= 2048 keys take them all, unscored */
     double ms[2][4];
@@ -529,14 +434,16 @@ START_TEST(test_bench)
     }
     b.phase = 0;
     b.scores = NULL;
-    setenv("DSARL_TILELANG_INDEXER_ROWWISE", "1", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer: rowwise\n");
     const double rowwise = time_ms(&b, 2);
-    unsetenv("DSARL_TILELANG_INDEXER_ROWWISE");
+    tilelang_destroy(tl);
+    tl = keep;
     printf("check_dsa_indexer_fast: BENCH row-wise kernel (before) %.3f ms\n", rowwise);
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k), cuda_free(gpu, (void *)din.weights);
     cuda_free(gpu, b.idx), cuda_free(gpu, b.ws), cuda_free(gpu, scores);
     free(q), free(k), free(w);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -562,6 +469,7 @@ int main(void)
         printf("check_dsa_indexer_fast: skipped: no CUDA device is visible\n");
         return 77;
     }
+    stream = cuda_test_seed("check_dsa_indexer_fast", 0x9E3779B97F4A7C15ull);
     SRunner *sr = srunner_create(indexer_fast_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);

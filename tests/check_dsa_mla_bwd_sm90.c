@@ -1,6 +1,6 @@
 /* check_dsa_mla_bwd_sm90.c: the Hopper wgmma sparse MLA backward of the tilelang backend
- * (sparse_mla_backward_sm90.cu, the default; DSARL_TILELANG_NO_SM90=1 takes the WMMA kernel) against the reference
- * backend on fresh random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
+ * (sparse_mla_backward_sm90.cu, the default; runtime.tilelang_sparse_mla=wmma takes the WMMA kernel) against the
+ * reference backend on fresh random inputs at GLM-5 dims (d_qk 576 = 512 + 64, d_v 512).
  *
  * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
  * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
@@ -32,6 +32,8 @@
 #include "cuda_device.h"
 #include "dsa_reference.h"
 #include "tilelang.h"
+#include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 /* The kernel under test (sparse_mla_backward_sm90.cu): dq written, the key gradient added into dkv_acc (Tk, 576)
  * fp32; *used = 0 when it does not take the shape. */
@@ -45,31 +47,12 @@ int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_ba
 #define REF_THREADS 16
 #define LOG_PREFIX "check_dsa_mla_bwd_sm90"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rand_u64(void) // xorshift64*
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static float frand(void) { return (float)((double)(rand_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); } // [-1,1)
-
-static int32_t irand(int32_t n) { return (int32_t)(rand_u64() >> 33) % n; } // [0, n)
-
-static float *rand_bf16(int64_t n, float scale)
-{
-    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand() * scale));
-    return a;
-}
-
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl;
+static dsarl_dsa_context *tl_wmma; /* runtime.tilelang_sparse_mla = wmma: the portable kernels on the H200 */
 static dsarl_error err;
+static rng stream;     /* the run's random inputs (cuda_test_util.h) */
+static close_check cc; /* expect_close's device and printed label */
 
 static void setup(void)
 {
@@ -77,172 +60,19 @@ static void setup(void)
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
+    tl_wmma = tilelang_with_keys(gpu, TL_KEYS_WMMA);
+    cc = (close_check){.gpu = gpu, .label = LOG_PREFIX ":", .width = 58, .norm = 1};
 }
 
 static void teardown(void)
 {
     tilelang_destroy(tl);
+    tilelang_destroy(tl_wmma);
     cuda_destroy(gpu);
 }
 
-static void *dev_alloc(size_t bytes)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, bytes > 0 ? bytes : 1, &d, &err), 0);
-    return d;
-}
-
-static void *to_gpu_bf16(const float *h, int64_t n)
-{
-    void *d = dev_alloc((size_t)n * 2);
-    ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_BF16, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static int32_t *to_gpu_i32(const int32_t *h, int64_t n)
-{
-    int32_t *d = dev_alloc((size_t)n * 4);
-    ck_assert_int_eq(cuda_copy(gpu, d, h, (size_t)n * 4, DSARL_COPY_HOST_TO_DEVICE, &err), 0);
-    return d;
-}
-
-static float *from_gpu(const void *d, int64_t n, dsarl_dtype dtype)
-{
-    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_msg(cuda_download_f32(gpu, h, d, dtype, (size_t)n, &err) == 0, "%s", err.message);
-    return h;
-}
-
-/* --- one case: a batch, inputs, indices ------------------------------------------------------------------- */
-
-typedef struct mla_case {
-    int64_t Tq, Tk;
-    int H;
-    int32_t topk;
-    int32_t *start, *end, *idx;     /* host (Tq), (Tq), (Tq, topk) */
-    float *q, *kv;                  /* host, bf16-rounded */
-    dsarl_dsa_batch hbatch, dbatch; /* host / device ranges */
-    dsarl_dsa_attention_inputs hin, din;
-    int32_t *g_idx;
-    void *g_out;                    /* (Tq, H, d_v) bf16: the forward's output, input of the backward */
-    float *g_lse;                   /* (Tq, H) */
-    float *out, *lse, *dout;        /* host copies (out and dout bf16-rounded) */
-    void *g_dout, *g_dq, *g_dkv;    /* (Tq, H, d_v), (Tq, H, d_qk), (Tk, d_qk) bf16 */
-    float *g_acc;                   /* (Tk, d_qk) fp32 key-gradient accumulator for direct kernel calls */
-} mla_case;
-
-static void case_inputs(mla_case *c)
-{
-    int32_t max = 0;
-    for (int64_t t = 0; t < c->Tq; t++)
-        max = c->end[t] - c->start[t] > max ? c->end[t] - c->start[t] : max;
-    c->hbatch = (dsarl_dsa_batch){.struct_size = sizeof(dsarl_dsa_batch), .n_queries = c->Tq, .n_keys = c->Tk,
-                                  .key_start = c->start, .key_end = c->end, .max_keys_per_query = max};
-    c->dbatch = c->hbatch;
-    c->dbatch.key_start = to_gpu_i32(c->start, c->Tq);
-    c->dbatch.key_end = to_gpu_i32(c->end, c->Tq);
-    c->q = rand_bf16(c->Tq * c->H * D_QK, 1.0f);
-    c->kv = rand_bf16(c->Tk * D_QK, 1.0f);
-    /* scale 1/16 as GLM-5 (1/sqrt(256)) times 4 so that the softmax is far from uniform */
-    c->hin = (dsarl_dsa_attention_inputs){.struct_size = sizeof(c->hin), .q = c->q, .kv = c->kv, .n_heads = c->H,
-                                          .d_qk = D_QK, .d_v = D_V, .softmax_scale = 0.25f};
-    c->din = c->hin;
-    c->din.q = to_gpu_bf16(c->q, c->Tq * c->H * D_QK);
-    c->din.kv = to_gpu_bf16(c->kv, c->Tk * D_QK);
-    c->g_idx = to_gpu_i32(c->idx, c->Tq * c->topk);
-    c->g_out = dev_alloc((size_t)(c->Tq * c->H * D_V) * 2);
-    c->g_lse = dev_alloc((size_t)(c->Tq * c->H) * 4);
-    c->dout = rand_bf16(c->Tq * c->H * D_V, 1.0f);
-    c->g_dout = to_gpu_bf16(c->dout, c->Tq * c->H * D_V);
-    c->g_dq = dev_alloc((size_t)(c->Tq * c->H * D_QK) * 2);
-    c->g_dkv = dev_alloc((size_t)(c->Tk * D_QK) * 2);
-    c->g_acc = dev_alloc((size_t)(c->Tk * D_QK) * 4);
-    c->out = c->lse = NULL;
-}
-
-static void case_free(mla_case *c)
-{
-    cuda_free(gpu, (void *)c->dbatch.key_start), cuda_free(gpu, (void *)c->dbatch.key_end);
-    cuda_free(gpu, (void *)c->din.q), cuda_free(gpu, (void *)c->din.kv), cuda_free(gpu, c->g_idx);
-    cuda_free(gpu, c->g_out), cuda_free(gpu, c->g_lse), cuda_free(gpu, c->g_dout), cuda_free(gpu, c->g_dq);
-    cuda_free(gpu, c->g_dkv), cuda_free(gpu, c->g_acc);
-    free(c->start), free(c->end), free(c->idx), free(c->q), free(c->kv), free(c->out), free(c->lse), free(c->dout);
-}
-
-// Fills row t's slots: `valid` distinct keys of [start, end) (capped at the range size) in random order at random
-// slots, the rest -1; with `repeats`, a few valid slots repeat a key.
-static void fill_row(int32_t *row, int32_t topk, int32_t start, int32_t end, int32_t valid, int repeats)
-{
-    int32_t n = end - start;
-    if (valid > n)
-        valid = n;
-    if (valid > topk)
-        valid = topk;
-    for (int32_t i = 0; i < topk; i++)
-        row[i] = -1;
-    // distinct keys: a partial Fisher-Yates shuffle of the range, placed at random free slots
-    int32_t *pool = malloc((size_t)(n > 0 ? n : 1) * 4);
-    for (int32_t i = 0; i < n; i++)
-        pool[i] = start + i;
-    for (int32_t i = 0; i < valid; i++) {
-        int32_t j = i + irand(n - i), tmp = pool[i];
-        pool[i] = pool[j], pool[j] = tmp;
-    }
-    for (int32_t placed = 0; placed < valid;) {
-        int32_t slot = irand(topk);
-        if (row[slot] == -1)
-            row[slot] = pool[placed++];
-    }
-    free(pool);
-    if (repeats && valid > 1)
-        for (int r = 0; r < 3; r++) { /* copy a valid key into another valid slot */
-            int32_t a = irand(topk), b = irand(topk);
-            if (row[a] >= 0 && row[b] >= 0)
-                row[b] = row[a];
-        }
-}
-
-// Causal packed THD with ragged sequences; row t gets min(eligible, topk) keys minus ~10% holes, unsorted.
-static void case_packed(mla_case *c, const int32_t *lengths, int n_seq, int H, int32_t topk)
-{
-    int64_t T = 0;
-    for (int i = 0; i < n_seq; i++)
-        T += lengths[i];
-    c->Tq = c->Tk = T, c->H = H, c->topk = topk;
-    c->start = malloc((size_t)T * 4), c->end = malloc((size_t)T * 4), c->idx = malloc((size_t)(T * topk) * 4);
-    int32_t off = 0;
-    for (int i = 0; i < n_seq; i++) {
-        for (int32_t j = 0; j < lengths[i]; j++) {
-            int64_t t = off + j;
-            c->start[t] = off, c->end[t] = off + j + 1;
-            int32_t eligible = j + 1, want = eligible < topk ? eligible : topk;
-            if (want > 4)
-                want -= irand(want / 10 + 1);
-            fill_row(c->idx + t * topk, topk, c->start[t], c->end[t], want, t % 7 == 3);
-        }
-        off += lengths[i];
-    }
-    fill_row(c->idx + (T - 1) * topk, topk, 0, 0, 0, 0); /* the last row has no valid slot */
-    case_inputs(c);
-}
-
-// Decode-style: every query sees a random window of a longer key array; one window empty, one row with 3 keys.
-static void case_decode(mla_case *c, int64_t Tq, int64_t Tk, int H, int32_t topk)
-{
-    c->Tq = Tq, c->Tk = Tk, c->H = H, c->topk = topk;
-    c->start = malloc((size_t)Tq * 4), c->end = malloc((size_t)Tq * 4), c->idx = malloc((size_t)(Tq * topk) * 4);
-    for (int64_t t = 0; t < Tq; t++) {
-        int32_t a = irand((int32_t)Tk), b = irand((int32_t)Tk);
-        c->start[t] = a < b ? a : b, c->end[t] = (a < b ? b : a) + 1;
-        if (t == Tq / 2)
-            c->end[t] = c->start[t];
-        int32_t n = c->end[t] - c->start[t];
-        int32_t want = t == 1 ? 3 : (n < topk ? n : topk) - irand(topk / 8 + 1);
-        fill_row(c->idx + t * topk, topk, c->start[t], c->end[t], want > 0 ? want : 0, t % 5 == 2);
-    }
-    case_inputs(c);
-}
+#define MLA_CASE_BACKWARD
+#include "mla_sm90_cases.h"
 
 /* --- the reference, threaded over query rows --------------------------------------------------------------- */
 
@@ -318,35 +148,12 @@ static void case_forward(mla_case *c)
     c->out = malloc((size_t)n_out * 4), c->lse = malloc((size_t)(c->Tq * c->H) * 4);
     reference(c, 0, c->out, c->lse);
     for (int64_t i = 0; i < n_out; i++)
-        c->out[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(c->out[i]));
+        c->out[i] = bf16_value(c->out[i]);
     ck_assert_int_eq(cuda_upload_f32(gpu, c->g_out, DSARL_DTYPE_BF16, c->out, (size_t)n_out, &err), 0);
     ck_assert_int_eq(cudaMemcpy(c->g_lse, c->lse, (size_t)(c->Tq * c->H) * 4, cudaMemcpyHostToDevice), cudaSuccess);
 }
 
 /* --- launching and comparing ------------------------------------------------------------------------------ */
-
-// Compares got (device) with want (host); returns the normwise relative error.
-static double compare(const void *got_d, dsarl_dtype dtype, const float *want, int64_t n, double tol,
-                      const char *what)
-{
-    float *got = from_gpu(got_d, n, dtype);
-    double maxref = 1e-30, maxerr = 0.0, num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        ck_assert_msg(isfinite(got[i]), "%s: element %lld is %g, want %g (unwritten or overflow)", what,
-                      (long long)i, got[i], want[i]);
-        maxref = fmax(maxref, fabs(want[i]));
-        maxerr = fmax(maxerr, fabs((double)got[i] - want[i]));
-        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        den += (double)want[i] * want[i];
-    }
-    double norm = den > 0.0 ? sqrt(num / den) : sqrt(num);
-    printf(LOG_PREFIX ": %-58s norm rel err %.2e, max rel err %.2e (tol %.0e, n %lld)\n", what, norm,
-           maxerr / maxref, tol, (long long)n);
-    ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
-                  tol);
-    free(got);
-    return norm;
-}
 
 static void poison_dq(mla_case *c)
 {
@@ -356,13 +163,8 @@ static void poison_dq(mla_case *c)
 /* The backward through the entry point, with the sm90 kernel switched on (sm90 = 1) or off. */
 static void run_entry(mla_case *c, int sm90)
 {
-    if (sm90)
-        unsetenv("DSARL_TILELANG_NO_SM90");
-    else
-        setenv("DSARL_TILELANG_NO_SM90", "1", 1);
-    int rc = tilelang_sparse_mla_backward(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
-                                          c->g_dout, c->g_dq, c->g_dkv, &err);
-    unsetenv("DSARL_TILELANG_NO_SM90");
+    int rc = tilelang_sparse_mla_backward(sm90 ? tl : tl_wmma, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out,
+                                          c->g_lse, c->g_dout, c->g_dq, c->g_dkv, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }
@@ -385,30 +187,31 @@ static void check_case(mla_case *c, const char *what)
     ck_assert_msg(used, "the sm90 backward did not take H %d, topk %d", c->H, c->topk);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     snprintf(name, sizeof name, "%s dq", what);
-    compare(c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
+    expect_close(&cc, c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
     snprintf(name, sizeof name, "%s dkv gradient (fp32)", what);
-    compare(c->g_acc, DSARL_DTYPE_F32, grad, n_kv, 1e-2, name);
+    expect_close(&cc, c->g_acc, DSARL_DTYPE_F32, grad, n_kv, 1e-2, name);
 
     // 2. the entry point: dkv += gradient on a random prefill of about half the gradient's size
     double gmax = 0.0;
     for (int64_t e = 0; e < n_kv; e++)
         gmax = fmax(gmax, fabs(grad[e]));
-    float *prefill = rand_bf16(n_kv, (float)(0.5 * gmax + 1e-3)), *want = malloc((size_t)(n_kv > 0 ? n_kv : 1) * 4);
+    float *prefill = rand_bf16(&stream, n_kv, (float)(0.5 * gmax + 1e-3)),
+          *want = malloc((size_t)(n_kv > 0 ? n_kv : 1) * 4);
     for (int64_t e = 0; e < n_kv; e++)
         want[e] = prefill[e] + grad[e];
     ck_assert_int_eq(cuda_upload_f32(gpu, c->g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
     poison_dq(c);
     run_entry(c, 1);
     snprintf(name, sizeof name, "%s entry dq", what);
-    compare(c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
+    expect_close(&cc, c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
     snprintf(name, sizeof name, "%s entry dkv (+=)", what);
-    compare(c->g_dkv, DSARL_DTYPE_BF16, want, n_kv, 1e-2, name);
+    expect_close(&cc, c->g_dkv, DSARL_DTYPE_BF16, want, n_kv, 1e-2, name);
     // rows that no slot selects keep their prefill exactly
     char *touched = calloc((size_t)(c->Tk > 0 ? c->Tk : 1), 1);
     for (int64_t i = 0; i < c->Tq * c->topk; i++)
         if (c->idx[i] >= 0)
             touched[c->idx[i]] = 1;
-    float *got = from_gpu(c->g_dkv, n_kv, DSARL_DTYPE_BF16);
+    float *got = from_gpu(gpu, c->g_dkv, n_kv, DSARL_DTYPE_BF16);
     int64_t untouched = 0;
     for (int64_t k = 0; k < c->Tk; k++) {
         if (touched[k])
@@ -484,9 +287,9 @@ START_TEST(test_repeated_keys)
     for (int64_t t = 0; t < c.Tq; t++) {
         c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
         for (int32_t i = 0; i < c.topk; i++)
-            c.idx[t * c.topk + i] = irand(8) == 0 ? -1 : pool[irand(5)];
+            c.idx[t * c.topk + i] = rng_below(&stream, 8) == 0 ? -1 : pool[rng_below(&stream, 5)];
     }
-    fill_row(c.idx + 5 * c.topk, c.topk, 0, 0, 0, 0); /* one row with no valid slot */
+    fill_index_row(&stream, c.idx + 5 * c.topk, c.topk, 0, 0, 0, 0); /* one row with no valid slot */
     case_inputs(&c);
     check_case(&c, "5 keys x 256 slots Tq24 H64 k256");
     case_free(&c);
@@ -507,7 +310,7 @@ START_TEST(test_front_packed)
         for (int64_t t = 0; t < c.Tq; t++) {
             c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
             int32_t *row = c.idx + t * c.topk, n = counts[t % 8];
-            fill_row(row, c.topk, 0, (int32_t)c.Tk, n, 0); // n distinct keys at random slots
+            fill_index_row(&stream, row, c.topk, 0, (int32_t)c.Tk, n, 0); // n distinct keys at random slots
             int32_t w = 0;                                   // moved to the front, in slot order
             for (int32_t i = 0; i < c.topk; i++)
                 if (row[i] >= 0)
@@ -515,7 +318,7 @@ START_TEST(test_front_packed)
             for (int32_t i = w; i < c.topk; i++)
                 row[i] = -1;
             if (t % 3 == 0 && n > 2)
-                row[irand(n - 1)] = -1;
+                row[rng_below(&stream, n - 1)] = -1;
         }
         case_inputs(&c);
         check_case(&c, heads[hc] == 64 ? "front-packed rows Tq24 H64 k256" : "front-packed rows Tq24 H16 k256");
@@ -551,20 +354,21 @@ START_TEST(test_old_vs_new)
     case_decode(&c, 512, 8192, 64, 2048);
     device_forward(&c);
     int64_t n_dq = c.Tq * c.H * D_QK, n_kv = c.Tk * D_QK;
-    float *prefill = rand_bf16(n_kv, 1.0f);
+    float *prefill = rand_bf16(&stream, n_kv, 1.0f);
     ck_assert_int_eq(cuda_upload_f32(gpu, c.g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
     poison_dq(&c);
     run_entry(&c, 0);
-    float *old_dq = from_gpu(c.g_dq, n_dq, DSARL_DTYPE_BF16), *old_dkv = from_gpu(c.g_dkv, n_kv, DSARL_DTYPE_BF16);
+    float *old_dq = from_gpu(gpu, c.g_dq, n_dq, DSARL_DTYPE_BF16),
+          *old_dkv = from_gpu(gpu, c.g_dkv, n_kv, DSARL_DTYPE_BF16);
     ck_assert_int_eq(cuda_upload_f32(gpu, c.g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
     poison_dq(&c);
     run_entry(&c, 1);
-    compare(c.g_dq, DSARL_DTYPE_BF16, old_dq, n_dq, 1e-2, "new vs wmma Tq512 Tk8192 H64 k2048 dq");
-    compare(c.g_dkv, DSARL_DTYPE_BF16, old_dkv, n_kv, 1e-2, "new vs wmma Tq512 Tk8192 H64 k2048 dkv (+=)");
-    float *first = from_gpu(c.g_dq, n_dq, DSARL_DTYPE_BF16);
+    expect_close(&cc, c.g_dq, DSARL_DTYPE_BF16, old_dq, n_dq, 1e-2, "new vs wmma Tq512 Tk8192 H64 k2048 dq");
+    expect_close(&cc, c.g_dkv, DSARL_DTYPE_BF16, old_dkv, n_kv, 1e-2, "new vs wmma Tq512 Tk8192 H64 k2048 dkv (+=)");
+    float *first = from_gpu(gpu, c.g_dq, n_dq, DSARL_DTYPE_BF16);
     poison_dq(&c);
     run_entry(&c, 1);
-    float *second = from_gpu(c.g_dq, n_dq, DSARL_DTYPE_BF16);
+    float *second = from_gpu(gpu, c.g_dq, n_dq, DSARL_DTYPE_BF16);
     ck_assert_msg(memcmp(first, second, (size_t)n_dq * 4) == 0, "two launches of the sm90 backward give different dq "
                   "(a race)");
     printf(LOG_PREFIX ": two launches give the same dq\n");
@@ -594,14 +398,12 @@ START_TEST(test_bench)
     const int sm90[3] = {1, 1, 0}, reps[3] = {5, 5, 2};
     for (int k = 0; k < 3; k++) {
         run_entry(&c, sm90[k]); /* warm-up */
-        if (!sm90[k])
-            setenv("DSARL_TILELANG_NO_SM90", "1", 1);
         cudaEventRecord(a, 0);
         for (int r = 0; r < reps[k]; r++)
-            ck_assert_int_eq(tilelang_sparse_mla_backward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse,
-                                                          c.g_dout, c.g_dq, c.g_dkv, &err), 0);
+            ck_assert_int_eq(tilelang_sparse_mla_backward(sm90[k] ? tl : tl_wmma, &c.dbatch, &c.din, c.g_idx,
+                                                          c.topk, c.g_out, c.g_lse, c.g_dout, c.g_dq, c.g_dkv, &err),
+                             0);
         cudaEventRecord(b, 0);
-        unsetenv("DSARL_TILELANG_NO_SM90");
         ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, a, b);
@@ -644,6 +446,7 @@ int main(void)
         printf(LOG_PREFIX ": skipped: no compute capability 9.0 CUDA device is visible\n");
         return 77;
     }
+    stream = cuda_test_seed(LOG_PREFIX, 0x9E3779B97F4A7C15ull);
     setvbuf(stdout, NULL, _IOLBF, 0); /* each figure reaches a redirected log at once, also when a timeout kills us */
     SRunner *sr = srunner_create(mla_bwd_sm90_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */

@@ -9,8 +9,9 @@
  * outputs (lse, scores, loss, dweights) 1e-3; top-k as sets: the chosen keys' exact scores must equal the
  * reference's sorted top-k scores (1e-4 relative to the row's largest |score|), a key is only swapped for one whose
  * score ties the k-th within that tolerance, and the order is descending. Each comparison prints its error.
- * Sparse MLA at GLM-5 dims runs both the tensor-core (WMMA) kernels and the CUDA-core ones
- * (DSARL_TILELANG_NO_WMMA=1). DSARL_GPU_BENCH=1 adds first timings at larger shapes. Label gpu; exit status 77
+ * Sparse MLA at GLM-5 dims runs both the tensor-core (WMMA) kernels and the CUDA-core ones (a second context with
+ * runtime.tilelang_sparse_mla and runtime.tilelang_indexer = cuda_core). DSARL_GPU_BENCH=1 adds first timings at
+ * larger shapes. Label gpu; exit status 77
  * (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
@@ -22,36 +23,15 @@
 #include "cuda_device.h"
 #include "dsa_reference.h"
 #include "tilelang.h"
-
-static uint64_t rng_state = 0x853C49E6748FEA9Bull;
-
-static float frand(void) // uniform in [-1, 1), xorshift64*
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (float)((double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static float *rand_bf16(int64_t n, float scale)
-{
-    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(frand() * scale));
-    return a;
-}
-
-static float *round_bf16(const float *x, int64_t n)
-{
-    float *a = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        a[i] = dsarl_bf16_to_f32(dsarl_f32_to_bf16(x[i]));
-    return a;
-}
+#include "cuda_test_util.h"
+#include "tilelang_test_util.h"
 
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl, *ref;
+static dsarl_dsa_context *tl_cc; /* runtime.tilelang_* = cuda_core: the CUDA-core kernels on the same GPU */
 static dsarl_error err;
+static rng stream;     /* the run's random inputs (cuda_test_util.h) */
+static close_check cc; /* expect_close's device and printed label */
 
 static void setup(void)
 {
@@ -59,150 +39,17 @@ static void setup(void)
     dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single};
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
+    tl_cc = tilelang_with_keys(gpu, TL_KEYS_CUDA_CORE);
     ck_assert_int_eq(dsa_reference_create(NULL, NULL, NULL, &ref, &err), 0);
+    cc = (close_check){.gpu = gpu, .label = "check_dsa_tilelang:", .width = 44};
 }
 
 static void teardown(void)
 {
     tilelang_destroy(tl);
+    tilelang_destroy(tl_cc);
     dsa_reference_destroy(ref);
     cuda_destroy(gpu);
-}
-
-static void *to_gpu(const float *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 2, &d, &err), 0);
-    ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_BF16, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static float *to_gpu_f32(const float *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    if (h)
-        ck_assert_int_eq(cuda_upload_f32(gpu, d, DSARL_DTYPE_F32, h, (size_t)n, &err), 0);
-    return d;
-}
-
-static int32_t *to_gpu_i32(const int32_t *h, int64_t n)
-{
-    void *d = NULL;
-    ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n > 0 ? n : 1) * 4, &d, &err), 0);
-    if (h)
-        ck_assert_int_eq(cuda_copy(gpu, d, h, (size_t)n * 4, DSARL_COPY_HOST_TO_DEVICE, &err), 0);
-    return d;
-}
-
-static float *from_gpu(const void *d, int64_t n, dsarl_dtype dtype)
-{
-    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_msg(cuda_download_f32(gpu, h, d, dtype, (size_t)n, &err) == 0, "%s", err.message);
-    return h;
-}
-
-static int32_t *from_gpu_i32(const int32_t *d, int64_t n)
-{
-    int32_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_int_eq(cuda_copy(gpu, h, d, (size_t)n * 4, DSARL_COPY_DEVICE_TO_HOST, &err), 0);
-    return h;
-}
-
-static void expect_close(const void *d, dsarl_dtype dtype, const float *want, int64_t n, double tol, const char *what)
-{
-    float *got = from_gpu(d, n, dtype);
-    double maxref = 1e-30, maxerr = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(want[i])) {
-            ck_assert_msg(got[i] == want[i], "%s: element %lld is %g, want %g", what, (long long)i, got[i], want[i]);
-            continue;
-        }
-        ck_assert_msg(isfinite(got[i]), "%s: element %lld is %g, want %g", what, (long long)i, got[i], want[i]);
-        maxref = fmax(maxref, fabs(want[i]));
-        maxerr = fmax(maxerr, fabs(got[i] - want[i]));
-    }
-    printf("check_dsa_tilelang: %-44s rel err %.2e (tol %.0e, n %lld)\n", what, maxerr / maxref, tol, (long long)n);
-    ck_assert_msg(maxerr <= tol * maxref, "%s: max abs error %.3g vs max |ref| %.3g (tol %.1g)", what, maxerr, maxref,
-                  tol);
-    free(got);
-}
-
-/* --- batches ---------------------------------------------------------------------------------------------- */
-
-typedef struct test_batch {
-    dsarl_dsa_batch host, dev; /* the same ranges in host and device memory */
-    int32_t *start, *end;
-} test_batch;
-
-static void batch_finish(test_batch *tb, int64_t n_queries, int64_t n_keys)
-{
-    int32_t max = 0;
-    for (int64_t t = 0; t < n_queries; t++)
-        max = tb->end[t] - tb->start[t] > max ? tb->end[t] - tb->start[t] : max;
-    tb->host = (dsarl_dsa_batch){.struct_size = sizeof(dsarl_dsa_batch), .n_queries = n_queries, .n_keys = n_keys,
-                                 .key_start = tb->start, .key_end = tb->end, .max_keys_per_query = max};
-    tb->dev = tb->host;
-    tb->dev.key_start = to_gpu_i32(tb->start, n_queries);
-    tb->dev.key_end = to_gpu_i32(tb->end, n_queries);
-}
-
-// Causal packed THD: query t of sequence i sees [cu_seqlens[i], t + 1).
-static void batch_packed(test_batch *tb, const int32_t *lengths, int n_seq)
-{
-    int64_t T = 0;
-    for (int i = 0; i < n_seq; i++)
-        T += lengths[i];
-    tb->start = malloc((size_t)T * 4);
-    tb->end = malloc((size_t)T * 4);
-    int32_t offset = 0;
-    for (int i = 0; i < n_seq; i++) {
-        for (int32_t j = 0; j < lengths[i]; j++) {
-            tb->start[offset + j] = offset;
-            tb->end[offset + j] = offset + j + 1;
-        }
-        offset += lengths[i];
-    }
-    batch_finish(tb, T, T);
-}
-
-// Decode: query i sees its own window [start, start + len) of a longer key array (len 0 for one query).
-static void batch_decode(test_batch *tb, int64_t n_queries, int32_t n_keys)
-{
-    tb->start = malloc((size_t)n_queries * 4);
-    tb->end = malloc((size_t)n_queries * 4);
-    for (int64_t t = 0; t < n_queries; t++) {
-        int32_t a = (int32_t)((frand() + 1.0f) * 0.5f * (float)n_keys) % n_keys;
-        int32_t b = (int32_t)((frand() + 1.0f) * 0.5f * (float)n_keys) % n_keys;
-        tb->start[t] = a < b ? a : b;
-        tb->end[t] = (a < b ? b : a) + 1;
-    }
-    tb->end[n_queries / 2] = tb->start[n_queries / 2]; /* an empty range */
-    batch_finish(tb, n_queries, n_keys);
-}
-
-static void batch_free(test_batch *tb)
-{
-    cuda_free(gpu, (void *)tb->dev.key_start);
-    cuda_free(gpu, (void *)tb->dev.key_end);
-    free(tb->start);
-    free(tb->end);
-}
-
-// Random index rows: keys of the query's range (some repeated), -1 slots, one row all -1.
-static int32_t *random_indices(const test_batch *tb, int32_t topk)
-{
-    int64_t Tq = tb->host.n_queries;
-    int32_t *idx = malloc((size_t)(Tq * topk) * 4);
-    for (int64_t t = 0; t < Tq; t++)
-        for (int32_t i = 0; i < topk; i++) {
-            int32_t n = tb->end[t] - tb->start[t];
-            int drop = frand() < -0.7f || n == 0 || t == Tq - 1;
-            idx[t * topk + i] = drop ? -1 : tb->start[t] + (int32_t)((frand() + 1.0f) * 0.5f * (float)n) % n;
-        }
-    return idx;
 }
 
 /* --- indexer top-k ----------------------------------------------------------------------------------------- */
@@ -223,24 +70,25 @@ static double index_score(const float *q, const float *k, const float *w, int nh
 
 static void check_topk(test_batch *tb, int nh, int hd, int32_t topk, const char *what)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
-    float *q = rand_bf16(Tq * nh * hd, 1), *k = rand_bf16(Tk * hd, 1), *w = rand_bf16(Tq * nh, 0.2f);
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
+    float *q = rand_bf16(&stream, Tq * nh * hd, 1), *k = rand_bf16(&stream, Tk * hd, 1),
+          *w = rand_bf16(&stream, Tq * nh, 0.2f);
     dsarl_dsa_indexer_inputs hin = {.struct_size = sizeof(hin), .q = q, .k = k, .weights = w, .n_heads = nh,
                                     .head_dim = hd};
     dsarl_dsa_indexer_inputs din = hin;
-    din.q = to_gpu(q, Tq * nh * hd);
-    din.k = to_gpu(k, Tk * hd);
-    din.weights = to_gpu_f32(w, Tq * nh);
-    int32_t *ref_idx = malloc((size_t)(Tq * topk) * 4), *gidx = to_gpu_i32(NULL, Tq * topk);
-    float *ref_scores = malloc((size_t)(Tq * topk) * 4), *gscores = to_gpu_f32(NULL, Tq * topk);
-    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->host, &hin, topk, ref_idx, ref_scores, &err), 0);
+    din.q = to_gpu_bf16(gpu, q, Tq * nh * hd);
+    din.k = to_gpu_bf16(gpu, k, Tk * hd);
+    din.weights = to_gpu_f32(gpu, w, Tq * nh);
+    int32_t *ref_idx = malloc((size_t)(Tq * topk) * 4), *gidx = to_gpu_i32(gpu, NULL, Tq * topk);
+    float *ref_scores = malloc((size_t)(Tq * topk) * 4), *gscores = to_gpu_f32(gpu, NULL, Tq * topk);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->b, &hin, topk, ref_idx, ref_scores, &err), 0);
     ck_assert_msg(tilelang_indexer_topk(tl, &tb->dev, &din, topk, gidx, gscores, &err) == 0, "%s", err.message);
-    int32_t *got = from_gpu_i32(gidx, Tq * topk);
-    float *got_scores = from_gpu(gscores, Tq * topk, DSARL_DTYPE_F32);
+    int32_t *got = from_gpu_i32(gpu, gidx, Tq * topk);
+    float *got_scores = from_gpu(gpu, gscores, Tq * topk, DSARL_DTYPE_F32);
     int swapped = 0;
     double worst = 0.0;
     for (int64_t t = 0; t < Tq; t++) {
-        int32_t n = tb->end[t] - tb->start[t], kk = n < topk ? n : topk;
+        int32_t n = tb->key_end[t] - tb->key_start[t], kk = n < topk ? n : topk;
         double row_max = 1e-30;
         for (int32_t i = 0; i < kk; i++)
             row_max = fmax(row_max, fabs(ref_scores[t * topk + i]));
@@ -252,8 +100,8 @@ static void check_topk(test_batch *tb, int nh, int hd, int32_t topk, const char 
                               (long long)t, i);
                 continue;
             }
-            ck_assert_msg(s >= tb->start[t] && s < tb->end[t], "%s: row %lld slot %d key %d outside [%d, %d)", what,
-                          (long long)t, i, s, tb->start[t], tb->end[t]);
+            ck_assert_msg(s >= tb->key_start[t] && s < tb->key_end[t], "%s: row %lld slot %d key %d outside [%d, %d)",
+                          what, (long long)t, i, s, tb->key_start[t], tb->key_end[t]);
             for (int32_t j = 0; j < i; j++)
                 ck_assert_msg(got[t * topk + j] != s, "%s: row %lld lists key %d twice", what, (long long)t, s);
             double exact = index_score(q, k, w, nh, hd, t, s);
@@ -288,26 +136,27 @@ START_TEST(test_indexer_topk_packed)
 {
     test_batch tb;
     const int32_t lengths[] = {3, 20, 45, 8, 1};
-    batch_packed(&tb, lengths, 5);
+    batch_packed_gpu(gpu, &tb, lengths, 5);
     check_topk(&tb, 4, 64, 16, "indexer_topk ragged pack (4x64, k16)");
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
     const int32_t longer[] = {300, 70};
-    batch_packed(&tb, longer, 2);
+    batch_packed_gpu(gpu, &tb, longer, 2);
     check_topk(&tb, 32, 128, 64, "indexer_topk pack (32x128, k64, tensor cores)");
     check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100, tensor cores)");
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    dsarl_dsa_context *keep = tl;
+    tl = tl_cc;
     check_topk(&tb, 32, 128, 100, "indexer_topk pack (32x128, k100, cuda cores)");
-    unsetenv("DSARL_TILELANG_NO_WMMA");
-    batch_free(&tb);
+    tl = keep;
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
 START_TEST(test_indexer_topk_decode)
 {
     test_batch tb;
-    batch_decode(&tb, 24, 700);
+    batch_decode_gpu(gpu, &stream, &tb, 24, 700, 1);
     check_topk(&tb, 8, 128, 128, "indexer_topk decode ranges (8x128, k128)");
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -324,20 +173,20 @@ typedef struct attn_case {
 
 static void attn_setup(attn_case *ac, test_batch *tb, int H, int d_qk, int d_v, int32_t topk, int32_t *indices)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
-    ac->q = rand_bf16(Tq * H * d_qk, 1);
-    ac->kv = rand_bf16(Tk * d_qk, 1);
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
+    ac->q = rand_bf16(&stream, Tq * H * d_qk, 1);
+    ac->kv = rand_bf16(&stream, Tk * d_qk, 1);
     ac->idx = indices;
     ac->hin = (dsarl_dsa_attention_inputs){.struct_size = sizeof(ac->hin), .q = ac->q, .kv = ac->kv, .n_heads = H,
                                            .d_qk = d_qk, .d_v = d_v, .softmax_scale = 1.5f / sqrtf((float)d_qk)};
     ac->din = ac->hin;
-    ac->din.q = to_gpu(ac->q, Tq * H * d_qk);
-    ac->din.kv = to_gpu(ac->kv, Tk * d_qk);
+    ac->din.q = to_gpu_bf16(gpu, ac->q, Tq * H * d_qk);
+    ac->din.kv = to_gpu_bf16(gpu, ac->kv, Tk * d_qk);
     ac->out = malloc((size_t)(Tq * H * d_v) * 4);
     ac->lse = malloc((size_t)(Tq * H) * 4);
     ck_assert_int_eq(cuda_alloc(gpu, (size_t)(Tq * H * d_v) * 2, &ac->g_out, &err), 0);
-    ac->g_lse = to_gpu_f32(NULL, Tq * H);
-    ac->g_idx = to_gpu_i32(indices, Tq * topk);
+    ac->g_lse = to_gpu_f32(gpu, NULL, Tq * H);
+    ac->g_idx = to_gpu_i32(gpu, indices, Tq * topk);
 }
 
 static void attn_free(attn_case *ac)
@@ -350,34 +199,35 @@ static void attn_free(attn_case *ac)
 static void check_attention(test_batch *tb, int H, int d_qk, int d_v, int32_t topk, int32_t *indices,
                             const char *what)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
     char name[128];
     attn_case ac;
     attn_setup(&ac, tb, H, d_qk, d_v, topk, indices);
-    ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb->host, &ac.hin, ac.idx, topk, ac.out, ac.lse, &err),
+    ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb->b, &ac.hin, ac.idx, topk, ac.out, ac.lse, &err),
                      0);
     ck_assert_msg(tilelang_sparse_mla_forward(tl, &tb->dev, &ac.din, ac.g_idx, topk, ac.g_out, ac.g_lse, &err) == 0,
                   "%s", err.message);
     snprintf(name, sizeof name, "%s fwd out", what);
-    expect_close(ac.g_out, DSARL_DTYPE_BF16, ac.out, Tq * H * d_v, 1e-2, name);
+    expect_close(&cc, ac.g_out, DSARL_DTYPE_BF16, ac.out, Tq * H * d_v, 1e-2, name);
     snprintf(name, sizeof name, "%s fwd lse", what);
-    expect_close(ac.g_lse, DSARL_DTYPE_F32, ac.lse, Tq * H, 1e-3, name);
+    expect_close(&cc, ac.g_lse, DSARL_DTYPE_F32, ac.lse, Tq * H, 1e-3, name);
 
     // backward from the same (bf16-rounded) out and lse on both sides
-    float *out16 = round_bf16(ac.out, Tq * H * d_v), *dout = rand_bf16(Tq * H * d_v, 1);
-    float *dkv = rand_bf16(Tk * d_qk, 0.5f), *dq = malloc((size_t)(Tq * H * d_qk) * 4);
-    void *g_out16 = to_gpu(out16, Tq * H * d_v), *g_dout = to_gpu(dout, Tq * H * d_v), *g_dkv = to_gpu(dkv, Tk * d_qk);
+    float *out16 = round_bf16(ac.out, Tq * H * d_v), *dout = rand_bf16(&stream, Tq * H * d_v, 1);
+    float *dkv = rand_bf16(&stream, Tk * d_qk, 0.5f), *dq = malloc((size_t)(Tq * H * d_qk) * 4);
+    void *g_out16 = to_gpu_bf16(gpu, out16, Tq * H * d_v), *g_dout = to_gpu_bf16(gpu, dout, Tq * H * d_v),
+         *g_dkv = to_gpu_bf16(gpu, dkv, Tk * d_qk);
     void *g_dq = NULL;
     ck_assert_int_eq(cuda_alloc(gpu, (size_t)(Tq * H * d_qk) * 2, &g_dq, &err), 0);
-    float *g_lse_ref = to_gpu_f32(ac.lse, Tq * H);
-    ck_assert_int_eq(dsa_reference_sparse_mla_backward(ref, &tb->host, &ac.hin, ac.idx, topk, out16, ac.lse, dout, dq,
+    float *g_lse_ref = to_gpu_f32(gpu, ac.lse, Tq * H);
+    ck_assert_int_eq(dsa_reference_sparse_mla_backward(ref, &tb->b, &ac.hin, ac.idx, topk, out16, ac.lse, dout, dq,
                                                        dkv, &err), 0);
     ck_assert_msg(tilelang_sparse_mla_backward(tl, &tb->dev, &ac.din, ac.g_idx, topk, g_out16, g_lse_ref, g_dout,
                                                g_dq, g_dkv, &err) == 0, "%s", err.message);
     snprintf(name, sizeof name, "%s bwd dq", what);
-    expect_close(g_dq, DSARL_DTYPE_BF16, dq, Tq * H * d_qk, 1e-2, name);
+    expect_close(&cc, g_dq, DSARL_DTYPE_BF16, dq, Tq * H * d_qk, 1e-2, name);
     snprintf(name, sizeof name, "%s bwd dkv (+=)", what);
-    expect_close(g_dkv, DSARL_DTYPE_BF16, dkv, Tk * d_qk, 1e-2, name);
+    expect_close(&cc, g_dkv, DSARL_DTYPE_BF16, dkv, Tk * d_qk, 1e-2, name);
     cuda_free(gpu, g_out16), cuda_free(gpu, g_dout), cuda_free(gpu, g_dkv), cuda_free(gpu, g_dq);
     cuda_free(gpu, g_lse_ref);
     free(out16), free(dout), free(dkv), free(dq);
@@ -388,12 +238,13 @@ START_TEST(test_sparse_mla_small)
 {
     test_batch tb;
     const int32_t lengths[] = {5, 30, 1, 12};
-    batch_packed(&tb, lengths, 4);
-    check_attention(&tb, 4, 96, 64, 16, random_indices(&tb, 16), "sparse_mla pack H4 d96/64 k16 random idx");
-    batch_free(&tb);
-    batch_decode(&tb, 10, 200);
-    check_attention(&tb, 3, 40, 32, 24, random_indices(&tb, 24), "sparse_mla decode H3 d40/32 k24");
-    batch_free(&tb);
+    batch_packed_gpu(gpu, &tb, lengths, 4);
+    check_attention(&tb, 4, 96, 64, 16, random_indices_repeats(&stream, &tb, 16),
+                    "sparse_mla pack H4 d96/64 k16 random idx");
+    batch_free_gpu(gpu, &tb);
+    batch_decode_gpu(gpu, &stream, &tb, 10, 200, 1);
+    check_attention(&tb, 3, 40, 32, 24, random_indices_repeats(&stream, &tb, 24), "sparse_mla decode H3 d40/32 k24");
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -402,26 +253,28 @@ START_TEST(test_sparse_mla_glm5_dims)
 {
     test_batch tb;
     const int32_t lengths[] = {40, 90};
-    batch_packed(&tb, lengths, 2);
-    int64_t T = tb.host.n_queries;
+    batch_packed_gpu(gpu, &tb, lengths, 2);
+    int64_t T = tb.b.n_queries;
     int32_t topk = 64;
-    float *q = rand_bf16(T * 4 * 32, 1), *k = rand_bf16(T * 32, 1), *w = rand_bf16(T * 4, 0.2f);
+    float *q = rand_bf16(&stream, T * 4 * 32, 1), *k = rand_bf16(&stream, T * 32, 1),
+          *w = rand_bf16(&stream, T * 4, 0.2f);
     dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = q, .k = k, .weights = w, .n_heads = 4,
                                    .head_dim = 32};
     int32_t *idx = malloc((size_t)(T * topk) * 4);
-    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.host, &in, topk, idx, NULL, &err), 0);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.b, &in, topk, idx, NULL, &err), 0);
     int32_t *idx2 = malloc((size_t)(T * topk) * 4);
     memcpy(idx2, idx, (size_t)(T * topk) * 4);
     check_attention(&tb, 20, 576, 512, topk, idx, "sparse_mla pack H20 d576/512 k64 (tensor cores)");
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1); /* the CUDA-core kernels on the same shapes */
+    dsarl_dsa_context *keep = tl; /* the CUDA-core kernels on the same shapes */
+    tl = tl_cc;
     check_attention(&tb, 20, 576, 512, topk, idx2, "sparse_mla pack H20 d576/512 k64 (cuda cores)");
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     // 40 heads: the forward's 32-head blocks plus a partial one of 8
     int32_t *idx3 = malloc((size_t)(T * topk) * 4);
-    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.host, &in, topk, idx3, NULL, &err), 0);
+    ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb.b, &in, topk, idx3, NULL, &err), 0);
     check_attention(&tb, 40, 576, 512, topk, idx3, "sparse_mla pack H40 d576/512 k64 (tensor cores)");
     free(q), free(k), free(w);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -429,55 +282,57 @@ END_TEST
 
 static void check_loss(test_batch *tb, int H, int d_qk, int nh, int hd, int32_t topk, int sparse, const char *what)
 {
-    int64_t Tq = tb->host.n_queries, Tk = tb->host.n_keys;
+    int64_t Tq = tb->b.n_queries, Tk = tb->b.n_keys;
     char name[128];
     attn_case ac;
     int32_t *idx = NULL;
-    float *iq = rand_bf16(Tq * nh * hd, 1), *ik = rand_bf16(Tk * hd, 1), *iw = rand_bf16(Tq * nh, 0.3f);
+    float *iq = rand_bf16(&stream, Tq * nh * hd, 1), *ik = rand_bf16(&stream, Tk * hd, 1),
+          *iw = rand_bf16(&stream, Tq * nh, 0.3f);
     dsarl_dsa_indexer_inputs hin = {.struct_size = sizeof(hin), .q = iq, .k = ik, .weights = iw, .n_heads = nh,
                                     .head_dim = hd};
     if (sparse) {
         idx = malloc((size_t)(Tq * topk) * 4);
-        ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->host, &hin, topk, idx, NULL, &err), 0);
+        ck_assert_int_eq(dsa_reference_indexer_topk(ref, &tb->b, &hin, topk, idx, NULL, &err), 0);
     } else {
         idx = calloc(1, 4); /* dense warm-up: no indices; a placeholder so the case owns one array either way */
     }
     attn_setup(&ac, tb, H, d_qk, d_qk - 16, sparse ? topk : 1, idx);
     if (sparse) /* the sparse loss takes the sparse attention's lse */
-        ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb->host, &ac.hin, idx, topk, ac.out, ac.lse, &err),
+        ck_assert_int_eq(dsa_reference_sparse_mla_forward(ref, &tb->b, &ac.hin, idx, topk, ac.out, ac.lse, &err),
                          0);
     else
         memset(ac.lse, 0, (size_t)(Tq * H) * 4);
-    float *g_lse = to_gpu_f32(ac.lse, Tq * H);
+    float *g_lse = to_gpu_f32(gpu, ac.lse, Tq * H);
     dsarl_dsa_indexer_inputs din = hin;
-    din.q = to_gpu(iq, Tq * nh * hd);
-    din.k = to_gpu(ik, Tk * hd);
-    din.weights = to_gpu_f32(iw, Tq * nh);
+    din.q = to_gpu_bf16(gpu, iq, Tq * nh * hd);
+    din.k = to_gpu_bf16(gpu, ik, Tk * hd);
+    din.weights = to_gpu_f32(gpu, iw, Tq * nh);
     const int32_t *h_idx = sparse ? idx : NULL, *d_idx = sparse ? ac.g_idx : NULL;
     const float *h_lse = sparse ? ac.lse : NULL, *d_lse = sparse ? g_lse : NULL;
-    float *loss = malloc((size_t)Tq * 4), *g_loss = to_gpu_f32(NULL, Tq);
-    ck_assert_int_eq(dsa_reference_indexer_loss_forward(ref, &tb->host, &ac.hin, h_lse, &hin, h_idx, topk, loss, &err),
+    float *loss = malloc((size_t)Tq * 4), *g_loss = to_gpu_f32(gpu, NULL, Tq);
+    ck_assert_int_eq(dsa_reference_indexer_loss_forward(ref, &tb->b, &ac.hin, h_lse, &hin, h_idx, topk, loss, &err),
                      0);
     ck_assert_msg(tilelang_indexer_loss_forward(tl, &tb->dev, &ac.din, d_lse, &din, d_idx, topk, g_loss, &err) == 0,
                   "%s", err.message);
     snprintf(name, sizeof name, "%s loss", what);
-    expect_close(g_loss, DSARL_DTYPE_F32, loss, Tq, 1e-3, name);
+    expect_close(&cc, g_loss, DSARL_DTYPE_F32, loss, Tq, 1e-3, name);
 
-    float *dloss = rand_bf16(Tq, 1), *dq = malloc((size_t)(Tq * nh * hd) * 4), *dk = rand_bf16(Tk * hd, 0.3f);
+    float *dloss = rand_bf16(&stream, Tq, 1), *dq = malloc((size_t)(Tq * nh * hd) * 4),
+          *dk = rand_bf16(&stream, Tk * hd, 0.3f);
     float *dw = malloc((size_t)(Tq * nh) * 4);
-    float *g_dloss = to_gpu_f32(dloss, Tq), *g_dw = to_gpu_f32(NULL, Tq * nh);
-    void *g_dk = to_gpu(dk, Tk * hd), *g_dq = NULL;
+    float *g_dloss = to_gpu_f32(gpu, dloss, Tq), *g_dw = to_gpu_f32(gpu, NULL, Tq * nh);
+    void *g_dk = to_gpu_bf16(gpu, dk, Tk * hd), *g_dq = NULL;
     ck_assert_int_eq(cuda_alloc(gpu, (size_t)(Tq * nh * hd) * 2, &g_dq, &err), 0);
-    ck_assert_int_eq(dsa_reference_indexer_loss_backward(ref, &tb->host, &ac.hin, h_lse, &hin, h_idx, topk, dloss, dq,
+    ck_assert_int_eq(dsa_reference_indexer_loss_backward(ref, &tb->b, &ac.hin, h_lse, &hin, h_idx, topk, dloss, dq,
                                                          dk, dw, &err), 0);
     ck_assert_msg(tilelang_indexer_loss_backward(tl, &tb->dev, &ac.din, d_lse, &din, d_idx, topk, g_dloss, g_dq, g_dk,
                                                  g_dw, &err) == 0, "%s", err.message);
     snprintf(name, sizeof name, "%s dq_index", what);
-    expect_close(g_dq, DSARL_DTYPE_BF16, dq, Tq * nh * hd, 1e-2, name);
+    expect_close(&cc, g_dq, DSARL_DTYPE_BF16, dq, Tq * nh * hd, 1e-2, name);
     snprintf(name, sizeof name, "%s dk_index (+=)", what);
-    expect_close(g_dk, DSARL_DTYPE_BF16, dk, Tk * hd, 1e-2, name);
+    expect_close(&cc, g_dk, DSARL_DTYPE_BF16, dk, Tk * hd, 1e-2, name);
     snprintf(name, sizeof name, "%s dweights", what);
-    expect_close(g_dw, DSARL_DTYPE_F32, dw, Tq * nh, 1e-3, name);
+    expect_close(&cc, g_dw, DSARL_DTYPE_F32, dw, Tq * nh, 1e-3, name);
     cuda_free(gpu, g_lse), cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k);
     cuda_free(gpu, (void *)din.weights), cuda_free(gpu, g_loss), cuda_free(gpu, g_dloss), cuda_free(gpu, g_dw);
     cuda_free(gpu, g_dk), cuda_free(gpu, g_dq);
@@ -489,13 +344,13 @@ START_TEST(test_indexer_loss)
 {
     test_batch tb;
     const int32_t lengths[] = {6, 40, 25};
-    batch_packed(&tb, lengths, 3);
+    batch_packed_gpu(gpu, &tb, lengths, 3);
     check_loss(&tb, 8, 80, 4, 32, 16, 1, "indexer_loss sparse pack k16");
     check_loss(&tb, 8, 80, 4, 32, 16, 0, "indexer_loss dense pack");
-    batch_free(&tb);
-    batch_decode(&tb, 12, 150);
+    batch_free_gpu(gpu, &tb);
+    batch_decode_gpu(gpu, &stream, &tb, 12, 150, 1);
     check_loss(&tb, 4, 576, 8, 128, 32, 1, "indexer_loss sparse decode d576 8x128 k32");
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -558,7 +413,7 @@ START_TEST(test_bench)
         ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n * n) * 2, &a, &err), 0);
         ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n * n) * 2, &b, &err), 0);
         ck_assert_int_eq(cuda_alloc(gpu, (size_t)(n * n) * 2, &c, &err), 0);
-        float *ones = rand_bf16(n * n, 1);
+        float *ones = rand_bf16(&stream, n * n, 1);
         ck_assert_int_eq(cuda_upload_f32(gpu, a, DSARL_DTYPE_BF16, ones, (size_t)(n * n), &err), 0);
         ck_assert_int_eq(cuda_upload_f32(gpu, b, DSARL_DTYPE_BF16, ones, (size_t)(n * n), &err), 0);
         free(ones);
@@ -590,45 +445,51 @@ START_TEST(test_bench)
     // indexer: 8192 packed tokens (one causal sequence), 32 heads x 128 dims, top-2048
     test_batch tb;
     const int32_t len8k[] = {8192};
-    batch_packed(&tb, len8k, 1);
+    batch_packed_gpu(gpu, &tb, len8k, 1);
     int64_t T = 8192;
-    float *q = rand_bf16(T * 32 * 128, 1), *k = rand_bf16(T * 128, 1), *w = rand_bf16(T * 32, 0.2f);
-    dsarl_dsa_indexer_inputs din = {.struct_size = sizeof(din), .q = to_gpu(q, T * 32 * 128), .k = to_gpu(k, T * 128),
-                                    .weights = to_gpu_f32(w, T * 32), .n_heads = 32, .head_dim = 128};
-    bench_args b = {.batch = &tb.dev, .index = &din, .topk = 2048, .idx = to_gpu_i32(NULL, T * 2048)};
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    float *q = rand_bf16(&stream, T * 32 * 128, 1), *k = rand_bf16(&stream, T * 128, 1),
+          *w = rand_bf16(&stream, T * 32, 0.2f);
+    dsarl_dsa_indexer_inputs din = {.struct_size = sizeof(din), .q = to_gpu_bf16(gpu, q, T * 32 * 128),
+                                    .k = to_gpu_bf16(gpu, k, T * 128), .weights = to_gpu_f32(gpu, w, T * 32),
+                                    .n_heads = 32, .head_dim = 128};
+    bench_args b = {.batch = &tb.dev, .index = &din, .topk = 2048, .idx = to_gpu_i32(gpu, NULL, T * 2048)};
+    dsarl_dsa_context *keep = tl;
+    tl = tl_cc;
     double ms_cc = time_ms(run_topk, &b, 1);
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     double ms = time_ms(run_topk, &b, 3);
     double flops = 2.0 * 32 * 128 * (double)T * (T + 1) / 2;
     printf("check_dsa_tilelang: BENCH indexer_topk T=8192 causal, 32x128, k=2048: %.2f ms (%.1f TFLOP/s on the "
            "scores; target <= 2 ms; CUDA-core scores %.2f ms)\n", ms, flops / ms / 1e9, ms_cc);
     cuda_free(gpu, (void *)din.q), cuda_free(gpu, (void *)din.k), cuda_free(gpu, (void *)din.weights);
     free(q), free(k), free(w);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 
     // sparse MLA: 512 decode-style queries each over 2048 selected keys of a 4096-key array, 64 heads, 576/512
     int64_t Tq = 512, Tk = 4096;
     int H = 64, d_qk = 576, d_v = 512;
     int32_t topk = 2048;
-    tb.start = malloc(Tq * 4), tb.end = malloc(Tq * 4);
+    batch_alloc(&tb, Tq, Tk);
     int32_t *idx = malloc((size_t)(Tq * topk) * 4);
     for (int64_t t = 0; t < Tq; t++) {
-        tb.start[t] = 0, tb.end[t] = (int32_t)Tk;
+        tb.key_start[t] = 0, tb.key_end[t] = (int32_t)Tk;
         for (int32_t i = 0; i < topk; i++)
             idx[t * topk + i] = (int32_t)((i * 2 + t) % Tk);
     }
-    batch_finish(&tb, Tq, Tk);
-    float *hq = rand_bf16(Tq * H * d_qk, 1), *hkv = rand_bf16(Tk * d_qk, 1);
-    dsarl_dsa_attention_inputs ain = {.struct_size = sizeof(ain), .q = to_gpu(hq, Tq * H * d_qk),
-                                      .kv = to_gpu(hkv, Tk * d_qk), .n_heads = H, .d_qk = d_qk, .d_v = d_v,
+    batch_set_max(&tb);
+    batch_to_gpu(gpu, &tb);
+    float *hq = rand_bf16(&stream, Tq * H * d_qk, 1), *hkv = rand_bf16(&stream, Tk * d_qk, 1);
+    dsarl_dsa_attention_inputs ain = {.struct_size = sizeof(ain), .q = to_gpu_bf16(gpu, hq, Tq * H * d_qk),
+                                      .kv = to_gpu_bf16(gpu, hkv, Tk * d_qk), .n_heads = H, .d_qk = d_qk, .d_v = d_v,
                                       .softmax_scale = 1.0f / sqrtf((float)d_qk)};
-    bench_args m = {.batch = &tb.dev, .attn = &ain, .topk = topk, .idx = to_gpu_i32(idx, Tq * topk),
-                    .out = to_gpu(hq, Tq * H * d_v), .dout = to_gpu(hq, Tq * H * d_v), .dq = to_gpu(hq, Tq * H * d_qk),
-                    .dkv = to_gpu(hkv, Tk * d_qk), .lse = to_gpu_f32(NULL, Tq * H)};
-    setenv("DSARL_TILELANG_NO_WMMA", "1", 1);
+    bench_args m = {.batch = &tb.dev, .attn = &ain, .topk = topk, .idx = to_gpu_i32(gpu, idx, Tq * topk),
+                    .out = to_gpu_bf16(gpu, hq, Tq * H * d_v), .dout = to_gpu_bf16(gpu, hq, Tq * H * d_v),
+                    .dq = to_gpu_bf16(gpu, hq, Tq * H * d_qk), .dkv = to_gpu_bf16(gpu, hkv, Tk * d_qk),
+                    .lse = to_gpu_f32(gpu, NULL, Tq * H)};
+    keep = tl;
+    tl = tl_cc;
     double fwd_cc = time_ms(run_fwd, &m, 1), bwd_cc = time_ms(run_bwd, &m, 1);
-    unsetenv("DSARL_TILELANG_NO_WMMA");
+    tl = keep;
     double fwd_ms = time_ms(run_fwd, &m, 3);
     double fwd_flops = 2.0 * Tq * H * topk * (double)(d_qk + d_v);
     printf("check_dsa_tilelang: BENCH sparse_mla_forward Tq=512 H=64 d=576/512 k=2048: %.2f ms = %.1f TFLOP/s "
@@ -642,7 +503,7 @@ START_TEST(test_bench)
     cuda_free(gpu, (void *)ain.q), cuda_free(gpu, (void *)ain.kv), cuda_free(gpu, m.idx), cuda_free(gpu, m.out);
     cuda_free(gpu, m.dout), cuda_free(gpu, m.dq), cuda_free(gpu, m.dkv), cuda_free(gpu, m.lse);
     free(hq), free(hkv), free(idx);
-    batch_free(&tb);
+    batch_free_gpu(gpu, &tb);
 }
 END_TEST
 
@@ -668,6 +529,7 @@ int main(void)
         printf("check_dsa_tilelang: skipped: no CUDA device is visible\n");
         return 77;
     }
+    stream = cuda_test_seed("check_dsa_tilelang", 0x853C49E6748FEA9Bull);
     SRunner *sr = srunner_create(dsa_tilelang_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork */
     srunner_run_all(sr, CK_NORMAL);

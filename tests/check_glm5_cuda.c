@@ -28,12 +28,15 @@
 #include "cpu_device.h"
 #define DSARL_CUDA_DEVICE_OPAQUE /* both devices define struct dsarl_device */
 #include "cuda_device.h"
+#include "cuda_test_util.h"
 #include "dsa_reference.h"
 #include "glm5_ops.h"
 #include "recipe_internal.h"
 #include "tilelang.h"
 #ifdef DSARL_TEST_CUDNN
 #include "cudnn_dsa.h"
+#include "tilelang_test_util.h"
+static dsarl_registry *registry; /* holds the tilelang plugin the cudnn backend hands over to */
 #endif
 
 static const char *recipe_model =
@@ -59,16 +62,8 @@ static float dlogprobs[T];
 static int bf16_mode; /* the fixture in use: 1 = bf16 storage, 0 = float32 storage */
 static const dsarl_dsa_ops *gpu_dsa_ops = &dsarl_dsa_tilelang_ops; /* the GPU run's DSA backend */
 static double tol_logits, tol_iloss, tol_grad_tensor, tol_grad_all;
+static rng stream; /* the run's random inputs (cuda_test_util.h) */
 
-// Rounds to the nearest bf16 value (ties to even), as the GPU stores it.
-static float round_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 static dsarl_token_batch batch = {.struct_size = sizeof(dsarl_token_batch), .n_tokens = T, .n_sequences = 2,
                                   .tokens = tokens, .cu_seqlens = cu};
 
@@ -113,7 +108,7 @@ static void setup_with(int bf16, const dsarl_dsa_ops *dsa_ops)
                 v[j] += 0.1f * sinf((float)(7 * i + 3 * j));
         if (bf16)
             for (int64_t j = 0; j < numel; j++)
-                v[j] = round_bf16(v[j]);
+                v[j] = bf16_value(v[j]);
         ck_assert_int_eq(ops->write_parameter(cpu_model, i, v, &err), 0);
         ck_assert_msg(ops->write_parameter(gpu_model, i, v, &err) == 0, "%s", err.message);
         free(v);
@@ -128,7 +123,12 @@ static void setup_with(int bf16, const dsarl_dsa_ops *dsa_ops)
 static void setup_f32(void) { setup_with(0, &dsarl_dsa_tilelang_ops); }
 static void setup_bf16(void) { setup_with(1, &dsarl_dsa_tilelang_ops); }
 #ifdef DSARL_TEST_CUDNN
-static void setup_bf16_cudnn(void) { setup_with(1, &dsarl_dsa_cudnn_ops); }
+static void setup_bf16_cudnn(void)
+{
+    registry = tilelang_registry();
+    cdn_set_host(dsarl_registry_host(registry));
+    setup_with(1, &dsarl_dsa_cudnn_ops);
+}
 #endif
 
 static void teardown(void)
@@ -140,6 +140,11 @@ static void teardown(void)
     cuda_destroy(gpu);
     cpu_destroy(cpu);
     dsarl_recipe_free(recipe);
+#ifdef DSARL_TEST_CUDNN
+    cdn_set_host(NULL);
+    dsarl_registry_free(registry); /* NULL outside the cudnn case */
+    registry = NULL;
+#endif
 }
 
 static double max_rel(const float *got, const float *want, int64_t n)
@@ -257,16 +262,15 @@ END_TEST
 
 // The two device ops the model's float32 islands rest on, under bf16 storage: gemm_f32out against the CPU gemm on
 // bf16-valued random inputs (a float32 result: only summation order differs), and convert float32 -> bf16 -> float32
-// with scales against round_bf16 on the host.
+// with scales against bf16_value on the host.
 START_TEST(test_f32_output_ops)
 {
     enum { M = 37, N = 53, K = 70 };
     float a[M * K], b[N * K], want[M * N], got[M * N];
-    uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)bf16_mode;
     for (int i = 0; i < M * K; i++)
-        s = s * 6364136223846793005ull + 1442695040888963407ull, a[i] = round_bf16((float)(s >> 40) / 8388608.0f - 1);
+        a[i] = bf16_value(rng_sym(&stream));
     for (int i = 0; i < N * K; i++)
-        s = s * 6364136223846793005ull + 1442695040888963407ull, b[i] = round_bf16((float)(s >> 40) / 8388608.0f - 1);
+        b[i] = bf16_value(rng_sym(&stream));
     ck_assert_int_eq(cpu_gemm(cpu, false, true, M, N, K, 0.5f, a, b, 0.0f, want, &err), 0);
     const dsarl_device_ops *d = &dsarl_cuda_device_ops;
     dsarl_dtype st = d->storage_dtype(gpu);
@@ -293,7 +297,7 @@ START_TEST(test_f32_output_ops)
     ck_assert_int_eq(d->download_f32(gpu, back, dback, DSARL_DTYPE_F32, M * N, &err), 0);
     for (int i = 0; i < M * N; i++) {
         float x = -3.0f * got[i];
-        float expect = (bf16_mode ? round_bf16(x) : x) * -0.25f;
+        float expect = (bf16_mode ? bf16_value(x) : x) * -0.25f;
         ck_assert_msg(back[i] == expect, "convert[%d]: %g, want %g", i, back[i], expect);
     }
     ck_assert_int_ne(d->convert(gpu, dh, DSARL_DTYPE_I32, dc, DSARL_DTYPE_F32, 4, 1.0f, &err), 0);
@@ -307,6 +311,7 @@ int main(void)
         printf("check_glm5_cuda: skipped: no CUDA device is visible\n");
         return 77;
     }
+    stream = cuda_test_seed("check_glm5_cuda", 0x9E3779B97F4A7C15ull);
     Suite *s = suite_create("glm5_cuda");
     TCase *f32 = tcase_create("cuda_f32_storage_vs_cpu");
     tcase_add_checked_fixture(f32, setup_f32, teardown);

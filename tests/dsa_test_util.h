@@ -1,6 +1,7 @@
-/* dsa_test_util.h: what the CPU suites of the DSA ops share (check_dsa_reference, check_dsa_headwise): test-only
- * random numbers (splitmix64 streams from the run's seed, independent of dsarl's own generator), random arrays,
- * packed or hand-made key-range batches and random index rows. Header-only: each suite is its own executable. */
+/* dsa_test_util.h: what the CPU suites of the DSA ops share (check_dsa_reference, check_dsa_headwise; the GPU suites
+ * too, through cuda_test_util.h): test-only random numbers (splitmix64 streams from the run's seed, independent of
+ * dsarl's own generator), random arrays, packed or hand-made key-range batches and random index rows. Header-only:
+ * each suite is its own executable. */
 #ifndef DSARL_TEST_DSA_TEST_UTIL_H
 #define DSARL_TEST_DSA_TEST_UTIL_H
 
@@ -59,6 +60,7 @@ typedef struct test_batch {
     dsarl_dsa_batch b;
     int32_t *key_start, *key_end;  // (Tq)
     int32_t cu[16];                // causal packs: the segments (host_cu_seqlens), else unused
+    dsarl_dsa_batch dev;           // the GPU suites: b with its ranges in device memory (cuda_test_util.h)
 } test_batch;
 
 static inline void batch_alloc(test_batch *tb, int64_t n_queries, int64_t n_keys) {

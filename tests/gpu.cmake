@@ -32,11 +32,16 @@ endif()
 if(TARGET dsarl-dsa-cudnn-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_dsa_cudnn SOURCES check_dsa_cudnn.c LABELS gpu NOFORK TIMEOUT 600
     LIBS dsarl-dsa-cudnn-objects dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
+  # the cudnn backend finds tilelang through a registry: the suite loads the built plugin into one of its own
+  target_compile_definitions(check_dsa_cudnn PRIVATE DSARL_TEST_TILELANG_SO="$<TARGET_FILE:dsarl-dsa-tilelang>")
+  add_dependencies(check_dsa_cudnn dsarl-dsa-tilelang)
 endif()
 # ... and the glm5 model step with dsa_kernel_backend=cudnn (a third case of check_glm5_cuda).
 if(TARGET check_glm5_cuda AND TARGET dsarl-dsa-cudnn-objects)
   target_link_libraries(check_glm5_cuda PRIVATE dsarl-dsa-cudnn-objects)
-  target_compile_definitions(check_glm5_cuda PRIVATE DSARL_TEST_CUDNN=1)
+  target_compile_definitions(check_glm5_cuda PRIVATE DSARL_TEST_CUDNN=1
+                             DSARL_TEST_TILELANG_SO="$<TARGET_FILE:dsarl-dsa-tilelang>")
+  add_dependencies(check_glm5_cuda dsarl-dsa-tilelang)
 endif()
 
 # The same seed recipes on the GPU with their own dsa_kernel_backend (cudnn); skipped (77) without a GPU.

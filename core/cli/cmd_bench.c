@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "cmd_bench.h"
 #include "dsarl/ops/dsa.h"
+#include "recipe_internal.h"
 
 #define BENCH_MAX_LIST 8
 
@@ -386,6 +387,7 @@ static void print_help(void)
     printf("usage: dsarl bench dsa [--device cuda] [--backend tilelang[,cudnn,...]] [--tokens 8192[,2048,...]]\n"
            "                       [--heads 64] [--topk 2048] [--d-qk 576] [--d-v 512] [--index-heads 32]\n"
            "                       [--index-dim 128] [--hw-d-qk 256] [--hw-d-v 256] [--iters 5]\n"
+           "                       [--set runtime.KEY=VALUE ...]\n"
            "\n"
            "Times each selected DSA backend's indexer top-k, sparse MLA forward and backward (absorbed d-qk/d-v) and,\n"
            "for backends that serve it, the per-head attention forward and backward (hw-d-qk/hw-d-v, one causal\n"
@@ -393,6 +395,7 @@ static void print_help(void)
            "backend at every token count on the same inputs, after measuring the device's GEMM and copy ceilings in\n"
            "the same run;\n"
            "prints a table (backend, op, ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n"
+           "--set passes a recipe key to the device and the backends (runtime.tilelang_sparse_mla=wmma, ...).\n"
            "\n"
            "dsarl bench train|generate --help: a whole training step / greedy generation of a model config.\n");
 }
@@ -428,6 +431,8 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
                     .heads = 64, .topk = 2048, .d_qk = 576, .d_v = 512, .index_heads = 32, .index_dim = 128,
                     .iters = 5, .hw_d_qk = 256, .hw_d_v = 256};
     char *lists_owned[2] = {NULL, NULL}; // the split copies of --tokens [0] and --backend [1]
+    const char *sets[BENCH_MAX_LIST]; // --set KEY=VALUE, in order
+    int n_sets = 0;
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t x = 0;
@@ -471,6 +476,8 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
             done = count > 0;
         } else if (!strcmp(f, "--device") && v) {
             o.device = v, done = 1;
+        } else if (!strcmp(f, "--set") && v && n_sets < BENCH_MAX_LIST) {
+            sets[n_sets++] = v, done = 1;
         }
         for (size_t j = 0; !done && j < sizeof ints / sizeof ints[0]; j++)
             if (!strcmp(f, ints[j].flag)) {
@@ -496,12 +503,20 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
         return CLI_EXIT_USAGE;
     }
     bench b = {0};
+    dsarl_recipe *keys = NULL; // the --set keys, read by the device's and the backends' create
+    int rc = dsarl_recipe_load_string("{}\n", "dsarl bench dsa --set", &keys, &b.err);
+    for (int i = 0; rc == 0 && i < n_sets; i++) {
+        char arg[512];
+        snprintf(arg, sizeof arg, "++%s", sets[i]);
+        rc = dsarl_recipe_override(keys, arg, i + 1, &b.err);
+    }
     dsarl_registry *reg = NULL;
     const dsarl_ops_common *dev_c = NULL;
     const dsarl_dsa_ops *dsa_ops[BENCH_MAX_LIST] = {0};
     dsarl_dsa_context *dsa[BENCH_MAX_LIST] = {0};
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
-    int rc = cli_open_registry(NULL, opts, &reg, &b.err);
+    if (rc == 0)
+        rc = cli_open_registry(NULL, opts, &reg, &b.err);
     if (rc == 0)
         rc = dsarl_registry_require(reg, DSARL_KIND_DEVICE, o.device, "dsarl bench dsa --device", &dev_c, &b.err);
     for (int i = 0; rc == 0 && i < o.n_backends; i++) {
@@ -511,11 +526,11 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     }
     if (rc == 0) {
         b.d = (const dsarl_device_ops *)dev_c;
-        dsarl_device_config dc = {.struct_size = sizeof(dc), .parallel = &single};
+        dsarl_device_config dc = {.struct_size = sizeof(dc), .recipe = dsarl_recipe_root(keys), .parallel = &single};
         rc = b.d->create(&dc, &b.dev, &b.err);
     }
     for (int i = 0; rc == 0 && i < o.n_backends; i++)
-        rc = dsa_ops[i]->create(b.d, b.dev, NULL, &dsa[i], &b.err);
+        rc = dsa_ops[i]->create(b.d, b.dev, dsarl_recipe_root(keys), &dsa[i], &b.err);
     double ceiling = 0.0;
     if (rc == 0) {
         load_events(&b.ev);
@@ -537,6 +552,7 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     if (b.dev)
         b.d->destroy(b.dev);
     dsarl_registry_free(reg);
+    dsarl_recipe_free(keys);
     free(lists_owned[0]), free(lists_owned[1]);
     return rc ? cli_fail(&b.err) : CLI_EXIT_OK;
 }

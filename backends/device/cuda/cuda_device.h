@@ -4,9 +4,9 @@
  * function implements the dsarl_device_ops slot of the same name (documented in dsarl/ops/device.h); they are
  * exported from the object library so tests call them without dlopen.
  *
- * Streams: `compute` runs every kernel and GEMM, `copies` runs host<->device transfers. Both are created as
- * blocking streams, so work a DSA plugin queues on the legacy default stream is ordered after (and before) the
- * device's own work without the plugins sharing a stream handle. */
+ * Streams: `compute` runs every kernel and GEMM, `copies` runs host<->device transfers. `compute` is what the
+ * stream() slot (ABI 1.2) hands out, so a DSA plugin's kernels queue in order with the device's own work. Both
+ * stay blocking streams, so a 1.0/1.1 plugin that launches on the legacy default stream is still ordered. */
 #ifndef DSARL_CUDA_DEVICE_H
 #define DSARL_CUDA_DEVICE_H
 
@@ -48,7 +48,7 @@ struct dsarl_device {
     struct cuda_block *cached; /* freed blocks kept for reuse (stream-ordered: every kernel runs on `compute`) */
     size_t n_cached, cap_cached, cached_bytes;
     void *gemm_algos;         /* cuda_gemm.cu: cuBLASLt algorithms by problem (direct-mapped cache) */
-    void *profile;            /* cuda_profile.cu: op timings under DSARL_CUDA_PROFILE=1, else NULL */
+    void *profile;            /* cuda_profile.cu: op timings under runtime.cuda_profile=true, else NULL */
 };
 #endif
 
@@ -69,6 +69,9 @@ int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err);
 void cuda_free(dsarl_device *dev, void *ptr);
 int cuda_copy(dsarl_device *dev, void *dst, const void *src, size_t bytes, dsarl_copy_kind kind, dsarl_error *err);
 int cuda_zero(dsarl_device *dev, void *ptr, size_t bytes, dsarl_error *err);
+/* The compute stream (cudaStream_t) every kernel, GEMM and device-side copy of dev is queued on (ABI 1.2). */
+void *cuda_stream(dsarl_device *dev);
+
 int cuda_synchronize(dsarl_device *dev, dsarl_error *err);
 int cuda_upload_f32(dsarl_device *dev, void *dst, dsarl_dtype dtype, const float *src, size_t n, dsarl_error *err);
 int cuda_download_f32(dsarl_device *dev, float *dst, const void *src, dsarl_dtype dtype, size_t n,

@@ -41,6 +41,12 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
                                      "must be bf16 or f32, got '%s'", storage);
         f32 = strcmp(storage, "f32") == 0;
     }
+    bool profile = false; // runtime.cuda_profile: per-op GPU times printed at destroy
+    if (config && config->recipe) {
+        int rc = dsarl_recipe_bool_or(config->recipe, "runtime.cuda_profile", false, &profile, err);
+        if (rc)
+            return rc;
+    }
     dsarl_device *dev = (dsarl_device *)calloc(1, sizeof(*dev));
     if (!dev)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory creating the device");
@@ -90,7 +96,7 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
         goto fail;
     }
     dev->blas = blas;
-    cuda_profile_open(dev);
+    cuda_profile_open(dev, profile);
     return DSARL_OK;
 fail:
     if (blas)
@@ -273,6 +279,11 @@ int cuda_zero(dsarl_device *dev, void *ptr, size_t bytes, dsarl_error *err)
     if (bytes)
         cudaCheck(cudaMemsetAsync(ptr, 0, bytes, CUDA_STREAM(dev)), err);
     return DSARL_OK;
+}
+
+void *cuda_stream(dsarl_device *dev)
+{
+    return dev ? dev->compute : NULL;
 }
 
 int cuda_synchronize(dsarl_device *dev, dsarl_error *err)

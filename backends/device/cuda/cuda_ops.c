@@ -1,5 +1,5 @@
 /* cuda_ops.c: the CUDA device ops table. Every slot of dsarl_device_ops is implemented; the slots that queue GPU
- * work go through cuda_profile.h's wrappers (one branch when DSARL_CUDA_PROFILE is unset). */
+ * work go through cuda_profile.h's wrappers (one branch when runtime.cuda_profile is false). */
 #include "cuda_device.h"
 #include "cuda_profile.h"
 #include <cuda_runtime_api.h>
@@ -23,12 +23,16 @@ static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
     emit(ctx, "storage bf16 (runtime.cuda_storage_dtype=f32: float32), fp32 math and accumulation; statistics, "
               "log-probs, optimizer state in fp32");
     emit(ctx, "gemm: cuBLASLt (bf16 in/out, fp32 compute), cuBLAS fallback; every other op: a CUDA kernel");
-    emit(ctx, "GPU = local rank modulo the visible GPUs; a compute stream and a copy stream");
+    emit(ctx, "GPU = local rank modulo the visible GPUs; a compute stream (stream(): DSA kernels queue on it) and a "
+              "copy stream");
+    emit(ctx, "runtime.cuda_profile=false (true: per-op GPU times at destroy)");
 }
 
 static const dsarl_key_spec cuda_keys[] = {
     {.path = "runtime.cuda_storage_dtype", .type = DSARL_KEY_STRING, .default_value = "bf16",
      .doc = "storage of activations and parameters on the cuda device: bf16, or f32 to check a model against the cpu"},
+    {.path = "runtime.cuda_profile", .type = DSARL_KEY_BOOL, .default_value = "false",
+     .doc = "time every device op on the GPU and print the table (largest first) to stderr at destroy"},
 };
 
 const dsarl_device_ops dsarl_cuda_device_ops = {
@@ -81,4 +85,5 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .adamw_update = cuda_prof_adamw_update,
     .gemm_f32out = cuda_prof_gemm_f32out,
     .convert = cuda_prof_convert,
+    .stream = cuda_stream, /* ABI 1.2 */
 };

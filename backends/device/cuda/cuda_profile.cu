@@ -1,4 +1,4 @@
-/* cuda_profile.cu: an op-level profile of the CUDA device, on when the environment has DSARL_CUDA_PROFILE=1.
+/* cuda_profile.cu: an op-level profile of the CUDA device, on with the recipe key runtime.cuda_profile=true.
  *
  * Every ops-table slot that queues GPU work goes through a wrapper here (cuda_ops.c). With profiling off the
  * wrapper is one branch and a call. With it on, a pair of events brackets the op on the compute stream and the
@@ -6,7 +6,7 @@
  * summed per label. Labels name the op, and for GEMMs the shape class (rows rounded to a power of two, columns,
  * inner size, transposes), so per-head and per-expert loops show up as such. At destroy the table is printed to
  * stderr, largest GPU time first, with the GPU time between the first and the last event of the run: what the
- * device ops do not account for there ran elsewhere (a DSA plugin's kernels on the default stream) or the GPU
+ * device ops do not account for there ran elsewhere (a DSA plugin's kernels on the same stream) or the GPU
  * idled (waiting for the host). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,17 +43,16 @@ static double host_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-void cuda_profile_open(dsarl_device *dev)
+void cuda_profile_open(dsarl_device *dev, int on)
 {
-    const char *env = getenv("DSARL_CUDA_PROFILE");
-    if (!env || !*env || !strcmp(env, "0"))
+    if (!on)
         return;
     prof_state *p = (prof_state *)calloc(1, sizeof(prof_state));
     if (!p)
         return;
     for (int i = 0; i < PROF_EVENTS; i++)
         if (cudaEventCreate(&p->start[i]) != cudaSuccess || cudaEventCreate(&p->end[i]) != cudaSuccess) {
-            fprintf(stderr, "device cuda: DSARL_CUDA_PROFILE: cannot create events; profiling off\n");
+            fprintf(stderr, "device cuda: runtime.cuda_profile: cannot create events; profiling off\n");
             free(p); /* the events made so far are freed with the context */
             return;
         }
@@ -138,7 +137,7 @@ void cuda_profile_close(dsarl_device *dev)
     double gpu = 0.0, host = 0.0;
     for (int i = 0; i < p->n_labels; i++)
         gpu += p->labels[i].gpu_ms, host += p->labels[i].host_ms;
-    fprintf(stderr, "cuda profile (DSARL_CUDA_PROFILE): device ops %.1f ms on the GPU, %.1f ms of host time in "
+    fprintf(stderr, "cuda profile (runtime.cuda_profile): device ops %.1f ms on the GPU, %.1f ms of host time in "
             "their calls; %.1f ms from the first op to the end; the rest ran outside the device ops (DSA kernels) "
             "or the GPU idled\n", gpu, host, (double)span);
     fprintf(stderr, "%-56s %9s %11s %7s %11s\n", "op", "calls", "GPU ms", "GPU %", "host ms");

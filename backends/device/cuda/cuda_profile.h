@@ -1,4 +1,4 @@
-/* cuda_profile.h: the op-level profile of the CUDA device (cuda_profile.cu), on with DSARL_CUDA_PROFILE=1: per-op
+/* cuda_profile.h: the op-level profile of the CUDA device (cuda_profile.cu), on with runtime.cuda_profile=true: per-op
  * (and per GEMM shape class) GPU time from events around each op, host time of each call, printed at destroy. */
 #ifndef DSARL_CUDA_PROFILE_H
 #define DSARL_CUDA_PROFILE_H
@@ -8,7 +8,7 @@
 DSARL_BEGIN_DECLS
 
 /* Turns profiling on for dev when DSARL_CUDA_PROFILE is set (and not "0"). */
-void cuda_profile_open(dsarl_device *dev);
+void cuda_profile_open(dsarl_device *dev, int on);
 /* Reads back the pending event pairs (called by synchronize). */
 void cuda_profile_drain(dsarl_device *dev);
 /* Prints the table to stderr and frees the state (called by destroy). */

@@ -1,5 +1,5 @@
 /* absorbed.c: the absorbed-form ops. The sparse MLA forward runs as cuDNN SDPA_FWD with block-size-1 page tables
- * (shared/reference/cudnn_dsa.md 2(e)); everything cuDNN 9.19 cannot express is handed to the tilelang kernels.
+ * (cuDNN 9.19's paged-attention forward); everything cuDNN 9.19 cannot express is handed to the tilelang kernels.
  *
  * Paged forward: batch = query token, its H heads packed as H query rows of one head (seq_len_q = H), the page
  * table row = the token's valid top-k indices moved to the front (seq_len_kv = their count), pages of one row of
@@ -45,8 +45,8 @@ static int paged_usable(cudnn_dsa *c, const dsarl_dsa_batch *batch, const dsarl_
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "float32 storage (the cuDNN graph is bf16)");
     if (in->d_qk == 576 && in->d_v == 512 && tilelang_sparse_mla_sm90_head_groups(in->n_heads) && !c->paged_forced)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "GLM-5 dims with 64-head groups (a last group of 16 or more "
-                          "padded): tilelang's wgmma kernel is the faster exact route (470-503 vs 85-86 TFLOP/s at 64 "
-                          "heads, 136 vs 21.5 at 16, measured on the H200)");
+                          "padded): tilelang's wgmma kernel is the faster exact route (docs/performance.md; "
+                          "runtime.cudnn_paged_forward=true measures the paged graph here)");
     // every chunk starts at an even token, so these keep each chunk's operands 16-byte aligned
     if (in->d_qk % 8 || in->d_v % 8 || in->n_heads % 4 || topk % 4 ||
         ((uintptr_t)in->q | (uintptr_t)in->kv | (uintptr_t)out | (uintptr_t)lse) % 16)
@@ -69,7 +69,7 @@ static int paged_forward(cudnn_dsa *c, const dsarl_dsa_batch *batch, const dsarl
     int32_t *table = ws, *seq_kv = (int32_t *)((char *)ws + table_bytes), *seq_q = seq_kv + seq_bytes / 4;
     int32_t *small = seq_q + seq_bytes / 4; // two 256-byte slots
     void *cudnn_workspace = (char *)ws + table_bytes + 2 * seq_bytes + 2 * 256;
-    DSARL_TRY(cdn_compact_indices(table, seq_kv, seq_q, indices, T, topk, (int32_t)H, err));
+    DSARL_TRY(cdn_compact_indices(c->stream, table, seq_kv, seq_q, indices, T, topk, (int32_t)H, err));
     float scale = in->softmax_scale;
     int64_t pages = next_pow2(batch->n_keys), t0 = 0;
     for (int64_t chunk = next_pow2(T); chunk >= 1; chunk >>= 1) {
@@ -81,9 +81,10 @@ static int paged_forward(cudnn_dsa *c, const dsarl_dsa_batch *batch, const dsarl
         DSARL_TRY(cdn_paged_plan(c, &shape, &plan, err));
         int32_t *chunk_kv = seq_kv + t0, *chunk_q = seq_q + t0;
         if (t0 % 4) { // 1 or 2 trailing tokens: copy their seq_len entries to aligned slots
-            cudaError_t rc = cudaMemcpyAsync(small, chunk_kv, (size_t)chunk * 4, cudaMemcpyDeviceToDevice, 0);
+            cudaStream_t st = (cudaStream_t)c->stream;
+            cudaError_t rc = cudaMemcpyAsync(small, chunk_kv, (size_t)chunk * 4, cudaMemcpyDeviceToDevice, st);
             if (rc == cudaSuccess)
-                rc = cudaMemcpyAsync(small + 64, chunk_q, (size_t)chunk * 4, cudaMemcpyDeviceToDevice, 0);
+                rc = cudaMemcpyAsync(small + 64, chunk_q, (size_t)chunk * 4, cudaMemcpyDeviceToDevice, st);
             if (rc != cudaSuccess)
                 return DSARL_FAIL(err, DSARL_E_DEVICE, "dsa cudnn sparse_mla_forward: staging seq lengths failed: %s",
                                   cudaGetErrorString(rc));
@@ -104,7 +105,7 @@ static int paged_forward(cudnn_dsa *c, const dsarl_dsa_batch *batch, const dsarl
         DSARL_TRY(cdn_plan_execute(c, plan, ptrs, cudnn_workspace, err));
         t0 += chunk;
     }
-    return cdn_fix_empty_rows(out, lse, indices, T, topk, (int32_t)H, in->d_v, err);
+    return cdn_fix_empty_rows(c->stream, out, lse, indices, T, topk, (int32_t)H, in->d_v, err);
 }
 
 int cdn_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -114,15 +115,15 @@ int cdn_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
     cudnn_dsa *c = cdn_ctx(ctx);
     if (!c)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn sparse_mla_forward: the context is NULL");
-    DSARL_TRY(tilelang_check_batch("sparse_mla_forward", batch, err));
-    DSARL_TRY(tilelang_check_attention("sparse_mla_forward", in, err));
+    DSARL_TRY(cdn_check_batch("sparse_mla_forward", batch, err));
+    DSARL_TRY(cdn_check_attention("sparse_mla_forward", in, err));
     if (!indices || topk <= 0 || !out || !lse)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa cudnn sparse_mla_forward: needs indices (Tq, topk > 0), out and "
                           "lse");
     if (batch->n_queries == 0)
         return DSARL_OK;
     if (batch->n_keys == 0) // nothing to attend: every row is empty
-        return cdn_fix_empty_rows(out, lse, indices, batch->n_queries, topk, in->n_heads, in->d_v, err);
+        return cdn_fix_empty_rows(c->stream, out, lse, indices, batch->n_queries, topk, in->n_heads, in->d_v, err);
     char dims[64];
     snprintf(dims, sizeof dims, "%d %d %d %d", in->n_heads, in->d_qk, in->d_v, topk);
     if (strcmp(dims, c->paged_refused) != 0) {
@@ -136,7 +137,7 @@ int cdn_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                   in->n_heads, in->d_qk, in->d_v, topk, why.message);
         c->paged_handovers++;
     }
-    return tilelang_sparse_mla_forward(c->tilelang, batch, in, indices, topk, out, lse, err);
+    return c->tl->sparse_mla_forward(c->tilelang, batch, in, indices, topk, out, lse, err);
 }
 
 int cdn_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -144,14 +145,15 @@ int cdn_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch
                             const void *out, const float *lse, const void *dout, void *dq, void *dkv,
                             dsarl_error *err)
 {
-    return tilelang_sparse_mla_backward(cdn_ctx(ctx)->tilelang, batch, in, indices, topk, out, lse, dout, dq, dkv,
-                                        err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->sparse_mla_backward(c->tilelang, batch, in, indices, topk, out, lse, dout, dq, dkv, err);
 }
 
 int cdn_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
                      int32_t topk, int32_t *indices, float *scores, dsarl_error *err)
 {
-    return tilelang_indexer_topk(cdn_ctx(ctx)->tilelang, batch, in, topk, indices, scores, err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->indexer_topk(c->tilelang, batch, in, topk, indices, scores, err);
 }
 
 int cdn_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -159,7 +161,8 @@ int cdn_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batc
                              const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
                              float *loss, dsarl_error *err)
 {
-    return tilelang_indexer_loss_forward(cdn_ctx(ctx)->tilelang, batch, attn, lse, indexer, indices, topk, loss, err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->indexer_loss_forward(c->tilelang, batch, attn, lse, indexer, indices, topk, loss, err);
 }
 
 int cdn_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
@@ -167,6 +170,7 @@ int cdn_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *bat
                               const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
                               const float *dloss, void *dq_index, void *dk_index, float *dweights, dsarl_error *err)
 {
-    return tilelang_indexer_loss_backward(cdn_ctx(ctx)->tilelang, batch, attn, lse, indexer, indices, topk, dloss,
-                                          dq_index, dk_index, dweights, err);
+    cudnn_dsa *c = cdn_ctx(ctx);
+    return c->tl->indexer_loss_backward(c->tilelang, batch, attn, lse, indexer, indices, topk, dloss, dq_index,
+                                        dk_index, dweights, err);
 }

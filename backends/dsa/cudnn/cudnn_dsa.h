@@ -1,7 +1,7 @@
 /* cudnn_dsa.h: internals of the cudnn DSA backend: DeepSeek Sparse Attention through cuDNN 9.19's C backend API
  * (cudnnBackend* graphs) on the cuda device, with plain hand-overs to the tilelang kernels where cuDNN has no route.
  *
- * What cuDNN 9.19 can express for DSA on sm_90 is measured in shared/reference/cudnn_dsa.md; the routes this backend
+ * What cuDNN 9.19 can express for DSA on sm_90 was measured on the H200 (docs/gpu.md); the routes this backend
  * takes follow from it (the exact table is CDN_ROUTES below, printed by `dsarl plugins` and logged once per run):
  * - headwise (per-head, non-absorbed) attention, forward and backward: the composite causal SDPA pattern graph
  *   (matmul, scale, [+bias], causal select, softmax with Stats, matmul), which cuDNN's fused-attention engines
@@ -14,13 +14,14 @@
  * - absorbed sparse MLA forward: SDPA_FWD with block-size-1 page tables (the page-table row of a query token is
  *   its compacted top-k list, seq_len_kv its valid count), the heads packed as query rows, Stats giving the lse;
  *   rows without a valid index are written outside cuDNN (out 0, lse +inf). At GLM-5's 576/512 with 64-head
- *   groups (or a padded last group of 16 or more) tilelang's wgmma kernel is ~6x faster (measured), so that case is
- *   handed over.
- * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang kernels, linked
- *   into this plugin, so their improvements reach this backend without a change here.
+ *   groups (or a padded last group of 16 or more) tilelang's wgmma kernel is several times faster
+ *   (docs/performance.md), so that case is handed over (runtime.cudnn_paged_forward=true forces the paged graph).
+ * - everything else (absorbed backward, indexer top-k, indexer loss): hand-over to the tilelang backend, whose ops
+ *   table create finds in the registry (a tilelang context made with the same device and recipe), so its
+ *   improvements reach this backend without a change here; create refuses when tilelang is not loaded.
  *
- * Streams: cuDNN runs on its handle's default stream, the legacy default stream, as do our kernels and tilelang's.
- * The cuda device's streams are blocking streams, so device work and DSA work are ordered without sharing a handle.
+ * Streams: the handle (cudnnSetStream), our kernels, our copies and the tilelang context all use the device's stream
+ * (dsarl_device_ops.stream, ABI 1.2), so device work and DSA work are ordered on one stream.
  * Plans are cached by shape (every engine compiles kernels at plan time); the softmax scale is a by-value scalar, so
  * a new scale needs no new plan. Workspace comes from the cuda device's alloc op and grows as needed. */
 #ifndef DSARL_DSA_CUDNN_H
@@ -32,10 +33,10 @@
 
 DSARL_BEGIN_DECLS
 
-/* Longest segment the headwise graphs serve (dsa_attention_form: headwise), with or without the bias. Measured on the H200 (H 64, d 256/256,
- * k 2048, docs/performance.md): the fused backward takes a dP workspace of 2 H S^2 bytes (8 GiB at 8192; at 32768
- * it asked for 185 GB and failed), and past 8192 the bias graph's useful rate falls (fwd 98.6 TFLOP/s at 8192, 29.0
- * at 32768), while the absorbed path keeps O(T k) memory. Longer segments make preferred_form answer ABSORBED. */
+/* Longest segment the headwise graphs serve (dsa_attention_form: headwise), with or without the bias (the default of
+ * runtime.cudnn_max_segment). The fused backward takes a dP workspace of 2 H S^2 bytes (8 GiB at 8192 with 64
+ * heads; far more past it), and past 8192 the bias graph's useful rate falls (docs/performance.md), while the
+ * absorbed path keeps O(T k) memory. Longer segments make preferred_form answer ABSORBED. */
 #define CDN_MAX_SEGMENT 8192
 /* Segments of one length bucket per launch: their dP workspaces together stay under this many bytes. */
 #define CDN_DP_WORKSPACE_CAP ((int64_t)8 << 30)
@@ -52,8 +53,8 @@ DSARL_BEGIN_DECLS
     "headwise_attention_forward/backward | segment > " CDN_STR(CDN_MAX_SEGMENT) " | not served (an error naming "    \
     "the segment; use the absorbed form)\n"                                                                           \
     "sparse_mla_forward | absorbed 576/512, heads in groups of 64 (a last group of >= 16 padded), bf16 | hand-over: " \
-    "tilelang (its sm_90 wgmma kernel: 470-503 TFLOP/s at 64 heads, 136 at 16; cuDNN paged 85-86 and 21.5 on the "  \
-    "H200)\n"                                                                                                        \
+    "tilelang (its sm_90 wgmma kernel is several times faster than cuDNN's paged graph here; "                 \
+    "runtime.cudnn_paged_forward=true takes the graph)\n"                                                            \
     "sparse_mla_forward | other absorbed dims (d_qk, d_v multiples of 8, heads and k multiples of 4), bf16 | cuDNN " \
     "SDPA_FWD with page tables of block size 1 (one per query token = its top-k), heads as query rows, Stats = "    \
     "lse; rows with no index set by our kernel\n"                                                                   \
@@ -63,7 +64,7 @@ DSARL_BEGIN_DECLS
     "indexer_topk | every size | hand-over: tilelang (cuDNN 9.19 has no top-k)\n"                                   \
     "indexer_loss_forward/backward | every size | hand-over: tilelang\n"                                            \
     "preferred_form | every batch | absorbed: one form for training and generation (mixed forms measured "        \
-    "token_mult_prob_error 1.0016-1.0019 > 1.001); the headwise routes run when the recipe sets "                  \
+    "token_mult_prob_error above the 1.001 bound); the headwise routes run when the recipe sets "                  \
     "dsa_attention_form: headwise\n"
 
 /* The ops table registered as (dsa, "cudnn"). */
@@ -77,6 +78,7 @@ struct cudnn_dsa {
     dsarl_device *dev;
     int f32;                            /* the device stores float32 (runtime.cuda_storage_dtype=f32) */
     void *handle;                       /* cudnnHandle_t on the legacy default stream */
+    const dsarl_dsa_ops *tl;            /* tilelang's ops table, found through the registry at create */
     dsarl_dsa_context *tilelang;        /* the hand-over target (tilelang's own context) */
     cdn_plan **plans;                   /* cache, searched by key */
     int n_plans, cap_plans;
@@ -84,9 +86,10 @@ struct cudnn_dsa {
     size_t workspace_bytes;
     int32_t *host_segments;             /* host staging of (offset, length) pairs */
     size_t host_segments_cap;
-    int32_t max_segment;                /* CDN_MAX_SEGMENT unless DSARL_CUDNN_MAX_SEGMENT sets it (bench, tests) */
-    int paged_forced;                   /* DSARL_CUDNN_PAGED_FORWARD=1: the paged graph even where tilelang wins */
-    int64_t dp_workspace_cap;           /* CDN_DP_WORKSPACE_CAP unless DSARL_CUDNN_DP_CAP sets it (tests) */
+    void *stream;                       /* cudaStream_t of the device (dsarl_device_ops.stream), or NULL */
+    int32_t max_segment;                /* runtime.cudnn_max_segment (CDN_MAX_SEGMENT; bench, tests move it) */
+    int paged_forced;                   /* runtime.cudnn_paged_forward: the paged graph even where tilelang wins */
+    int64_t dp_workspace_cap;           /* runtime.cudnn_dp_workspace_cap (CDN_DP_WORKSPACE_CAP; tests shrink it) */
     int paged_handovers;                /* times the absorbed forward was refused by the paged graph (each logged) */
     char paged_refused[64];             /* dims ("H d_qk d_v k") the paged graph refused: not asked again */
     double plan_build_ms;               /* total time spent building plans (reported by the tests) */
@@ -108,6 +111,12 @@ static inline int64_t next_pow2(int64_t x)
 static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* --- context (context.c) --------------------------------------------------------------------------------------- */
+/* The host of the registry that loaded this plugin (set by its init; tests that link the objects set it from a
+ * registry of their own). The plugin's one static: create finds the tilelang table through it. */
+void cdn_set_host(const dsarl_host *host);
+/* Host-side argument checks, one sentence naming the argument and what would be valid. */
+int cdn_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_error *err);
+int cdn_check_attention(const char *op, const dsarl_dsa_attention_inputs *in, dsarl_error *err);
 int cdn_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
                dsarl_dsa_context **out, dsarl_error *err);
 void cdn_destroy(dsarl_dsa_context *ctx);
@@ -168,32 +177,32 @@ int cdn_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *bat
                               const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
                               const float *dloss, void *dq_index, void *dk_index, float *dweights, dsarl_error *err);
 
-/* --- our kernels (kernels.cu), all on the legacy default stream ------------------------------------------------- */
+/* --- our kernels (kernels.cu), each on stream (the context's) ---------------------------------------------------- */
 /* segments: device (n_entries, 2) int32 (offset, length) pairs; an entry of length 0 is padding.
  * dst (n_entries, S, row) bf16 = src rows [offset, offset + length) of a packed (T, row) array, zeros past length;
  * src is float32 when src_f32, else bf16. */
-int cdn_gather_segments(void *dst, const void *src, int src_f32, const int32_t *segments, int n_entries, int64_t S,
-                        int64_t row, dsarl_error *err);
+int cdn_gather_segments(void *stream, void *dst, const void *src, int src_f32, const int32_t *segments, int n_entries,
+                        int64_t S, int64_t row, dsarl_error *err);
 /* The inverse: packed dst rows [offset, offset + length) = src (n_entries, S, row) bf16 (dst float32 when dst_f32). */
-int cdn_scatter_segments(void *dst, int dst_f32, const void *src, const int32_t *segments, int n_entries, int64_t S,
-                         int64_t row, dsarl_error *err);
+int cdn_scatter_segments(void *stream, void *dst, int dst_f32, const void *src, const int32_t *segments,
+                         int n_entries, int64_t S, int64_t row, dsarl_error *err);
 /* lse (T, H) from / to stats (n_entries, H, S) float32 (padding rows of stats get 0 when gathering). */
-int cdn_scatter_stats(float *lse, const float *stats, const int32_t *segments, int n_entries, int64_t S, int64_t H,
-                      dsarl_error *err);
-int cdn_gather_stats(float *stats, const float *lse, const int32_t *segments, int n_entries, int64_t S, int64_t H,
-                     dsarl_error *err);
+int cdn_scatter_stats(void *stream, float *lse, const float *stats, const int32_t *segments, int n_entries, int64_t S,
+                      int64_t H, dsarl_error *err);
+int cdn_gather_stats(void *stream, float *stats, const float *lse, const int32_t *segments, int n_entries, int64_t S,
+                     int64_t H, dsarl_error *err);
 /* bias (n_entries, S, S) bf16: row r of a segment is 0 on every key when r + 1 <= topk (DSA keeps every eligible key
  * there) or r >= length (padding), else 0 on the keys its indices row selects (absolute positions) and -1e9
  * elsewhere. indices (T, topk). */
-int cdn_build_bias(void *bias, const int32_t *indices, int32_t topk, const int32_t *segments, int n_entries,
-                   int64_t S, dsarl_error *err);
+int cdn_build_bias(void *stream, void *bias, const int32_t *indices, int32_t topk, const int32_t *segments,
+                   int n_entries, int64_t S, dsarl_error *err);
 /* Page tables for the paged forward: table (T, topk) = each row's valid indices moved to the front (order kept),
  * the rest repeating the first valid one (or 0); seq_kv (T) = the valid count (at least 1); seq_q (T) = heads. */
-int cdn_compact_indices(int32_t *table, int32_t *seq_kv, int32_t *seq_q, const int32_t *indices, int64_t T,
-                        int32_t topk, int32_t heads, dsarl_error *err);
+int cdn_compact_indices(void *stream, int32_t *table, int32_t *seq_kv, int32_t *seq_q, const int32_t *indices,
+                        int64_t T, int32_t topk, int32_t heads, dsarl_error *err);
 /* Rows whose indices are all -1: out (T, H, d_v) bf16 row = 0, lse (T, H) = +inf. */
-int cdn_fix_empty_rows(void *out, float *lse, const int32_t *indices, int64_t T, int32_t topk, int32_t heads,
-                       int32_t d_v, dsarl_error *err);
+int cdn_fix_empty_rows(void *stream, void *out, float *lse, const int32_t *indices, int64_t T, int32_t topk,
+                       int32_t heads, int32_t d_v, dsarl_error *err);
 
 DSARL_END_DECLS
 

@@ -3,6 +3,7 @@
 
 static int cudnn_init(const dsarl_host *host, dsarl_error *err)
 {
+    cdn_set_host(host); // create finds the tilelang table through it (tilelang may load after this plugin)
     return host->register_ops(host, DSARL_KIND_DSA, &dsarl_dsa_cudnn_ops.common, err);
 }
 

@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 /* graph.c: checked descriptor building, plan selection (heuristics, then the first engine config that finalizes),
- * the plan cache and plan execution, over cuDNN's backend API (call sequence: shared/reference/cudnn_dsa.md 3.2). */
+ * the plan cache and plan execution, over cuDNN's backend API (its call sequence: docs/gpu.md). */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>

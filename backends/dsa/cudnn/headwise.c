@@ -187,7 +187,7 @@ static int run(dsarl_dsa_context *ctx, const char *op, const dsarl_dsa_batch *ba
     DSARL_TRY(cdn_workspace(c, table_bytes + need, &ws, err));
     int32_t *table = ws;
     cudaError_t rc = cudaMemcpyAsync(table, c->host_segments, (size_t)pairs * 2 * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, 0);
+                                     cudaMemcpyHostToDevice, (cudaStream_t)c->stream);
     if (rc != cudaSuccess)
         return DSARL_FAIL(err, DSARL_E_DEVICE, "dsa cudnn %s: uploading the segment table failed: %s", op,
                           cudaGetErrorString(rc));
@@ -200,29 +200,29 @@ static int run(dsarl_dsa_context *ctx, const char *op, const dsarl_dsa_batch *ba
         const int32_t *seg = table + 2 * gr->table_offset;
         int nb = gr->n_padded;
         int64_t S = gr->S;
-        DSARL_TRY(cdn_gather_segments(b.q, in->q, c->f32, seg, nb, S, H * dqk, err));
-        DSARL_TRY(cdn_gather_segments(b.k, in->k, c->f32, seg, nb, S, H * dqk, err));
-        DSARL_TRY(cdn_gather_segments(b.v, in->v, c->f32, seg, nb, S, H * dvv, err));
+        DSARL_TRY(cdn_gather_segments(c->stream, b.q, in->q, c->f32, seg, nb, S, H * dqk, err));
+        DSARL_TRY(cdn_gather_segments(c->stream, b.k, in->k, c->f32, seg, nb, S, H * dqk, err));
+        DSARL_TRY(cdn_gather_segments(c->stream, b.v, in->v, c->f32, seg, nb, S, H * dvv, err));
         if (gr->bias)
-            DSARL_TRY(cdn_build_bias(b.bias, indices, topk, seg, nb, S, err));
+            DSARL_TRY(cdn_build_bias(c->stream, b.bias, indices, topk, seg, nb, S, err));
         void *ptrs[CDN_N_UIDS] = {0};
         ptrs[CDN_Q] = b.q, ptrs[CDN_K] = b.k, ptrs[CDN_V] = b.v, ptrs[CDN_O] = b.o, ptrs[CDN_STATS] = b.stats;
         ptrs[CDN_SCALE] = &scale, ptrs[CDN_NEG_INF] = &neg_inf, ptrs[CDN_BIAS] = b.bias;
         if (backward) {
-            DSARL_TRY(cdn_gather_segments(b.o, out, c->f32, seg, nb, S, H * dvv, err));
-            DSARL_TRY(cdn_gather_segments(b.d_o, dout, c->f32, seg, nb, S, H * dvv, err));
-            DSARL_TRY(cdn_gather_stats(b.stats, lse, seg, nb, S, H, err));
+            DSARL_TRY(cdn_gather_segments(c->stream, b.o, out, c->f32, seg, nb, S, H * dvv, err));
+            DSARL_TRY(cdn_gather_segments(c->stream, b.d_o, dout, c->f32, seg, nb, S, H * dvv, err));
+            DSARL_TRY(cdn_gather_stats(c->stream, b.stats, lse, seg, nb, S, H, err));
             ptrs[CDN_DO] = b.d_o, ptrs[CDN_DQ] = b.dq, ptrs[CDN_DK] = b.dk, ptrs[CDN_DV] = b.dv;
             ptrs[CDN_ONE] = &one, ptrs[CDN_SOFTMAX_SUM] = b.softmax_sum;
         }
         DSARL_TRY(cdn_plan_execute(c, gr->plan, ptrs, b.cudnn, err));
         if (backward) {
-            DSARL_TRY(cdn_scatter_segments(dq, c->f32, b.dq, seg, nb, S, H * dqk, err));
-            DSARL_TRY(cdn_scatter_segments(dk, c->f32, b.dk, seg, nb, S, H * dqk, err));
-            DSARL_TRY(cdn_scatter_segments(dv, c->f32, b.dv, seg, nb, S, H * dvv, err));
+            DSARL_TRY(cdn_scatter_segments(c->stream, dq, c->f32, b.dq, seg, nb, S, H * dqk, err));
+            DSARL_TRY(cdn_scatter_segments(c->stream, dk, c->f32, b.dk, seg, nb, S, H * dqk, err));
+            DSARL_TRY(cdn_scatter_segments(c->stream, dv, c->f32, b.dv, seg, nb, S, H * dvv, err));
         } else {
-            DSARL_TRY(cdn_scatter_segments((void *)out, c->f32, b.o, seg, nb, S, H * dvv, err));
-            DSARL_TRY(cdn_scatter_stats((float *)lse, b.stats, seg, nb, S, H, err));
+            DSARL_TRY(cdn_scatter_segments(c->stream, (void *)out, c->f32, b.o, seg, nb, S, H * dvv, err));
+            DSARL_TRY(cdn_scatter_stats(c->stream, (float *)lse, b.stats, seg, nb, S, H, err));
         }
     }
     return DSARL_OK;

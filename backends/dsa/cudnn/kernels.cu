@@ -62,37 +62,43 @@ static __global__ void scatter_vec_kernel(uint4 *dst, const uint4 *src, const in
     }
 }
 
-int cdn_gather_segments(void *dst, const void *src, int src_f32, const int32_t *segments, int n_entries, int64_t S,
-                        int64_t row, dsarl_error *err)
+int cdn_gather_segments(void *stream, void *dst, const void *src, int src_f32, const int32_t *segments, int n_entries,
+                        int64_t S, int64_t row, dsarl_error *err)
 {
     int64_t total = (int64_t)n_entries * S * row;
     if (total <= 0)
         return DSARL_OK;
     if (!src_f32 && row % 8 == 0 && ((uintptr_t)src | (uintptr_t)dst) % 16 == 0) {
         int64_t vec = total / 8;
-        gather_vec_kernel<<<grid_for(vec, 256), 256>>>((uint4 *)dst, (const uint4 *)src, segments, S, row / 8, vec);
+        gather_vec_kernel<<<grid_for(vec, 256), 256, 0, (cudaStream_t)stream>>>((uint4 *)dst, (const uint4 *)src,
+                                                                                segments, S, row / 8, vec);
     } else if (src_f32) {
-        gather_kernel<float><<<grid_for(total, 256), 256>>>((bf16 *)dst, (const float *)src, segments, S, row, total);
+        gather_kernel<float><<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>((bf16 *)dst, (const float *)src,
+                segments, S, row, total);
     } else {
-        gather_kernel<bf16><<<grid_for(total, 256), 256>>>((bf16 *)dst, (const bf16 *)src, segments, S, row, total);
+        gather_kernel<bf16><<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>((bf16 *)dst, (const bf16 *)src,
+                segments, S, row, total);
     }
     cdnCheckLaunch("the segment gather", err);
     return DSARL_OK;
 }
 
-int cdn_scatter_segments(void *dst, int dst_f32, const void *src, const int32_t *segments, int n_entries, int64_t S,
-                         int64_t row, dsarl_error *err)
+int cdn_scatter_segments(void *stream, void *dst, int dst_f32, const void *src, const int32_t *segments,
+                         int n_entries, int64_t S, int64_t row, dsarl_error *err)
 {
     int64_t total = (int64_t)n_entries * S * row;
     if (total <= 0)
         return DSARL_OK;
     if (!dst_f32 && row % 8 == 0 && ((uintptr_t)src | (uintptr_t)dst) % 16 == 0) {
         int64_t vec = total / 8;
-        scatter_vec_kernel<<<grid_for(vec, 256), 256>>>((uint4 *)dst, (const uint4 *)src, segments, S, row / 8, vec);
+        scatter_vec_kernel<<<grid_for(vec, 256), 256, 0, (cudaStream_t)stream>>>((uint4 *)dst, (const uint4 *)src,
+                segments, S, row / 8, vec);
     } else if (dst_f32) {
-        scatter_kernel<float><<<grid_for(total, 256), 256>>>((float *)dst, (const bf16 *)src, segments, S, row, total);
+        scatter_kernel<float><<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>((float *)dst, (const bf16 *)src,
+                segments, S, row, total);
     } else {
-        scatter_kernel<bf16><<<grid_for(total, 256), 256>>>((bf16 *)dst, (const bf16 *)src, segments, S, row, total);
+        scatter_kernel<bf16><<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>((bf16 *)dst, (const bf16 *)src,
+                segments, S, row, total);
     }
     cdnCheckLaunch("the segment scatter", err);
     return DSARL_OK;
@@ -115,24 +121,24 @@ static __global__ void stats_kernel(float *lse, float *stats, const int32_t *seg
     }
 }
 
-int cdn_scatter_stats(float *lse, const float *stats, const int32_t *segments, int n_entries, int64_t S, int64_t H,
-                      dsarl_error *err)
+int cdn_scatter_stats(void *stream, float *lse, const float *stats, const int32_t *segments, int n_entries, int64_t S,
+                      int64_t H, dsarl_error *err)
 {
     int64_t total = (int64_t)n_entries * S * H;
     if (total <= 0)
         return DSARL_OK;
-    stats_kernel<<<grid_for(total, 256), 256>>>(lse, (float *)stats, segments, S, H, total, 1);
+    stats_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>(lse, (float *)stats, segments, S, H, total, 1);
     cdnCheckLaunch("the lse scatter", err);
     return DSARL_OK;
 }
 
-int cdn_gather_stats(float *stats, const float *lse, const int32_t *segments, int n_entries, int64_t S, int64_t H,
-                     dsarl_error *err)
+int cdn_gather_stats(void *stream, float *stats, const float *lse, const int32_t *segments, int n_entries, int64_t S,
+                     int64_t H, dsarl_error *err)
 {
     int64_t total = (int64_t)n_entries * S * H;
     if (total <= 0)
         return DSARL_OK;
-    stats_kernel<<<grid_for(total, 256), 256>>>((float *)lse, stats, segments, S, H, total, 0);
+    stats_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>((float *)lse, stats, segments, S, H, total, 0);
     cdnCheckLaunch("the lse gather", err);
     return DSARL_OK;
 }
@@ -166,16 +172,17 @@ static __global__ void bias_select_kernel(bf16 *bias, const int32_t *indices, in
     }
 }
 
-int cdn_build_bias(void *bias, const int32_t *indices, int32_t topk, const int32_t *segments, int n_entries,
-                   int64_t S, dsarl_error *err)
+int cdn_build_bias(void *stream, void *bias, const int32_t *indices, int32_t topk, const int32_t *segments,
+                   int n_entries, int64_t S, dsarl_error *err)
 {
     int64_t total = (int64_t)n_entries * S * S;
     if (total <= 0)
         return DSARL_OK;
-    bias_fill_kernel<<<grid_for(total, 256), 256>>>((bf16 *)bias, segments, S, topk, total);
+    bias_fill_kernel<<<grid_for(total, 256), 256, 0, (cudaStream_t)stream>>>((bf16 *)bias, segments, S, topk, total);
     cdnCheckLaunch("the top-k bias fill", err);
     int64_t slots = (int64_t)n_entries * S * topk;
-    bias_select_kernel<<<grid_for(slots, 256), 256>>>((bf16 *)bias, indices, topk, segments, S, slots);
+    bias_select_kernel<<<grid_for(slots, 256), 256, 0, (cudaStream_t)stream>>>((bf16 *)bias, indices, topk, segments,
+                                                                               S, slots);
     cdnCheckLaunch("the top-k bias select", err);
     return DSARL_OK;
 }
@@ -211,12 +218,13 @@ static __global__ void compact_kernel(int32_t *table, int32_t *seq_kv, int32_t *
     }
 }
 
-int cdn_compact_indices(int32_t *table, int32_t *seq_kv, int32_t *seq_q, const int32_t *indices, int64_t T,
-                        int32_t topk, int32_t heads, dsarl_error *err)
+int cdn_compact_indices(void *stream, int32_t *table, int32_t *seq_kv, int32_t *seq_q, const int32_t *indices,
+                        int64_t T, int32_t topk, int32_t heads, dsarl_error *err)
 {
     if (T <= 0)
         return DSARL_OK;
-    compact_kernel<<<grid_for(T * 32, 256), 256>>>(table, seq_kv, seq_q, indices, T, topk, heads);
+    compact_kernel<<<grid_for(T * 32, 256), 256, 0, (cudaStream_t)stream>>>(table, seq_kv, seq_q, indices, T, topk,
+                                                                            heads);
     cdnCheckLaunch("the page-table compaction", err);
     return DSARL_OK;
 }
@@ -238,13 +246,13 @@ static __global__ void empty_rows_kernel(bf16 *out, float *lse, const int32_t *i
     }
 }
 
-int cdn_fix_empty_rows(void *out, float *lse, const int32_t *indices, int64_t T, int32_t topk, int32_t heads,
-                       int32_t d_v, dsarl_error *err)
+int cdn_fix_empty_rows(void *stream, void *out, float *lse, const int32_t *indices, int64_t T, int32_t topk,
+                       int32_t heads, int32_t d_v, dsarl_error *err)
 {
     if (T <= 0)
         return DSARL_OK;
-    empty_rows_kernel<<<(unsigned)(T < 65535 * 8 ? T : 65535 * 8), 128>>>((bf16 *)out, lse, indices, T, topk, heads,
-                                                                          d_v);
+    empty_rows_kernel<<<(unsigned)(T < 65535 * 8 ? T : 65535 * 8), 128, 0, (cudaStream_t)stream>>>((bf16 *)out, lse,
+            indices, T, topk, heads, d_v);
     cdnCheckLaunch("the empty-row fix-up", err);
     return DSARL_OK;
 }

@@ -1,5 +1,5 @@
 /* sdpa_graphs.c: the three cuDNN graphs this backend runs, spelled exactly as cuDNN's fused-attention engines
- * pattern-match them on sm_90 with 9.19 (shared/reference/cudnn_dsa.md 3.3, 3.4, 3.6; cudnn-frontend's
+ * pattern-match them on sm_90 with 9.19 (cudnn-frontend's
  * CompositeSDPANode / CompositeSDPABackwardNode emit the same ops):
  * - headwise forward: S = (Q K^T) * scale [+ bias]; causal select (-inf above the diagonal); softmax with
  *   Stats = max + log(sum exp) (natural-log lse); O = P V with P in bf16.

@@ -4,6 +4,15 @@
 #include <string.h>
 #include "tilelang_common.cuh"
 
+void *tilelang_device_stream(const dsarl_device_ops *device_ops, dsarl_device *dev)
+{
+    if (!device_ops || !dev ||
+        device_ops->common.struct_size < offsetof(dsarl_device_ops, stream) + sizeof(device_ops->stream) ||
+        !device_ops->stream)
+        return NULL; /* a 1.0/1.1 device: its streams block on the legacy default stream */
+    return device_ops->stream(dev);
+}
+
 int tilelang_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const dsarl_node *recipe,
                     dsarl_dsa_context **out, dsarl_error *err)
 {
@@ -15,6 +24,8 @@ int tilelang_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "the tilelang DSA backend runs on the cuda device only; "
                           "runtime.device=%s needs dsa_kernel_backend=reference",
                           device_ops->common.name ? device_ops->common.name : "(unnamed)");
+    tilelang_settings settings; // before any CUDA call: a bad key is refused without a GPU
+    DSARL_TRY(tilelang_read_settings(recipe, &settings, err));
     int device = 0, sms = 0;
     tlCheck(cudaGetDevice(&device), err);
     tlCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), err);
@@ -22,6 +33,8 @@ int tilelang_create(const dsarl_device_ops *device_ops, dsarl_device *dev, const
     if (!ctx)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsa tilelang create: cannot allocate the context");
     ctx->sm_count = sms;
+    ctx->settings = settings;
+    ctx->stream = tilelang_device_stream(device_ops, dev);
     ctx->f32 = device_ops && dev && device_ops->storage_dtype(dev) == DSARL_DTYPE_F32;
     *out = ctx;
     return DSARL_OK;
@@ -31,7 +44,7 @@ void tilelang_destroy(dsarl_dsa_context *ctx)
 {
     if (!ctx)
         return;
-    cudaDeviceSynchronize();
+    cudaStreamSynchronize((cudaStream_t)ctx->stream);
     cudaFree(ctx->workspace);
     free(ctx);
 }
@@ -40,7 +53,7 @@ int tilelang_workspace(dsarl_dsa_context *ctx, size_t bytes, void **out, dsarl_e
 {
     if (bytes > ctx->workspace_bytes) {
         size_t want = bytes + bytes / 4;
-        tlCheck(cudaDeviceSynchronize(), err); /* queued kernels may still use the old workspace */
+        tlCheck(cudaStreamSynchronize((cudaStream_t)ctx->stream), err); /* queued kernels may use the old one */
         cudaFree(ctx->workspace);
         ctx->workspace = NULL;
         ctx->workspace_bytes = 0;
@@ -62,7 +75,7 @@ int tilelang_flush_accumulator(const dsarl_dsa_context *ctx, void *dst, const fl
 {
     if (n <= 0)
         return DSARL_OK;
-    TL_LAUNCH(ctx->f32, flush_kernel, grid_for(n, 256), 256, 0, (S *)dst, acc, n);
+    TL_LAUNCH(ctx->f32, ctx->stream, flush_kernel, grid_for(n, 256), 256, 0, (S *)dst, acc, n);
     tlCheckLaunch("key-gradient flush", err);
     return DSARL_OK;
 }

@@ -232,8 +232,8 @@ int tilelang_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch 
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa tilelang indexer_loss_forward: loss (Tq) must be set");
     float *ws;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)blocks * (size_t)a.max_set * 3 * sizeof(float), (void **)&ws, err));
-    TL_LAUNCH(ctx->f32, indexer_loss_forward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a, batch->n_queries, loss,
-              ws);
+    TL_LAUNCH(ctx->f32, ctx->stream, indexer_loss_forward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a,
+              batch->n_queries, loss, ws);
     tlCheckLaunch("indexer_loss_forward", err);
     return DSARL_OK;
 }
@@ -258,10 +258,9 @@ int tilelang_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch
     char *ws;
     DSARL_TRY(tilelang_workspace(ctx, rows_bytes + acc_bytes + 256, (void **)&ws, err));
     float *acc = (float *)(ws + (rows_bytes + 255) / 256 * 256);
-    tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
-    TL_LAUNCH(ctx->f32, indexer_loss_backward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a, batch->n_queries, dloss,
-                                                                         (S *)dq_index, acc, dweights,
-                                                                         (float *)ws);
+    tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float), TL_STREAM(ctx)), err);
+    TL_LAUNCH(ctx->f32, ctx->stream, indexer_loss_backward_kernel, (unsigned int)blocks, LOSS_THREADS, 0, a,
+              batch->n_queries, dloss, (S *)dq_index, acc, dweights, (float *)ws);
     tlCheckLaunch("indexer_loss_backward", err);
     return tilelang_flush_accumulator(ctx, dk_index, acc, acc_n, err);
 }

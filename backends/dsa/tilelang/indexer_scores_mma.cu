@@ -228,42 +228,42 @@ int tilelang_indexer_scores_mma_fits(const dsarl_dsa_indexer_inputs *in)
 }
 
 template <int NH, int WARPS>
-static int launch_scores(const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in, int64_t q_begin,
-                         int64_t q_end, uint32_t *ws, int64_t ld_ws, int64_t max_keys, int32_t skip_upto,
-                         dsarl_error *err)
+static int launch_scores(cudaStream_t stream, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                         int64_t q_begin, int64_t q_end, uint32_t *ws, int64_t ld_ws, int64_t max_keys,
+                         int32_t skip_upto, dsarl_error *err)
 {
     const int qb = WARPS * (SC_COLS / NH);
     const size_t shared = scores_shared_bytes(WARPS, in->head_dim);
     tlSharedLimit((indexer_scores_mma_kernel<NH, WARPS>), shared, err);
     const int64_t tiles = (q_end - q_begin + qb - 1) / qb;
-    indexer_scores_mma_kernel<NH, WARPS><<<(unsigned int)tiles, WARPS * 32, shared>>>(
+    indexer_scores_mma_kernel<NH, WARPS><<<(unsigned int)tiles, WARPS * 32, shared, stream>>>(
         ws, ld_ws, (const bf16 *)in->q, (const bf16 *)in->k, in->weights, batch->key_start, batch->key_end, q_begin,
         q_end, in->head_dim, max_keys, skip_upto);
     tlCheckLaunch("indexer scores (mma)", err);
     return DSARL_OK;
 }
 
-int tilelang_indexer_scores_mma(const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in, int64_t q_begin,
-                                int64_t q_end, uint32_t *ws, int64_t ld_ws, int64_t max_keys, int32_t skip_upto,
-                                dsarl_error *err)
+int tilelang_indexer_scores_mma(const dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                const dsarl_dsa_indexer_inputs *in, int64_t q_begin, int64_t q_end, uint32_t *ws,
+                                int64_t ld_ws, int64_t max_keys, int32_t skip_upto, dsarl_error *err)
 {
     if (q_end <= q_begin)
         return DSARL_OK;
-    const char *warps_env = getenv("DSARL_TILELANG_INDEXER_SCORE_WARPS"); /* 4 or 8 (default): timing comparisons */
-    const int four = warps_env && atoi(warps_env) == 4;
+    const int four = ctx->settings.score_warps == 4; /* runtime.tilelang_score_warps: timing comparisons */
+    cudaStream_t st = TL_STREAM(ctx);
     switch (in->n_heads) {
     case 8:
-        return four ? launch_scores<8, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
-                    : launch_scores<8, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<8, 4>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<8, 8>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     case 16:
-        return four ? launch_scores<16, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
-                    : launch_scores<16, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<16, 4>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<16, 8>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     case 32:
-        return four ? launch_scores<32, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
-                    : launch_scores<32, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<32, 4>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<32, 8>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     case 64:
-        return four ? launch_scores<64, 4>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
-                    : launch_scores<64, 8>(batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
+        return four ? launch_scores<64, 4>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err)
+                    : launch_scores<64, 8>(st, batch, in, q_begin, q_end, ws, ld_ws, max_keys, skip_upto, err);
     default:
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer scores: n_heads = %d must be 8, 16, 32 or "
                           "64 for the tensor-core kernel", in->n_heads);

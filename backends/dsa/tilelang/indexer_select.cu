@@ -192,9 +192,9 @@ static __global__ void __launch_bounds__(THREADS)
     }
 }
 
-int tilelang_indexer_select(const dsarl_dsa_batch *batch, int64_t q_begin, int64_t q_end, const uint32_t *ws,
-                            int64_t ld_ws, int64_t max_keys, int32_t topk, int32_t *indices, float *scores,
-                            dsarl_error *err)
+int tilelang_indexer_select(const dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, int64_t q_begin,
+                            int64_t q_end, const uint32_t *ws, int64_t ld_ws, int64_t max_keys, int32_t topk,
+                            int32_t *indices, float *scores, dsarl_error *err)
 {
     if (q_end <= q_begin)
         return DSARL_OK;
@@ -209,15 +209,14 @@ int tilelang_indexer_select(const dsarl_dsa_batch *batch, int64_t q_begin, int64
     if (shared > TL_MAX_SHARED)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang indexer select: topk = %d with scores needs %zu "
                           "bytes of shared memory, more than %d", topk, shared, TL_MAX_SHARED);
-    const char *env = getenv("DSARL_TILELANG_INDEXER_SELECT"); /* "v2": 256 threads, per-warp first histograms */
-    if (env && strcmp(env, "v2") == 0) {
+    if (ctx->settings.select_threads == 256) { /* per-warp first histograms */
         tlSharedLimit((indexer_select_kernel<256, true>), shared, err);
-        indexer_select_kernel<256, true><<<(unsigned int)(q_end - q_begin), 256, shared>>>(
+        indexer_select_kernel<256, true><<<(unsigned int)(q_end - q_begin), 256, shared, TL_STREAM(ctx)>>>(
             indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap,
             sort_cap);
     } else {
         tlSharedLimit((indexer_select_kernel<512, false>), shared, err);
-        indexer_select_kernel<512, false><<<(unsigned int)(q_end - q_begin), 512, shared>>>(
+        indexer_select_kernel<512, false><<<(unsigned int)(q_end - q_begin), 512, shared, TL_STREAM(ctx)>>>(
             indices, scores, ws, ld_ws, batch->key_start, batch->key_end, q_begin, topk, max_keys, row_cap,
             sort_cap);
     }

@@ -296,17 +296,16 @@ static int indexer_topk_two_pass(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     const int64_t max_keys = batch->max_keys_per_query > 0 ? batch->max_keys_per_query : 1;
     const int64_t ld_ws = (max_keys + 3) / 4 * 4;
     int64_t rows = INDEXER_WS_BUDGET / (ld_ws * (int64_t)sizeof(uint32_t)) / 64 * 64;
-    const char *chunk_env = getenv("DSARL_TILELANG_INDEXER_CHUNK"); /* tests: force several chunks */
-    if (chunk_env && atoll(chunk_env) > 0)
-        rows = atoll(chunk_env);
+    if (ctx->settings.indexer_chunk > 0) /* tests: force several chunks */
+        rows = ctx->settings.indexer_chunk;
     rows = rows < 64 ? 64 : (rows > Tq ? Tq : rows);
     void *ws;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(rows * ld_ws) * sizeof(uint32_t), &ws, err));
     for (int64_t begin = 0; begin < Tq; begin += rows) {
         const int64_t end = begin + rows < Tq ? begin + rows : Tq;
-        DSARL_TRY(tilelang_indexer_scores_mma(batch, in, begin, end, (uint32_t *)ws, ld_ws, max_keys,
+        DSARL_TRY(tilelang_indexer_scores_mma(ctx, batch, in, begin, end, (uint32_t *)ws, ld_ws, max_keys,
                                               scores ? 0 : topk, err));
-        DSARL_TRY(tilelang_indexer_select(batch, begin, end, (const uint32_t *)ws, ld_ws, max_keys, topk, indices,
+        DSARL_TRY(tilelang_indexer_select(ctx, batch, begin, end, (const uint32_t *)ws, ld_ws, max_keys, topk, indices,
                                           scores, err));
     }
     return DSARL_OK;
@@ -322,7 +321,7 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
                           "indices (Tq, topk) set", topk, TOPK_MAX);
     if (batch->n_queries == 0)
         return DSARL_OK;
-    if (!ctx->f32 && !getenv("DSARL_TILELANG_NO_WMMA") && !getenv("DSARL_TILELANG_INDEXER_ROWWISE") &&
+    if (!ctx->f32 && ctx->settings.indexer == TILELANG_INDEXER_AUTO &&
         tilelang_indexer_scores_mma_fits(in))
         return indexer_topk_two_pass(ctx, batch, in, topk, indices, scores, err);
     int sort_size = 1;
@@ -337,7 +336,7 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     const size_t tc_offset = (shared + 127) / 128 * 128;
     const int tc = !ctx->f32 && in->n_heads % 16 == 0 && in->head_dim % 16 == 0 && (uintptr_t)in->q % 16 == 0 &&
                    (uintptr_t)in->k % 16 == 0 && tc_offset + tc_shared_bytes(in->n_heads, in->head_dim) <=
-                   TL_MAX_SHARED && !getenv("DSARL_TILELANG_NO_WMMA");
+                   TL_MAX_SHARED && ctx->settings.indexer != TILELANG_INDEXER_CUDA_CORE;
     if (tc)
         shared = tc_offset + tc_shared_bytes(in->n_heads, in->head_dim);
     if (shared > TL_MAX_SHARED)
@@ -349,7 +348,7 @@ int tilelang_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, 
     void *ws;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)blocks * (size_t)max_keys * sizeof(uint32_t), &ws, err));
     tlSharedLimitT(indexer_topk_kernel, shared, err);
-    TL_LAUNCH(ctx->f32, indexer_topk_kernel, (unsigned int)blocks, TOPK_THREADS, shared, 
+    TL_LAUNCH(ctx->f32, ctx->stream, indexer_topk_kernel, (unsigned int)blocks, TOPK_THREADS, shared, 
         indices, scores, (const S *)in->q, (const S *)in->k, in->weights, batch->key_start, batch->key_end,
         batch->n_queries, in->n_heads, in->head_dim, topk, sort_size, kt, hpt, tc, tc_offset, (uint32_t *)ws,
         max_keys);

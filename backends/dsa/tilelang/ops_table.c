@@ -12,7 +12,14 @@ static void describe_tilelang(void (*emit)(void *ctx, const char *line), void *c
               "computes, dkv summed over the heads in the tensor cores and added with 16-byte fp32 reductions");
     emit(ctx, "sparse_mla, other shapes: gathered KV tiles in shared memory, WMMA tensor cores for bf16 and "
               "16-multiple dims (CUDA cores otherwise), online softmax; dkv via fp32 atomics");
+    char line[320];
+    tilelang_settings defaults;
+    tilelang_read_settings(NULL, &defaults, NULL);
+    tilelang_format_settings(&defaults, line, sizeof line);
+    emit(ctx, line);
 }
+
+static const dsarl_key_spec tilelang_keys[] = {TILELANG_KEY_SPECS};
 
 const dsarl_dsa_ops dsarl_dsa_tilelang_ops = {
     .device_requires = DSARL_DEVICE_CAP_CUDA,
@@ -21,8 +28,8 @@ const dsarl_dsa_ops dsarl_dsa_tilelang_ops = {
                .name = "tilelang",
                .rank = DSARL_RANK_PRIMARY,
                .description = "DeepSeek Sparse Attention as tiled CUDA kernels (bf16, fp32 accumulation, sm_90)",
-               .keys = NULL, /* the model owns index_topk and the softmax scale */
-               .n_keys = 0,
+               .keys = tilelang_keys, /* the model owns index_topk and the softmax scale */
+               .n_keys = DSARL_ARRAY_LEN(tilelang_keys),
                .describe = describe_tilelang},
     .create = tilelang_create,
     .destroy = tilelang_destroy,

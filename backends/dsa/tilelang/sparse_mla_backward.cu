@@ -1,4 +1,6 @@
 /* sparse_mla_backward.cu: backward of the sparse MLA forward (TileLang examples/deepseek_v32 sparse_mla_bwd).
+ * Role: the CUDA-core fp32 path (float32 storage, dims that are not multiples of 16, every GPU), tested on the H200
+ * by check_dsa_tilelang through runtime.tilelang_sparse_mla=cuda_core (docs/gpu.md).
  *
  * With the forward's out and lse, for query t, head h and valid slot s:
  *   p(s)  = exp(softmax_scale * q[t,h,:] . kv[s,:] - lse[t,h]),   Delta = out[t,h,:] . dout[t,h,:]
@@ -141,7 +143,7 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
     int64_t acc_n = batch->n_keys * (int64_t)in->d_qk;
     float *acc;
     DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
-    tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float)), err);
+    tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float), TL_STREAM(ctx)), err);
     int used = 0;
     DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used, err));
     if (!used)
@@ -151,7 +153,7 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
         return tilelang_flush_accumulator(ctx, dkv, acc, acc_n, err);
     tlSharedLimitT(sparse_mla_backward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
-    TL_LAUNCH(ctx->f32, sparse_mla_backward_kernel, grid, MLA_THREADS, shared, 
+    TL_LAUNCH(ctx->f32, ctx->stream, sparse_mla_backward_kernel, grid, MLA_THREADS, shared, 
         (S *)dq, acc, (const S *)in->q, (const S *)in->kv, indices, (const S *)out, lse,
         (const S *)dout, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale, hg, kt);
     tlCheckLaunch("sparse_mla_backward", err);

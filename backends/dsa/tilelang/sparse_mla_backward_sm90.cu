@@ -38,8 +38,7 @@
  * Heads that are not whole groups of 64 pad the last group with zero rows (lse +inf there, so P and dS are 0 and
  * add nothing to dKV; their dq rows are not stored); it must hold at least 16 real heads
  * (tilelang_sparse_mla_sm90_head_groups).
- * Measured on the H200 (`dsarl bench dsa`, T 8192, H 64, k 2048; 5.9e12 FLOP, 7.5 ms at the GEMM ceiling):
- * 21.0 ms = 282 TFLOP/s, against 192 ms for the WMMA kernel; docs/performance.md has the run. */
+ * Its rate on the H200 against the WMMA kernel's is in docs/performance.md. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -348,7 +347,7 @@ extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const d
     if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !tilelang_sparse_mla_sm90_head_groups(in->n_heads) ||
         topk <= 0 || ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
         ((uintptr_t)dout % 16) || ((uintptr_t)dq % 4) || ((uintptr_t)dkv_acc % 16) || batch->n_queries > 0x7fffffff ||
-        getenv("DSARL_TILELANG_NO_SM90") || getenv("DSARL_TILELANG_NO_WMMA"))
+        ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
         return DSARL_OK;
     int device = 0, major = 0, minor = 0;
     tlCheck(cudaGetDevice(&device), err);
@@ -362,7 +361,7 @@ extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const d
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)tilelang_sparse_mla_sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
     tlSharedLimit(sparse_mla_backward_sm90_kernel, BW_SHARED, err);
-    sparse_mla_backward_sm90_kernel<<<grid, BW_THREADS, BW_SHARED>>>(
+    sparse_mla_backward_sm90_kernel<<<grid, BW_THREADS, BW_SHARED, TL_STREAM(ctx)>>>(
         (bf16 *)dq, dkv_acc, (const bf16 *)in->q, (const bf16 *)in->kv, indices, (const bf16 *)out, lse,
         (const bf16 *)dout, topk, in->n_heads, batch->n_keys, in->softmax_scale, scale_log2);
     tlCheckLaunch("sparse_mla_backward (sm90 wgmma)", err);

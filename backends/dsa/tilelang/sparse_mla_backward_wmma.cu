@@ -1,6 +1,8 @@
 /* sparse_mla_backward_wmma.cu: the tensor-core path of the sparse MLA backward (bf16 storage, d_qk and d_v
- * multiples of 16); the math is sparse_mla_backward.cu's. One block (8 warps) per (query, group of 16 heads); per
- * tile of 64 selected keys, on WMMA 16x16x16 bf16 fragments with fp32 accumulation:
+ * multiples of 16): the tested portable path of GPUs without wgmma, forced on the H200 by
+ * runtime.tilelang_sparse_mla=wmma in check_dsa_mla_bwd_sm90 (docs/gpu.md). The math is sparse_mla_backward.cu's.
+ * One block (8 warps) per (query, group of 16 heads); per tile of 64 selected keys, on WMMA 16x16x16 bf16
+ * fragments with fp32 accumulation:
  *   S = Q KV^T and dPV = dO V^T (16 x 64)        -> P = exp(scale S - lse), dS = scale P (dPV - Delta)   (fp32)
  *   dQ += dS KV                      (16 x d_qk, fp32 in shared memory)
  *   dKV = dS^T Q + P^T dO            (64 x d_qk: each warp's 16x16 blocks go through a small fp32 scratch to
@@ -187,11 +189,11 @@ int tilelang_sparse_mla_backward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_ba
     *used = 0;
     wmma_bwd_layout L = make_layout(in->d_qk, in->d_v);
     if (ctx->f32 || in->d_qk % 16 || in->d_v % 16 || L.total > TL_MAX_SHARED || ((uintptr_t)in->q % 16) ||
-        ((uintptr_t)in->kv % 16) || ((uintptr_t)dout % 16) || getenv("DSARL_TILELANG_NO_WMMA"))
+        ((uintptr_t)in->kv % 16) || ((uintptr_t)dout % 16) || ctx->settings.sparse_mla == TILELANG_MLA_CUDA_CORE)
         return DSARL_OK;
     tlSharedLimit(sparse_mla_backward_wmma_kernel, L.total, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + WB_HEADS - 1) / WB_HEADS));
-    sparse_mla_backward_wmma_kernel<<<grid, WB_THREADS, L.total>>>(
+    sparse_mla_backward_wmma_kernel<<<grid, WB_THREADS, L.total, TL_STREAM(ctx)>>>(
         (bf16 *)dq, dkv_acc, (const bf16 *)in->q, (const bf16 *)in->kv, indices, (const bf16 *)out, lse,
         (const bf16 *)dout, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale, L);
     tlCheckLaunch("sparse_mla_backward (wmma)", err);

@@ -1,4 +1,7 @@
-/* sparse_mla_forward.cu: sparse MLA forward in the absorbed MQA form (glm5_dsa.md sections 2.4 and 2.7).
+/* sparse_mla_forward.cu: sparse MLA forward in the absorbed MQA form (the latent kv row is both
+ * key and value). Role: the CUDA-core fp32 path, the only one for float32 storage (runtime.cuda_storage_dtype=f32,
+ * which checks a model against the cpu run) and for dims that are not multiples of 16, on every GPU; tested on the
+ * H200 by check_dsa_tilelang through runtime.tilelang_sparse_mla=cuda_core and its odd-dim cases (docs/gpu.md).
  *
  *   logit_h(s) = softmax_scale * q[t,h,:] . kv[s,:]   (all d_qk columns), s over the valid slots of indices[t]
  *   out[t,h,:] = sum_s softmax(logit_h)(s) kv[s,:d_v],  lse[t,h] = log sum_s exp(logit_h(s))
@@ -139,9 +142,9 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
                           "bytes of shared memory, more than %d", in->d_qk, in->d_v, shared, TL_MAX_SHARED);
     tlSharedLimitT(sparse_mla_forward_kernel, shared, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hg - 1) / hg));
-    TL_LAUNCH(ctx->f32, sparse_mla_forward_kernel, grid, MLA_THREADS, shared, (S *)out, lse, (const S *)in->q,
-                                                             (const S *)in->kv, indices, topk, in->n_heads,
-                                                             in->d_qk, in->d_v, in->softmax_scale, hg, kt);
+    TL_LAUNCH(ctx->f32, ctx->stream, sparse_mla_forward_kernel, grid, MLA_THREADS, shared, (S *)out, lse,
+              (const S *)in->q, (const S *)in->kv, indices, topk, in->n_heads, in->d_qk, in->d_v, in->softmax_scale,
+              hg, kt);
     tlCheckLaunch("sparse_mla_forward", err);
     return DSARL_OK;
 }

@@ -19,10 +19,9 @@
  * At the end out = O / l (bf16) and lse = m ln 2 + log l; a row with no valid slot gets out 0 and lse +inf. A
  * repeated key is two softmax terms, as in the reference.
  * One owner of S (rather than both warpgroups each scoring 32 keys) reads a third less shared memory per tile and
- * needs no exchange of row maxima: 502 TFLOP/s against 353 at `dsarl bench dsa` (H200, bf16 GEMM ceiling 793). The
- * same kernel with the gather removed (every tile from shared memory) ran 544 and the gather alone 1.37 ms of its
- * 2.36 ms at Tq 4096, so the limit is the serial chain S -> softmax -> P V inside a tile, where the tensor cores
- * wait for the softmax (no ping-pong between warpgroups yet).
+ * needs no exchange of row maxima (measurably faster: docs/performance.md). The same kernel with the gather removed
+ * (every tile from shared memory) was only a little faster, so the limit is the serial chain S -> softmax -> P V
+ * inside a tile, where the tensor cores wait for the softmax (no ping-pong between warpgroups yet).
  * Heads that are not whole groups of 64 pad the last group with zero Q rows whose out and lse are never stored; it
  * must hold at least 16 real heads (tilelang_sparse_mla_sm90_head_groups: 16 heads do 4x the products, still
  * well ahead of the WMMA kernel). Shapes that do not fit (other dims, a last group under 16 heads, float32
@@ -213,7 +212,7 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     // a compute capability 9.0 device
     if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !tilelang_sparse_mla_sm90_head_groups(in->n_heads) ||
         ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
-        batch->n_queries > 0x7fffffff || getenv("DSARL_TILELANG_NO_SM90") || getenv("DSARL_TILELANG_NO_WMMA"))
+        batch->n_queries > 0x7fffffff || ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
         return DSARL_OK;
     int device = 0, major = 0, minor = 0;
     tlCheck(cudaGetDevice(&device), err);
@@ -224,9 +223,9 @@ extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const ds
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)tilelang_sparse_mla_sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
     tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
-    sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED>>>((bf16 *)out, lse, (const bf16 *)in->q,
-                                                                        (const bf16 *)in->kv, indices, topk,
-                                                                        in->n_heads, batch->n_keys, scale_log2);
+    sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED, TL_STREAM(ctx)>>>(
+        (bf16 *)out, lse, (const bf16 *)in->q, (const bf16 *)in->kv, indices, topk, in->n_heads, batch->n_keys,
+        scale_log2);
     tlCheckLaunch("sparse_mla_forward (sm90 wgmma)", err);
     *used = 1;
     return DSARL_OK;

@@ -2,6 +2,11 @@
  * of 16): same math as sparse_mla_forward.cu (see there), with both products on the tensor cores through WMMA
  * (16x16x16 bf16 fragments, fp32 accumulation).
  *
+ * Role: the tested portable tensor-core path. It serves every bf16 shape on GPUs without wgmma (Ampere, Ada) and on
+ * Hopper the shapes the sm_90 kernel does not take (other dims, a last head group under 16); on the H200 the suites
+ * force it at GLM-5 dims with runtime.tilelang_sparse_mla=wmma (check_dsa_mla_sm90's test_old_vs_new, against the
+ * wgmma kernel that its other cases check against the reference backend). docs/gpu.md lists the paths.
+ *
  * One block (8 warps) per (query, group of hb = 32 heads, or 16 when the model has fewer than 32). Per tile of 64
  * selected keys: the KV rows are gathered into shared memory (bf16, 16-byte copies); the warps compute
  * S = Q KV^T (hb x 64, in 16x16 blocks over d_qk); hb threads run the online softmax on S and write P (bf16); every
@@ -156,11 +161,11 @@ int tilelang_sparse_mla_forward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_bat
     wmma_layout L = make_layout(hb, in->d_qk, in->d_v);
     // The tensor-core path needs bf16 storage, 16-multiples, 16-byte aligned rows and fitting shared memory.
     if (ctx->f32 || in->d_qk % 16 || in->d_v % 16 || L.total > TL_MAX_SHARED || ((uintptr_t)in->q % 16) ||
-        ((uintptr_t)in->kv % 16) || getenv("DSARL_TILELANG_NO_WMMA"))
+        ((uintptr_t)in->kv % 16) || ctx->settings.sparse_mla == TILELANG_MLA_CUDA_CORE)
         return DSARL_OK;
     tlSharedLimit(sparse_mla_forward_wmma_kernel, L.total, err);
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)((in->n_heads + hb - 1) / hb));
-    sparse_mla_forward_wmma_kernel<<<grid, WM_THREADS, L.total>>>((bf16 *)out, lse, (const bf16 *)in->q,
+    sparse_mla_forward_wmma_kernel<<<grid, WM_THREADS, L.total, TL_STREAM(ctx)>>>((bf16 *)out, lse, (const bf16 *)in->q,
                                                                   (const bf16 *)in->kv, indices, topk, in->n_heads,
                                                                   in->d_qk, in->d_v, in->softmax_scale, hb, L);
     tlCheckLaunch("sparse_mla_forward (wmma)", err);

@@ -35,16 +35,19 @@
 
 #define TL_MAX_SHARED (220 * 1024)
 
-/* Launches kernel<S> on the legacy default stream with S the storage type (float when f32 is non-zero, else bf16);
- * the arguments may name S. */
-#define TL_LAUNCH(f32, kernel, grid, block, shmem, ...)                                                         \
+/* The context's stream as a cudaStream_t (the device's, or the legacy default stream). */
+#define TL_STREAM(ctx) ((cudaStream_t)(ctx)->stream)
+
+/* Launches kernel<S> on stream with S the storage type (float when f32 is non-zero, else bf16); the arguments may
+ * name S. */
+#define TL_LAUNCH(f32, stream, kernel, grid, block, shmem, ...)                                                 \
     do {                                                                                                        \
         if (f32) {                                                                                              \
             typedef float S;                                                                                    \
-            kernel<S><<<(grid), (block), (shmem)>>>(__VA_ARGS__);                                               \
+            kernel<S><<<(grid), (block), (shmem), (cudaStream_t)(stream)>>>(__VA_ARGS__);                       \
         } else {                                                                                                \
             typedef bf16 S;                                                                                     \
-            kernel<S><<<(grid), (block), (shmem)>>>(__VA_ARGS__);                                               \
+            kernel<S><<<(grid), (block), (shmem), (cudaStream_t)(stream)>>>(__VA_ARGS__);                       \
         }                                                                                                       \
     } while (0)
 
