@@ -21,6 +21,7 @@
 #include "dsarl/metrics.h"
 #include "dsarl/optimizer.h"
 #include "dsarl/tokenizer.h"
+#include "dsarl/trainer.h"
 #include "grpo_train.h"
 
 const dsarl_key_spec grpo_train_keys[] = {
@@ -60,6 +61,7 @@ typedef struct loop_options {
     const char *stop_strings[16];
     int32_t n_stop_strings;
     bool shuffle;
+    int64_t num_val_samples_to_print;
     const char *tokenizer_name, *chat_template;
 } loop_options;
 
@@ -105,10 +107,12 @@ typedef struct trainer {
     const dsarl_environment_ops *env_ops;
     dsarl_environment *env;
     dsarl_metrics *log;
+    int64_t per_round;         /* prompts per dataloader batch */
     int64_t step;              /* completed training steps */
     int64_t consumed_samples;
     double train_time_s;       /* summed over resumes */
     int64_t verifier_failures; /* this step */
+    dsarl_pass_counts passes;  /* this step */
 } trainer;
 
 static double now_s(void)
@@ -181,6 +185,7 @@ static int read_options(trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_recipe_double_or(root, "policy.generation.val_top_p", p, &vp, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.val_top_k", k, &vk, err));
     DSARL_TRY(dsarl_recipe_bool_or(root, "data.shuffle", true, &o->shuffle, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "logger.num_val_samples_to_print", 0, &o->num_val_samples_to_print, err));
     DSARL_TRY(dsarl_recipe_string_or(root, "policy.tokenizer.name", NULL, &o->tokenizer_name, err));
     if (!o->tokenizer_name)
         DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_name", NULL, &o->tokenizer_name, err));
@@ -200,6 +205,8 @@ static int read_options(trainer *tr, dsarl_error *err)
     CHECK(tr->cfg.train_global_batch_size % o->micro_batch == 0, "policy.train_micro_batch_size",
           "must divide policy.train_global_batch_size (%" PRId64 "), got %" PRId64, tr->cfg.train_global_batch_size,
           o->micro_batch);
+    CHECK(o->num_val_samples_to_print >= 0, "logger.num_val_samples_to_print", "must be >= 0, got %" PRId64,
+          o->num_val_samples_to_print);
     CHECK(o->logprob_batch >= 1, "policy.logprob_batch_size", "must be >= 1, got %" PRId64, o->logprob_batch);
     CHECK(o->max_total_len >= 2, "policy.max_total_sequence_length", "must be >= 2, got %" PRId64, o->max_total_len);
     CHECK(o->max_input_len >= 1 && o->max_input_len <= o->max_total_len, "data.max_input_seq_length",
@@ -325,6 +332,7 @@ static int trainer_open(trainer *tr, dsarl_error *err)
     int64_t per_round = (int64_t)ceil((double)tr->cfg.num_prompts_per_step * tr->cfg.batch_multiplier);
     if (!tr->cfg.use_dynamic_sampling)
         per_round = tr->cfg.num_prompts_per_step;
+    tr->per_round = per_round;
     DSARL_TRY(dsarl_dataloader_create(tr->train_set, (size_t)per_round, tr->opt.shuffle, 1, (uint64_t)tr->cfg.seed,
                                       &tr->loader, err));
     DSARL_TRY(pick_environment(tr, err));
@@ -511,6 +519,7 @@ typedef struct packed_batch {
     int64_t *cu64;
     float *lp_gen, *mask, *lp_old, *lp_ref, *lp_theta, *grad;
     float *sample_mask, *advantages;
+    bool old_from_train; /* on-policy: lp_old is copied from the training pass's own log-probs (ratio exactly 1) */
 } packed_batch;
 
 static void packed_free(packed_batch *p)
@@ -579,9 +588,10 @@ static int pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *er
     return DSARL_OK;
 }
 
-/* Log-probs of sequences [s0, s1) with a model, written at their positions in out. */
-static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, float *out,
-                          dsarl_error *err)
+/* Log-probs of sequences [s0, s1) with a model, written at their positions in out: a forward-only pass, or with
+ * train the forward of the training pass whose backward train_microbatch runs next. */
+static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, bool train,
+                          float *out, dsarl_error *err)
 {
     int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
     if (!cu)
@@ -592,7 +602,10 @@ static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p
     // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
     dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->cu[s1] - base, .n_sequences = (int32_t)(s1 - s0),
                            .tokens = p->tokens + base, .cu_seqlens = cu, .logit_scale = 1.0f / tr->opt.temperature};
-    int rc = tr->ctx->model_ops->forward_logprobs(model, &b, p->targets + base, out + base, err);
+    int rc = train ? dsarl_trainer_train_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base,
+                                                 &tr->passes, err)
+                   : dsarl_trainer_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base, &tr->passes,
+                                           err);
     free(cu);
     return rc;
 }
@@ -601,7 +614,7 @@ static int logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, 
 {
     for (int64_t s = 0; s < p->B; s += tr->opt.logprob_batch) {
         int64_t e = s + tr->opt.logprob_batch < p->B ? s + tr->opt.logprob_batch : p->B;
-        DSARL_TRY(logprobs_range(tr, model, p, s, e, out, err));
+        DSARL_TRY(logprobs_range(tr, model, p, s, e, false, out, err));
     }
     return DSARL_OK;
 }
@@ -611,8 +624,10 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
                             double valid_seqs, grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
 {
     const dsarl_model_ops *ops = tr->ctx->model_ops;
-    DSARL_TRY(logprobs_range(tr, tr->model, p, s0, s1, p->lp_theta, err));
+    DSARL_TRY(logprobs_range(tr, tr->model, p, s0, s1, true, p->lp_theta, err));
     int64_t base = p->cu[s0];
+    if (p->old_from_train)
+        memcpy(p->lp_old + base, p->lp_theta + base, sizeof(float) * (size_t)(p->cu[s1] - base));
     int64_t *cu = malloc(sizeof(int64_t) * (size_t)(s1 - s0 + 1));
     int32_t *cu32 = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
     if (!cu || !cu32) {
@@ -639,7 +654,7 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
                                .tokens = p->tokens + base, .cu_seqlens = cu32,
                                .logit_scale = 1.0f / tr->opt.temperature};
         float il = 0.0f;
-        rc = ops->backward(tr->model, &b, p->targets + base, p->grad + base, &il, err);
+        rc = dsarl_trainer_train_backward(ops, tr->model, &b, p->targets + base, p->grad + base, &il, err);
         *indexer_loss += il;
     }
     free(cu);
@@ -678,18 +693,14 @@ static int train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_er
             int64_t e = s + mbs < g1 ? s + mbs : g1;
             DSARL_TRY(train_microbatch(tr, p, s, e, valid_toks, valid_seqs, &slice, &indexer, err));
         }
-        double norm, scale;
-        DSARL_TRY(ops->grad_norm(tr->model, &norm, err));
-        DSARL_TRY(dsarl_grad_clip_scale(norm, tr->cfg.lr_schedule.max_grad_norm, &scale, err));
-        dsarl_optimizer_params op = tr->adam;
-        op.struct_size = sizeof op;
-        op.lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
-        op.grad_scale = scale;
-        DSARL_TRY(ops->optimizer_step(tr->model, &op, err));
+        double norm;
+        double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
+        DSARL_TRY(dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm,
+                                               &norm, err));
         /* slice sums are normalised per slice; averaging them gives the step's metric */
         grpo_loss_metrics_add(&st->loss, &slice);
         st->grad_norm += norm;
-        st->lr = op.lr;
+        st->lr = lr;
         st->indexer_loss += indexer;
         st->n_slices++;
     }
@@ -829,10 +840,17 @@ static int train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsa
     dsarl_dataloader_state before = dsarl_dataloader_get_state(tr->loader);
     int64_t consumed_before = tr->consumed_samples;
     tr->verifier_failures = 0;
-    *out_of_epochs = false;
+    memset(&tr->passes, 0, sizeof tr->passes);
+    /* the loader moves to the next epoch when no full batch is left: stop before generating a batch of an epoch
+     * past grpo.max_num_epochs */
+    int64_t next_epoch = before.epoch +
+                         (before.cursor >= dsarl_dataloader_batches_per_epoch(tr->loader) * tr->per_round);
+    *out_of_epochs = next_epoch >= tr->cfg.max_num_epochs;
+    if (*out_of_epochs)
+        return DSARL_OK;
     int rc = collect_rollouts(tr, &rs, &rounds, &epoch, err);
     if (rc == DSARL_OK && epoch >= tr->cfg.max_num_epochs) {
-        /* the batch belongs to an epoch past grpo.max_num_epochs: put it back and stop */
+        /* dynamic sampling drew into an epoch past grpo.max_num_epochs mid-step: put the batch back and stop */
         rollout_set_free(&rs);
         tr->consumed_samples = consumed_before;
         *out_of_epochs = true;
@@ -844,7 +862,10 @@ static int train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsa
     double t_adv = now_s();
     if (rc == DSARL_OK)
         rc = pack_rollouts(&rs, &p, err);
-    if (rc == DSARL_OK && !tr->cfg.loss.force_on_policy_ratio)
+    /* on-policy (the whole batch is one optimizer slice): the weights do not move before the training pass, so
+     * its own log-probs are the old ones and no separate forward is needed */
+    p.old_from_train = !tr->cfg.loss.force_on_policy_ratio && p.B <= tr->cfg.train_global_batch_size;
+    if (rc == DSARL_OK && !tr->cfg.loss.force_on_policy_ratio && !p.old_from_train)
         rc = logprobs_all(tr, tr->model, &p, p.lp_old, err);
     if (rc == DSARL_OK && tr->reference)
         rc = logprobs_all(tr, tr->reference, &p, p.lp_ref, err);
@@ -900,6 +921,8 @@ static int train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsa
             {"train/mean_prompt_length", prompt_len / (double)n},
             {"train/truncation_rate", trunc / (double)n},
             {"train/total_num_tokens", (double)p.T},
+            {"train/forward_tokens", (double)tr->passes.forward_tokens},
+            {"train/train_pass_tokens", (double)tr->passes.train_pass_tokens},
             {"train/verifier_failures", (double)tr->verifier_failures},
             {"train/dynamic_sampling_num_gen_batches", (double)rounds},
             {"train/epoch", (double)epoch},
@@ -926,7 +949,12 @@ static int train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsa
 
 /* --- validation ----------------------------------------------------------------------------------------------- */
 
-static int validate(trainer *tr, double *accuracy, dsarl_error *err)
+/* The validation metrics grpo.stop_at_validation_metric can name. */
+typedef struct val_result {
+    double accuracy, avg_length, pass_k;
+} val_result;
+
+static int validate(trainer *tr, val_result *out, dsarl_error *err)
 {
     const grpo_config *c = &tr->cfg;
     double t0 = now_s();
@@ -960,21 +988,21 @@ static int validate(trainer *tr, double *accuracy, dsarl_error *err)
                 any |= rs.items[g * k + j].verdict == DSARL_VERDICT_CORRECT;
             pass += any;
         }
-        *accuracy = reward / (double)rs.n;
-        rc = set_metric(tr, "val/accuracy", *accuracy, err);
+        out->accuracy = reward / (double)rs.n;
+        out->avg_length = len / (double)rs.n;
+        out->pass_k = pass / (double)(rs.n / k);
+        rc = set_metric(tr, "val/accuracy", out->accuracy, err);
         if (rc == DSARL_OK)
-            rc = set_metric(tr, "val/avg_length", len / (double)rs.n, err);
+            rc = set_metric(tr, "val/avg_length", out->avg_length, err);
         if (rc == DSARL_OK && k > 1)
-            rc = set_metric(tr, "val/pass_at_k", pass / (double)(rs.n / k), err);
+            rc = set_metric(tr, "val/pass_at_k", out->pass_k, err);
         if (rc == DSARL_OK)
             rc = set_metric(tr, "timing/validation/total_validation_time", now_s() - t0, err);
         if (rc == DSARL_OK)
             rc = log_samples(tr, "val", tr->step, &rs, false, err);
         dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f over %" PRId64 " responses",
-                  tr->step, *accuracy, rs.n);
-        int64_t to_print = 0;
-        if (rc == DSARL_OK)
-            rc = dsarl_recipe_int_or(tr->root, "logger.num_val_samples_to_print", 0, &to_print, err);
+                  tr->step, out->accuracy, rs.n);
+        int64_t to_print = tr->opt.num_val_samples_to_print;
         for (int64_t i = 0; rc == DSARL_OK && i < to_print && i < rs.n; i++)
             dsarl_log(DSARL_LOG_INFO, "validation sample %" PRId64 ": prompt '%s' response '%s' reward %g", i,
                       rs.items[i].prompt_text, rs.items[i].response_text, rs.items[i].raw_reward);
@@ -1004,15 +1032,17 @@ static int save_checkpoint(trainer *tr, double val_accuracy, double train_reward
     return dsarl_checkpoint_save(&tr->ckpt, tr->ctx->model_ops, tr->model, &st, tr->root, dir, sizeof dir, err);
 }
 
-static bool validation_metric_reached(const trainer *tr, double accuracy)
+/* grpo.stop_at_validation_metric: the run stops once the named validation metric reaches the threshold (>=).
+ * pass_k counts a prompt as passed when any of its val_num_generations_per_prompt responses is correct. */
+static bool validation_metric_reached(const trainer *tr, const val_result *v)
 {
     const char *name = tr->cfg.stop_at_validation_metric;
-    if (!name || !isfinite(accuracy))
+    if (!name)
         return false;
-    if (strcmp(name, "accuracy") == 0 || strcmp(name, "val:accuracy") == 0 || strcmp(name, "val/accuracy") == 0 ||
-        strcmp(name, "validation/accuracy") == 0)
-        return accuracy >= tr->cfg.stop_at_validation_threshold;
-    return false;
+    double x = strcmp(name, "pass_k") == 0       ? v->pass_k
+               : strcmp(name, "avg_length") == 0 ? v->avg_length
+                                                 : v->accuracy;
+    return isfinite(x) && x >= tr->cfg.stop_at_validation_threshold;
 }
 
 int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsarl_error *err)
@@ -1035,8 +1065,10 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     }
     sum.first_step = tr.step;
     double val_acc = NAN, reward = NAN;
+    val_result vr = {NAN, NAN, NAN};
     if (rc == DSARL_OK && tr.step == 0 && tr.cfg.val_at_start) {
-        rc = validate(&tr, &val_acc, err);
+        rc = validate(&tr, &vr, err);
+        val_acc = vr.accuracy;
         sum.first_val_accuracy = val_acc;
         if (rc == DSARL_OK)
             rc = dsarl_metrics_commit(tr.log, 0, err);
@@ -1063,13 +1095,15 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
         bool periodic = tr.cfg.val_period > 0 && tr.step % tr.cfg.val_period == 0 &&
                         (tr.cfg.val_start_at < 0 || tr.step >= tr.cfg.val_start_at);
         if (periodic || (last && tr.cfg.val_at_end)) {
-            rc = validate(&tr, &val_acc, err);
+            vr = (val_result){NAN, NAN, NAN};
+            rc = validate(&tr, &vr, err);
             if (rc < 0)
                 break;
+            val_acc = vr.accuracy;
             if (!isfinite(sum.first_val_accuracy))
                 sum.first_val_accuracy = val_acc;
             sum.last_val_accuracy = val_acc;
-            if (validation_metric_reached(&tr, val_acc)) {
+            if (validation_metric_reached(&tr, &vr)) {
                 stop = true;
                 why = "stop_at_validation_metric reached";
             }
@@ -1085,8 +1119,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             rc = dsarl_metrics_commit(tr.log, tr.step, err);
         dsarl_metrics_progress(tr.log, tr.step, reward);
         if (rc == DSARL_OK && tr.ckpt.enabled && !stop && !last &&
-            dsarl_checkpoint_deadline_near(&tr.ckpt, now_s() - t_start, (now_s() - t_start) /
-                                           (double)(tr.step - sum.first_step))) {
+            dsarl_trainer_deadline_near(&tr.ckpt, now_s() - t_start, tr.step - sum.first_step)) {
             if (!dsarl_checkpoint_due(&tr.ckpt, tr.step, last))
                 rc = save_checkpoint(&tr, val_acc, reward, err);
             stop = true;
