@@ -1,5 +1,6 @@
 /* sft_train.c: the SFT loop. Per step: one global batch from the dataloader -> samples (template + answer + EOS)
- * -> microbatches: log-probs for the loss, then backward of sum(-logp) / (answer tokens of the global batch) ->
+ * -> microbatches: one training pass each, whose forward gives the log-probs the loss is logged from and whose
+ * backward takes the gradient of sum(-logp) / (answer tokens of the global batch) ->
  * gradient norm, clip factor, AdamW at the schedule's LR -> validation (loss, greedy exact match) -> checkpoint ->
  * metrics and one log line. Resume restores weights, AdamW state, the dataloader position and the step, so a CPU
  * run continues bit-identically. */
@@ -15,6 +16,7 @@
 #include "dsarl/log.h"
 #include "dsarl/metrics.h"
 #include "dsarl/optimizer.h"
+#include "dsarl/trainer.h"
 #include "sft.h"
 
 typedef struct sft_trainer {
@@ -327,34 +329,29 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     if (rc == 0)
         rc = ops->zero_grad(tr->model, err);
     double indexer_loss = 0;
+    dsarl_pass_counts passes = {0, 0};
     for (int64_t first = 0; rc == 0 && first < gb; first += mb) {
         packed p;
         rc = pack(samples + first, mb, &p, err);
         if (rc)
             break;
         dsarl_token_batch b = as_batch(&p);
-        rc = ops->forward_logprobs(tr->model, &b, p.targets, p.values, err);
+        rc = dsarl_trainer_train_forward(ops, tr->model, &b, p.targets, p.values, &passes, err);
         for (int64_t t = 0; rc == 0 && t < p.n_tokens; t++) {
             nll -= p.targets[t] >= 0 ? p.values[t] : 0.0f;
             p.values[t] = p.targets[t] >= 0 ? (float)(-1.0 / n_answer) : 0.0f; // d loss / d logp
         }
         float il = 0;
         if (rc == 0)
-            rc = ops->backward(tr->model, &b, p.targets, p.values, &il, err);
+            rc = dsarl_trainer_train_backward(ops, tr->model, &b, p.targets, p.values, &il, err);
         indexer_loss += il * (double)mb / (double)gb;
         packed_free(&p);
     }
-    double norm = 0, scale = 1;
-    if (rc == 0)
-        rc = ops->grad_norm(tr->model, &norm, err);
-    if (rc == 0)
-        rc = dsarl_grad_clip_scale(norm, tr->cfg.lr_schedule.max_grad_norm, &scale, err);
+    double norm = 0;
     double lr = dsarl_lr_at(&tr->cfg.lr_schedule, tr->step);
-    if (rc == 0) {
-        tr->adam.lr = lr;
-        tr->adam.grad_scale = scale;
-        rc = ops->optimizer_step(tr->model, &tr->adam, err);
-    }
+    if (rc == 0)
+        rc = dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm, &norm,
+                                          err);
     for (int64_t i = 0; i < gb; i++)
         sft_sample_free(&samples[i]);
     free(samples);
@@ -368,6 +365,8 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/lr", lr, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/num_answer_tokens", n_answer, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/indexer_loss", indexer_loss, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/forward_tokens", (double)passes.forward_tokens, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/train_pass_tokens", (double)passes.train_pass_tokens, err));
     return DSARL_OK;
 }
 
@@ -380,7 +379,7 @@ static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
         DSARL_TRY(validate(tr, err));
         DSARL_TRY(dsarl_metrics_commit(tr->log, 0, err));
     }
-    double slowest = 0;
+    int64_t first_step = tr->step;
     while (tr->step < tr->total_steps) {
         double t0 = now_s();
         DSARL_TRY(train_step(tr, err));
@@ -393,14 +392,13 @@ static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
         double step_s = now_s() - t0;
         tr->train_time_s += step_s;
         bool stop = ctx->stop_requested && *ctx->stop_requested;
-        bool deadline = dsarl_checkpoint_deadline_near(&tr->ckpt, now_s() - run_start, 1.5 * fmax(slowest, step_s));
+        bool deadline = dsarl_trainer_deadline_near(&tr->ckpt, now_s() - run_start, tr->step - first_step);
         if (tr->ckpt.enabled && (dsarl_checkpoint_due(&tr->ckpt, tr->step, last) || stop || deadline)) {
             double c0 = now_s();
             DSARL_TRY(save_checkpoint(tr, err));
             DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/checkpointing", now_s() - c0, err));
             step_s += now_s() - c0;
         }
-        slowest = fmax(slowest, step_s);
         DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/policy_training", t_train, err));
         DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/total_step_time", step_s, err));
         DSARL_TRY(dsarl_metrics_commit(tr->log, tr->step, err));
