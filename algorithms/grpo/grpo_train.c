@@ -97,8 +97,7 @@ typedef struct trainer {
     dsarl_optimizer_params adam;
     dsarl_checkpoint_config ckpt;
     dsarl_metrics_config log_cfg;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
+    dsarl_session session;     /* device, DSA, policy, tokenizer, metrics; the pointers below borrow from it */
     dsarl_model *model, *reference;
     dsarl_generator *engine;
     dsarl_tokenizer *tok;
@@ -267,37 +266,19 @@ static int pick_environment(trainer *tr, dsarl_error *err)
     return tr->env_ops->create(tr->root, dsarl_node_get(tr->root, path), &tr->env, err);
 }
 
-static int create_model(trainer *tr, dsarl_model **out, dsarl_error *err)
-{
-    const char *model_dir = NULL;
-    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
-    dsarl_model_config mc = {.struct_size = sizeof mc, .host = tr->ctx->host, .recipe = tr->root,
-                             .model_dir = model_dir, .device_ops = tr->ctx->device_ops, .device = tr->dev,
-                             .dsa_ops = tr->ctx->dsa_ops, .dsa = tr->dsa, .parallel = tr->ctx->parallel,
-                             .seed = (uint64_t)tr->cfg.seed};
-    return tr->ctx->model_ops->create(&mc, out, err);
-}
-
 static void trainer_free(trainer *tr)
 {
     const dsarl_run_context *ctx = tr->ctx;
-    dsarl_metrics_close(tr->log);
     if (tr->engine)
         ctx->generation_ops->destroy(tr->engine);
     if (tr->reference)
         ctx->model_ops->destroy(tr->reference);
-    if (tr->model)
-        ctx->model_ops->destroy(tr->model);
-    if (tr->dsa)
-        ctx->dsa_ops->destroy(tr->dsa);
-    if (tr->dev)
-        ctx->device_ops->destroy(tr->dev);
+    dsarl_session_close(&tr->session);
     if (tr->env)
         tr->env_ops->destroy(tr->env);
     dsarl_dataloader_free(tr->loader);
     dsarl_dataset_free(tr->train_set);
     dsarl_dataset_free(tr->val_set);
-    dsarl_tokenizer_free(tr->tok);
 }
 
 /* Everything that reads only the recipe runs first, so a bad value fails before any model is built. */
@@ -321,7 +302,15 @@ static int trainer_open(trainer *tr, dsarl_error *err)
         !ctx->model_ops->grad_norm || !ctx->model_ops->zero_grad)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model plugin '%s' cannot train (no log-probs, backward or "
                           "optimizer step)", ctx->model_ops->common.name);
-    DSARL_TRY(dsarl_tokenizer_load(tr->opt.tokenizer_name, &tr->tok, err));
+    const char *model_dir = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
+    dsarl_session_config sc = {.struct_size = sizeof sc, .host = ctx->host, .recipe = tr->root,
+                               .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed,
+                               .device_ops = ctx->device_ops, .dsa_ops = ctx->dsa_ops, .model_ops = ctx->model_ops,
+                               .model_dir = model_dir, .tokenizer = tr->opt.tokenizer_name};
+    DSARL_TRY(dsarl_session_open(&sc, &tr->session, err));
+    tr->model = tr->session.model;
+    tr->tok = tr->session.tokenizer;
     if (!tr->opt.chat_template)
         tr->opt.chat_template = dsarl_tokenizer_default_template(tr->tok);
     int32_t eos = dsarl_tokenizer_eos_id(tr->tok);
@@ -336,39 +325,26 @@ static int trainer_open(trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_dataloader_create(tr->train_set, (size_t)per_round, tr->opt.shuffle, 1, (uint64_t)tr->cfg.seed,
                                       &tr->loader, err));
     DSARL_TRY(pick_environment(tr, err));
-    dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = tr->root, .parallel = ctx->parallel,
-                              .seed = (uint64_t)tr->cfg.seed};
-    DSARL_TRY(ctx->device_ops->create(&dc, &tr->dev, err));
-    DSARL_TRY(ctx->dsa_ops->create(ctx->device_ops, tr->dev, tr->root, &tr->dsa, err));
-    DSARL_TRY(create_model(tr, &tr->model, err));
-    if (ctx->model_ops->vocab_size(tr->model) < dsarl_tokenizer_vocab_size(tr->tok))
-        return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
-                          "; policy.model_config.vocab_size must cover it", tr->opt.tokenizer_name,
-                          dsarl_tokenizer_vocab_size(tr->tok), ctx->model_ops->vocab_size(tr->model));
     if (!tr->cfg.skip_reference_policy_logprobs)
-        DSARL_TRY(create_model(tr, &tr->reference, err)); /* the initial weights, frozen */
+        DSARL_TRY(dsarl_session_create_model(&tr->session, &tr->reference, err)); /* the initial weights, frozen */
     if (ctx->generation_ops)
         DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err));
     return DSARL_OK;
 }
 
-/* Restores the newest complete checkpoint, if any. */
-static int trainer_resume(trainer *tr, dsarl_error *err)
+/* Restores the newest complete checkpoint, if any, and opens the metrics. */
+static int trainer_start(trainer *tr, dsarl_error *err)
 {
-    tr->log_cfg.resume_step = -1;
-    if (!tr->ckpt.enabled)
-        return DSARL_OK;
-    char dir[4096];
+    tr->log_cfg.progress = 1; /* redrawn on a terminal, one log line per step otherwise */
+    tr->log_cfg.total_steps = tr->cfg.max_num_steps;
     dsarl_trainer_state st;
-    DSARL_TRY(dsarl_checkpoint_resume(tr->ckpt.checkpoint_dir, tr->ctx->model_ops, tr->model, tr->loader, &st, dir,
-                                      sizeof dir, err));
+    DSARL_TRY(dsarl_session_start(&tr->session, &tr->ckpt, tr->loader, &tr->log_cfg, &st, err));
+    tr->log = tr->session.log;
     if (st.step < 0)
         return DSARL_OK;
     tr->step = st.step;
     tr->consumed_samples = st.consumed_samples;
     tr->train_time_s = st.total_train_time_s;
-    tr->log_cfg.resume_step = st.step;
-    dsarl_log(DSARL_LOG_INFO, "resumed from %s (step %" PRId64 ")", dir, st.step);
     return DSARL_OK;
 }
 
@@ -1057,12 +1033,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     if (rc == DSARL_OK)
         rc = trainer_open(&tr, err);
     if (rc == DSARL_OK)
-        rc = trainer_resume(&tr, err);
-    if (rc == DSARL_OK) {
-        tr.log_cfg.progress = 1; /* redrawn on a terminal, one log line per step otherwise */
-        tr.log_cfg.total_steps = tr.cfg.max_num_steps;
-        rc = dsarl_metrics_open(&tr.log_cfg, &tr.log, err);
-    }
+        rc = trainer_start(&tr, err);
     sum.first_step = tr.step;
     double val_acc = NAN, reward = NAN;
     val_result vr = {NAN, NAN, NAN};

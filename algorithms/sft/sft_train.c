@@ -27,8 +27,7 @@ typedef struct sft_trainer {
     dsarl_optimizer_params adam;
     dsarl_checkpoint_config ckpt;
     dsarl_metrics_config log_cfg;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
+    dsarl_session session;              /* device, DSA, model, tokenizer, metrics; the pointers below borrow */
     dsarl_model *model;
     dsarl_tokenizer *tok;
     const char *chat_template;
@@ -61,7 +60,15 @@ static int trainer_open(sft_trainer *tr, dsarl_error *err)
         !ops->optimizer_step)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model plugin '%s' cannot train (no log-probs, backward or "
                           "optimizer step)", ops->common.name);
-    DSARL_TRY(dsarl_tokenizer_load(tr->cfg.tokenizer_name, &tr->tok, err));
+    const char *model_dir = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
+    dsarl_session_config sc = {.struct_size = sizeof sc, .host = ctx->host, .recipe = tr->root,
+                               .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed,
+                               .device_ops = ctx->device_ops, .dsa_ops = ctx->dsa_ops, .model_ops = ops,
+                               .model_dir = model_dir, .tokenizer = tr->cfg.tokenizer_name};
+    DSARL_TRY(dsarl_session_open(&sc, &tr->session, err));
+    tr->model = tr->session.model;
+    tr->tok = tr->session.tokenizer;
     tr->chat_template = tr->cfg.chat_template ? tr->cfg.chat_template : dsarl_tokenizer_default_template(tr->tok);
     DSARL_TRY(dsarl_dataset_from_recipe(tr->root, "data.train", DSARL_SPLIT_TRAIN, &tr->train_set, err));
     if (dsarl_node_get(tr->root, "data.validation"))
@@ -72,48 +79,25 @@ static int trainer_open(sft_trainer *tr, dsarl_error *err)
     tr->total_steps = tr->cfg.max_num_steps;
     if (per_epoch * tr->cfg.max_num_epochs < tr->total_steps)
         tr->total_steps = per_epoch * tr->cfg.max_num_epochs;
-    dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = tr->root, .parallel = ctx->parallel,
-                              .seed = (uint64_t)tr->cfg.seed};
-    DSARL_TRY(ctx->device_ops->create(&dc, &tr->dev, err));
-    DSARL_TRY(ctx->dsa_ops->create(ctx->device_ops, tr->dev, tr->root, &tr->dsa, err));
-    const char *model_dir = NULL;
-    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
-    dsarl_model_config mc = {.struct_size = sizeof mc, .host = ctx->host, .recipe = tr->root, .model_dir = model_dir,
-                             .device_ops = ctx->device_ops, .device = tr->dev, .dsa_ops = ctx->dsa_ops,
-                             .dsa = tr->dsa, .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed};
-    DSARL_TRY(ops->create(&mc, &tr->model, err));
-    if (ops->vocab_size(tr->model) < dsarl_tokenizer_vocab_size(tr->tok))
-        return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
-                          "; policy.model_config.vocab_size must cover it", tr->cfg.tokenizer_name,
-                          dsarl_tokenizer_vocab_size(tr->tok), ops->vocab_size(tr->model));
     return DSARL_OK;
 }
 
 static void trainer_free(sft_trainer *tr)
 {
-    dsarl_metrics_close(tr->log);
-    if (tr->model)
-        tr->ops->destroy(tr->model);
-    if (tr->dsa)
-        tr->ctx->dsa_ops->destroy(tr->dsa);
-    if (tr->dev)
-        tr->ctx->device_ops->destroy(tr->dev);
+    dsarl_session_close(&tr->session);
     dsarl_dataloader_free(tr->loader);
     dsarl_dataset_free(tr->train_set);
     dsarl_dataset_free(tr->val_set);
-    dsarl_tokenizer_free(tr->tok);
 }
 
-/* Restores the newest complete checkpoint, if any. */
-static int trainer_resume(sft_trainer *tr, dsarl_error *err)
+/* Restores the newest complete checkpoint, if any, and opens the metrics. */
+static int trainer_start(sft_trainer *tr, dsarl_error *err)
 {
-    tr->log_cfg.resume_step = -1;
-    if (!tr->ckpt.enabled)
-        return DSARL_OK;
-    char dir[4096];
+    tr->log_cfg.progress = 0; // one log line per step instead
+    tr->log_cfg.total_steps = tr->total_steps;
     dsarl_trainer_state st;
-    DSARL_TRY(dsarl_checkpoint_resume(tr->ckpt.checkpoint_dir, tr->ops, tr->model, tr->loader, &st, dir, sizeof dir,
-                                      err));
+    DSARL_TRY(dsarl_session_start(&tr->session, &tr->ckpt, tr->loader, &tr->log_cfg, &st, err));
+    tr->log = tr->session.log;
     if (st.step < 0)
         return DSARL_OK;
     tr->step = st.step;
@@ -124,8 +108,6 @@ static int trainer_resume(sft_trainer *tr, dsarl_error *err)
                   dsarl_trainer_state_get_metric(&st, "val:accuracy", &tr->val_accuracy, &absent) == 0;
     if (dsarl_trainer_state_get_metric(&st, "train:loss", &tr->train_loss, &absent) != 0)
         tr->train_loss = NAN;
-    tr->log_cfg.resume_step = st.step;
-    dsarl_log(DSARL_LOG_INFO, "sft: resumed from %s (step %" PRId64 ")", dir, st.step);
     return DSARL_OK;
 }
 
@@ -443,12 +425,7 @@ int sft_run(const dsarl_run_context *ctx, dsarl_error *err)
     if (rc == 0)
         rc = trainer_open(&tr, err);
     if (rc == 0)
-        rc = trainer_resume(&tr, err);
-    if (rc == 0) {
-        tr.log_cfg.progress = 0; // one log line per step instead
-        tr.log_cfg.total_steps = tr.total_steps;
-        rc = dsarl_metrics_open(&tr.log_cfg, &tr.log, err);
-    }
+        rc = trainer_start(&tr, err);
     if (rc == 0) {
         dsarl_log(DSARL_LOG_INFO, "sft: %" PRId64 " steps of %" PRId64 " samples (micro %" PRId64 "), template %s, "
                   "logs in %s", tr.total_steps, tr.cfg.global_batch, tr.cfg.micro_batch, tr.chat_template,
