@@ -491,8 +491,7 @@ static int run_rollouts(trainer *tr, const dsarl_example *const *examples, size_
  * generation log-prob and the train mask of the response token it predicts. */
 typedef struct packed_batch {
     int64_t T, B;
-    int32_t *tokens, *cu, *targets;
-    int64_t *cu64;
+    int32_t *tokens, *cu, *targets; /* cu: the one offset type, the model's */
     float *lp_gen, *mask, *lp_old, *lp_ref, *lp_theta, *grad;
     float *sample_mask, *advantages;
     bool old_from_train; /* on-policy: lp_old is copied from the training pass's own log-probs (ratio exactly 1) */
@@ -503,7 +502,6 @@ static void packed_free(packed_batch *p)
     free(p->tokens);
     free(p->cu);
     free(p->targets);
-    free(p->cu64);
     free(p->lp_gen);
     free(p->mask);
     free(p->lp_old);
@@ -525,7 +523,6 @@ static int pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *er
     p->tokens = malloc(sizeof(int32_t) * T);
     p->targets = malloc(sizeof(int32_t) * T);
     p->cu = malloc(sizeof(int32_t) * (B + 1));
-    p->cu64 = malloc(sizeof(int64_t) * (B + 1));
     p->lp_gen = calloc(T, sizeof(float));
     p->mask = calloc(T, sizeof(float));
     p->lp_old = calloc(T, sizeof(float));
@@ -534,14 +531,13 @@ static int pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *er
     p->grad = calloc(T, sizeof(float));
     p->sample_mask = malloc(sizeof(float) * B);
     p->advantages = malloc(sizeof(float) * B);
-    if (!p->tokens || !p->targets || !p->cu || !p->cu64 || !p->lp_gen || !p->mask || !p->lp_old || !p->lp_ref ||
+    if (!p->tokens || !p->targets || !p->cu || !p->lp_gen || !p->mask || !p->lp_old || !p->lp_ref ||
         !p->lp_theta || !p->grad || !p->sample_mask || !p->advantages) {
         packed_free(p);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing %zu tokens", T);
     }
     int64_t at = 0;
     p->cu[0] = 0;
-    p->cu64[0] = 0;
     for (int64_t i = 0; i < rs->n; i++) {
         const rollout *r = &rs->items[i];
         int64_t L = r->prompt_len + r->response_len;
@@ -557,7 +553,6 @@ static int pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *er
         }
         at += L;
         p->cu[i + 1] = (int32_t)at;
-        p->cu64[i + 1] = at;
         p->sample_mask[i] = r->loss_multiplier;
         p->advantages[i] = r->advantage;
     }
@@ -604,19 +599,13 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
     int64_t base = p->cu[s0];
     if (p->old_from_train)
         memcpy(p->lp_old + base, p->lp_theta + base, sizeof(float) * (size_t)(p->cu[s1] - base));
-    int64_t *cu = malloc(sizeof(int64_t) * (size_t)(s1 - s0 + 1));
-    int32_t *cu32 = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
-    if (!cu || !cu32) {
-        free(cu);
-        free(cu32);
+    int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
+    if (!cu)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
-    }
-    for (int64_t s = s0; s <= s1; s++) {
-        cu[s - s0] = p->cu64[s] - base;
-        cu32[s - s0] = p->cu[s] - (int32_t)base;
-    }
+    for (int64_t s = s0; s <= s1; s++)
+        cu[s - s0] = p->cu[s] - (int32_t)base;
     grpo_loss_inputs in = {
-        .n_tokens = p->cu64[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = cu, .lp_theta = p->lp_theta + base,
+        .n_tokens = p->cu[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = cu, .lp_theta = p->lp_theta + base,
         .lp_old = tr->cfg.loss.force_on_policy_ratio ? NULL : p->lp_old + base, .lp_gen = p->lp_gen + base,
         .lp_ref = tr->reference ? p->lp_ref + base : NULL, .token_mask = p->mask + base,
         .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = valid_toks,
@@ -627,14 +616,13 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
     if (rc == DSARL_OK) {
         grpo_loss_metrics_add(m, &mb);
         dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = in.n_tokens, .n_sequences = (int32_t)(s1 - s0),
-                               .tokens = p->tokens + base, .cu_seqlens = cu32,
+                               .tokens = p->tokens + base, .cu_seqlens = cu,
                                .logit_scale = 1.0f / tr->opt.temperature};
         float il = 0.0f;
         rc = dsarl_trainer_train_backward(ops, tr->model, &b, p->targets + base, p->grad + base, &il, err);
         *indexer_loss += il;
     }
     free(cu);
-    free(cu32);
     return rc;
 }
 
@@ -658,7 +646,7 @@ static int train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_er
         double valid_toks = 0.0, valid_seqs = 0.0;
         for (int64_t s = g0; s < g1; s++) {
             valid_seqs += p->sample_mask[s];
-            for (int64_t t = p->cu64[s]; t < p->cu64[s + 1]; t++)
+            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++)
                 valid_toks += p->mask[t] * p->sample_mask[s];
         }
         DSARL_TRY(ops->zero_grad(tr->model, err));
