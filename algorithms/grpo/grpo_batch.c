@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
-/* grpo_batch.c: the step's rollouts -> rewards (scaling, shaping) -> advantages (+ overlong filtering) -> the
- * packed THD batch the log-prob passes and the loss read. */
+/* grpo_batch.c: the step's rollouts -> the ONE batch the rest of the step reads: packed THD tokens and per-token
+ * arrays for the log-prob passes and the loss, per-sequence rewards, lengths and masks that the advantage code
+ * (scaling, shaping, advantages, overlong filtering) updates in place. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,43 +10,17 @@
 
 #include "grpo_loop.h"
 
-int grpo_batch_advantages(trainer *tr, rollout_set *rs, dsarl_error *err)
+int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err)
 {
     const grpo_config *c = &tr->cfg;
-    int64_t n = rs->n, G = c->num_generations_per_prompt;
-    float *rewards = malloc(sizeof(float) * (size_t)n);
-    float *adv = malloc(sizeof(float) * (size_t)n);
-    int64_t *lengths = malloc(sizeof(int64_t) * (size_t)n);
-    uint8_t *truncated = malloc((size_t)n);
-    float *mult = malloc(sizeof(float) * (size_t)n);
-    int rc = DSARL_OK;
-    if (!rewards || !adv || !lengths || !truncated || !mult)
-        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory computing advantages");
-    for (int64_t i = 0; rc == DSARL_OK && i < n; i++) {
-        rewards[i] = rs->items[i].raw_reward;
-        lengths[i] = rs->items[i].response_len;
-        truncated[i] = rs->items[i].truncated;
-        mult[i] = rs->items[i].loss_multiplier;
-    }
-    if (rc == DSARL_OK) {
-        grpo_scale_rewards(&c->reward_scaling, rewards, n);
-        rc = grpo_shape_rewards(&c->reward_shaping, rewards, lengths, truncated, n, err);
-    }
-    if (rc == DSARL_OK)
-        rc = grpo_compute_advantages(&c->advantage, rewards, n / G, G, adv, err);
-    if (rc == DSARL_OK && c->overlong_filtering)
-        grpo_overlong_filter(truncated, mult, n);
-    for (int64_t i = 0; rc == DSARL_OK && i < n; i++) {
-        rs->items[i].reward = rewards[i];
-        rs->items[i].advantage = adv[i];
-        rs->items[i].loss_multiplier = mult[i];
-    }
-    free(rewards);
-    free(adv);
-    free(lengths);
-    free(truncated);
-    free(mult);
-    return rc;
+    int64_t n = p->B, G = c->num_generations_per_prompt;
+    memcpy(p->reward, p->raw_reward, sizeof(float) * (size_t)n);
+    grpo_scale_rewards(&c->reward_scaling, p->reward, n);
+    DSARL_TRY(grpo_shape_rewards(&c->reward_shaping, p->reward, p->response_len, p->truncated, n, err));
+    DSARL_TRY(grpo_compute_advantages(&c->advantage, p->reward, n / G, G, p->advantages, err));
+    if (c->overlong_filtering)
+        grpo_overlong_filter(p->truncated, p->sample_mask, n);
+    return DSARL_OK;
 }
 
 void grpo_packed_free(packed_batch *p)
@@ -59,6 +34,10 @@ void grpo_packed_free(packed_batch *p)
     free(p->lp_ref);
     free(p->lp_theta);
     free(p->grad);
+    free(p->raw_reward);
+    free(p->reward);
+    free(p->response_len);
+    free(p->truncated);
     free(p->sample_mask);
     free(p->advantages);
     memset(p, 0, sizeof *p);
@@ -81,9 +60,13 @@ int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
     p->lp_theta = calloc(T, sizeof(float));
     p->grad = calloc(T, sizeof(float));
     p->sample_mask = malloc(sizeof(float) * B);
-    p->advantages = malloc(sizeof(float) * B);
+    p->advantages = calloc(B, sizeof(float));
+    p->raw_reward = malloc(sizeof(float) * B);
+    p->reward = malloc(sizeof(float) * B);
+    p->response_len = malloc(sizeof(int64_t) * B);
+    p->truncated = malloc(B);
     if (!p->tokens || !p->targets || !p->cu || !p->lp_gen || !p->mask || !p->lp_old || !p->lp_ref ||
-        !p->lp_theta || !p->grad || !p->sample_mask || !p->advantages) {
+        !p->lp_theta || !p->grad || !p->sample_mask || !p->advantages || !p->raw_reward || !p->reward || !p->response_len || !p->truncated) {
         grpo_packed_free(p);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing %zu tokens", T);
     }
@@ -105,7 +88,9 @@ int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
         at += L;
         p->cu[i + 1] = (int32_t)at;
         p->sample_mask[i] = r->loss_multiplier;
-        p->advantages[i] = r->advantage;
+        p->raw_reward[i] = r->raw_reward;
+        p->response_len[i] = r->response_len;
+        p->truncated[i] = r->truncated;
     }
     return DSARL_OK;
 }

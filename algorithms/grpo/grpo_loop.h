@@ -52,7 +52,6 @@ typedef struct rollout {
     float reward;          /* after scaling and shaping */
     float raw_reward;
     dsarl_verdict verdict;
-    float advantage;
     float loss_multiplier;
 } rollout;
 
@@ -92,7 +91,11 @@ typedef struct packed_batch {
     int64_t T, B;
     int32_t *tokens, *cu, *targets; /* cu: the one offset type, the model's */
     float *lp_gen, *mask, *lp_old, *lp_ref, *lp_theta, *grad;
-    float *sample_mask, *advantages;
+    /* per sequence (B): what the advantage code reads and writes in place and the loss takes */
+    float *raw_reward, *reward;   /* environment reward; after scaling and shaping */
+    int64_t *response_len;
+    uint8_t *truncated;
+    float *sample_mask, *advantages; /* loss multiplier (0 = no loss); advantage */
     bool old_from_train; /* on-policy: lp_old is copied from the training pass's own log-probs (ratio exactly 1) */
 } packed_batch;
 
@@ -133,8 +136,8 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
 int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out, dsarl_error *err);
 
 /* grpo_batch.c */
-/* Rewards after scaling and shaping, advantages and loss multipliers of the step's rollouts. */
-int grpo_batch_advantages(trainer *tr, rollout_set *rs, dsarl_error *err);
+/* Rewards after scaling and shaping, advantages and loss multipliers, in place in the packed batch. */
+int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err);
 int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err);
 void grpo_packed_free(packed_batch *p);
 

@@ -1,5 +1,5 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
-/* grpo_step.c: one GRPO step (rollouts -> advantages -> pack -> old / reference log-probs -> training), its
+/* grpo_step.c: one GRPO step (rollouts -> the packed batch -> advantages -> old / reference log-probs -> training), its
  * metrics and sample dumps; validation. */
 #include <inttypes.h>
 #include <math.h>
@@ -16,15 +16,16 @@ int grpo_set_metric(trainer *tr, const char *name, double v, dsarl_error *err)
     return dsarl_metrics_set(tr->log, name, v, err);
 }
 
-static int log_samples(trainer *tr, const char *prefix, int64_t step, const rollout_set *rs, bool with_advantage,
-                       dsarl_error *err)
+/* reward and advantage (may be NULL: the rollouts' own rewards, no advantage) are per rollout. */
+static int log_samples(trainer *tr, const char *prefix, int64_t step, const rollout_set *rs, const float *reward,
+                       const float *advantage, dsarl_error *err)
 {
     dsarl_metrics_sample *s = malloc(sizeof *s * (size_t)(rs->n ? rs->n : 1));
     if (!s)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory dumping %" PRId64 " samples", rs->n);
     for (int64_t i = 0; i < rs->n; i++)
-        s[i] = (dsarl_metrics_sample){rs->items[i].prompt_text, rs->items[i].response_text, rs->items[i].reward,
-                                      with_advantage ? rs->items[i].advantage : NAN};
+        s[i] = (dsarl_metrics_sample){rs->items[i].prompt_text, rs->items[i].response_text,
+                                      reward ? reward[i] : rs->items[i].reward, advantage ? advantage[i] : NAN};
     int rc = dsarl_metrics_write_samples(tr->log, prefix, step, s, (size_t)rs->n, err);
     free(s);
     return rc;
@@ -59,10 +60,10 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
     }
     double t_gen = now_s();
     if (rc == DSARL_OK)
-        rc = grpo_batch_advantages(tr, &rs, err);
-    double t_adv = now_s();
-    if (rc == DSARL_OK)
         rc = grpo_pack_rollouts(&rs, &p, err);
+    if (rc == DSARL_OK)
+        rc = grpo_batch_advantages(tr, &p, err);
+    double t_adv = now_s();
     /* on-policy (the whole batch is one optimizer slice): the weights do not move before the training pass, so
      * its own log-probs are the old ones and no separate forward is needed */
     p.old_from_train = !tr->cfg.loss.force_on_policy_ratio && p.B <= tr->cfg.train_global_batch_size;
@@ -81,14 +82,14 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
                asum = 0;
         for (int64_t i = 0; i < n; i++) {
             const rollout *r = &rs.items[i];
-            reward += r->reward;
+            reward += p.reward[i];
             correct += r->verdict == DSARL_VERDICT_CORRECT;
             gen_len += r->response_len;
             prompt_len += r->prompt_len;
             trunc += r->truncated;
-            asum += r->advantage;
-            amin = fmin(amin, r->advantage);
-            amax = fmax(amax, r->advantage);
+            asum += p.advantages[i];
+            amin = fmin(amin, p.advantages[i]);
+            amax = fmax(amax, p.advantages[i]);
         }
         double k = (double)st.n_slices;
         const grpo_loss_metrics *m = &st.loss;
@@ -140,7 +141,7 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
             dsarl_log(DSARL_LOG_WARN, "step %" PRId64 ": the verifier failed on %" PRId64 " responses (scored 0)",
                       tr->step, tr->verifier_failures);
         if (rc == DSARL_OK)
-            rc = log_samples(tr, "train", tr->step, &rs, true, err);
+            rc = log_samples(tr, "train", tr->step, &rs, p.reward, p.advantages, err);
         tr->train_time_s += t_train - t0;
     }
     grpo_packed_free(&p);
@@ -195,7 +196,7 @@ int grpo_validate(trainer *tr, val_result *out, dsarl_error *err)
         if (rc == DSARL_OK)
             rc = grpo_set_metric(tr, "timing/validation/total_validation_time", now_s() - t0, err);
         if (rc == DSARL_OK)
-            rc = log_samples(tr, "val", tr->step, &rs, false, err);
+            rc = log_samples(tr, "val", tr->step, &rs, NULL, NULL, err);
         dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f over %" PRId64 " responses",
                   tr->step, out->accuracy, rs.n);
         int64_t to_print = tr->opt.num_val_samples_to_print;
