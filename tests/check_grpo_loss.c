@@ -49,7 +49,7 @@ static void seed_rng(void)
 /* A packed batch owned by the test. */
 typedef struct batch {
     int64_t T, S;
-    int64_t cu[MAX_S + 1];
+    int32_t cu[MAX_S + 1];
     float lp[MAX_T], old[MAX_T], gen[MAX_T], ref[MAX_T], tok[MAX_T];
     float sample[MAX_S], adv[MAX_S];
 } batch;
@@ -682,7 +682,7 @@ START_TEST(test_bad_arguments_refused)
     grpo_loss_config cfg = plain_config();
     double loss;
     dsarl_error err = {0};
-    int64_t bad_cu[2] = {0, 3};  // ends past n_tokens
+    int32_t bad_cu[2] = {0, 3};  // ends past n_tokens
     in.cu_seqlens = bad_cu;
     ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, NULL, NULL, &err), DSARL_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "cu_seqlens"));

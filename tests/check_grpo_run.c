@@ -33,12 +33,16 @@ static int ascii_create(const dsarl_node *recipe, const dsarl_node *section, dsa
 
 static void ascii_destroy(dsarl_environment *env) { free(env); }
 
+/* Responses scored since the last reset: counts the generation rounds a run really ran. */
+static int64_t n_scored;
+
 static int ascii_score(dsarl_environment *env, size_t n, const char *const *responses, const char *const *truths,
                        float *rewards, dsarl_verdict *verdicts, dsarl_error *err)
 {
     (void)env;
     (void)truths;
     (void)err;
+    n_scored += (int64_t)n;
     for (size_t i = 0; i < n; i++) {
         size_t len = strlen(responses[i]), ascii = 0;
         for (size_t j = 0; j < len; j++)
@@ -237,6 +241,93 @@ START_TEST(test_micro_run_metrics)
 }
 END_TEST
 
+/* Pass accounting: on-policy (the 8 rollouts are one optimizer slice) runs one training pass per token and no
+ * other forward, its ratio is exactly 1; off-policy (two slices of 4) adds one old-log-prob forward per token; a
+ * KL penalty adds the reference forward. */
+START_TEST(test_pass_counts)
+{
+    static const struct {
+        const char *gbs, *kl, *skip_ref;
+        int64_t forwards_per_token;
+    } cases[] = {
+        {"policy.train_global_batch_size=8", "loss_fn.reference_policy_kl_penalty=0",
+         "grpo.skip_reference_policy_logprobs_calculation=true", 0},
+        {"policy.train_global_batch_size=4", "loss_fn.reference_policy_kl_penalty=0",
+         "grpo.skip_reference_policy_logprobs_calculation=true", 1},
+        {"policy.train_global_batch_size=8", "loss_fn.reference_policy_kl_penalty=0.05",
+         "grpo.skip_reference_policy_logprobs_calculation=false", 1},
+        {"policy.train_global_batch_size=4", "loss_fn.reference_policy_kl_penalty=0.05",
+         "grpo.skip_reference_policy_logprobs_calculation=false", 2},
+    };
+    char *work = make_work_dir();
+    const char *extra[] = {"grpo.max_num_steps=2", "checkpointing.enabled=false", cases[_i].gbs, cases[_i].kl,
+                           cases[_i].skip_ref};
+    grpo_run_summary sum = run_ok(work, extra, DSARL_ARRAY_LEN(extra));
+    json_t *rows = read_metrics(sum.exp_dir);
+    ck_assert_uint_eq(json_array_size(rows), 2);
+    for (size_t s = 0; s < 2; s++) {
+        json_t *row = json_array_get(rows, s);
+        double T = metric(row, "train/total_num_tokens");
+        ck_assert(T > 0);
+        ck_assert_msg(metric(row, "train/train_pass_tokens") == T, "case %d: train pass tokens %g, T %g", _i,
+                      metric(row, "train/train_pass_tokens"), T);
+        ck_assert_msg(metric(row, "train/forward_tokens") == (double)cases[_i].forwards_per_token * T,
+                      "case %d: forward tokens %g, T %g", _i, metric(row, "train/forward_tokens"), T);
+        if (_i == 0) { /* old log-probs are the training pass's own: every ratio is 1 (the mean of the ones to double
+                        * rounding of its token weights), nothing clips */
+            ck_assert_msg(fabs(metric(row, "train/probs_ratio") - 1.0) <= 1e-9, "probs_ratio %.17g",
+                          metric(row, "train/probs_ratio"));
+            ck_assert(metric(row, "train/clip_fraction") == 0.0);
+        }
+    }
+    json_decref(rows);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
+/* grpo.max_num_epochs is checked before a generation round: 150 prompts in batches of 50 are 3 steps, and no
+ * fourth round is generated and thrown away. */
+START_TEST(test_epoch_limit_before_generation)
+{
+    char *work = make_work_dir();
+    static const char *const extra[] = {
+        "grpo.num_prompts_per_step=50", "grpo.num_generations_per_prompt=2", "policy.train_global_batch_size=100",
+        "policy.train_micro_batch_size=50", "grpo.max_num_epochs=1", "grpo.max_num_steps=10", "grpo.val_period=0",
+        "grpo.val_at_end=false", "checkpointing.enabled=false", "policy.generation.max_new_tokens=2"};
+    n_scored = 0;
+    grpo_run_summary sum = run_ok(work, extra, DSARL_ARRAY_LEN(extra));
+    ck_assert_int_eq(sum.last_step, 3);
+    ck_assert_int_eq(n_scored, 3 * 100);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
+/* grpo.stop_at_validation_metric acts for each name the config accepts: a threshold the first validation (step 2)
+ * reaches stops the run there; one it cannot reach lets it run to max_num_steps (4). */
+START_TEST(test_stop_at_validation_metric)
+{
+    static const struct {
+        const char *metric, *threshold;
+        int64_t last_step;
+    } cases[] = {
+        {"grpo.stop_at_validation_metric=accuracy", "grpo.stop_at_validation_threshold=0", 2},
+        {"grpo.stop_at_validation_metric=pass_k", "grpo.stop_at_validation_threshold=0", 2},
+        {"grpo.stop_at_validation_metric=avg_length", "grpo.stop_at_validation_threshold=1", 2},
+        {"grpo.stop_at_validation_metric=pass_k", "grpo.stop_at_validation_threshold=1.5", 4},
+        {"grpo.stop_at_validation_metric=avg_length", "grpo.stop_at_validation_threshold=9", 4},
+    };
+    char *work = make_work_dir();
+    const char *extra[] = {"checkpointing.enabled=false", cases[_i].metric, cases[_i].threshold};
+    grpo_run_summary sum = run_ok(work, extra, DSARL_ARRAY_LEN(extra));
+    ck_assert_msg(sum.last_step == cases[_i].last_step, "%s %s: stopped at %lld", cases[_i].metric,
+                  cases[_i].threshold, (long long)sum.last_step);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
 /* Sampling at temperature 0.5 (both samplers record log-probs of the tempered distribution): the trainer scales its
  * logits by 1 / temperature (dsarl_token_batch.logit_scale), so its log-probs still match generation's. Unscaled,
  * the micro model's logits give token_mult_prob_error ~1.1 here. */
@@ -421,6 +512,9 @@ int main(void)
     tcase_add_loop_test(tc, test_micro_run_metrics, 0, 2);
     tcase_add_loop_test(tc, test_tempered_logprobs_match_generation, 0, 2);
     tcase_add_test(tc, test_resume_is_bit_identical);
+    tcase_add_loop_test(tc, test_pass_counts, 0, 4);
+    tcase_add_test(tc, test_epoch_limit_before_generation);
+    tcase_add_loop_test(tc, test_stop_at_validation_metric, 0, 5);
     tcase_add_test(tc, test_corrupt_checkpoint_skipped);
     tcase_add_loop_test(tc, test_bad_recipe_refused_before_run, 0, (int)DSARL_ARRAY_LEN(bad_cases));
     suite_add_tcase(s, tc);

@@ -190,7 +190,7 @@ int grpo_dynamic_sampler_add(grpo_dynamic_sampler *s, const float *rewards, int6
 typedef struct grpo_loss_inputs {
     int64_t n_tokens;           /* T */
     int64_t n_seqs;             /* S */
-    const int64_t *cu_seqlens;  /* (S + 1) token offsets, cu_seqlens[0] = 0, cu_seqlens[S] = T */
+    const int32_t *cu_seqlens;  /* (S + 1) token offsets, cu_seqlens[0] = 0, cu_seqlens[S] = T: the model's type */
     const float *lp_theta;      /* (T) current policy: the input the gradient is taken with respect to */
     const float *lp_old;        /* (T) same policy before this step's updates; may be NULL under force_on_policy_ratio */
     const float *lp_gen;        /* (T) generation engine's log-probs */

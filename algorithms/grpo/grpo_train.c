@@ -1,12 +1,8 @@
-/* grpo_train.c: the GRPO loop in NeMo RL's order (reference section 3.1):
- *   dataloader -> chat template + tokenizer -> each prompt repeated num_generations_per_prompt times
- *   -> generation (colocated: the policy's own weights) -> environment rewards -> scaling / shaping
- *   -> advantages (+ dynamic sampling, overlong filtering) -> pack THD -> old log-probs (+ reference log-probs when
- *   the KL coefficient is > 0) -> per train_global_batch_size slice: microbatches of ClippedPGLoss + backward,
- *   gradient clip, AdamW -> metrics -> validation -> checkpoint -> stop conditions.
- * Everything random is derived from (grpo.seed, step) or restored from the checkpoint, so a resumed CPU run is
- * bit-identical to an uninterrupted one. Positions follow the model's convention: logprob j of a sequence scores
- * its token j + 1, so every per-token array here is indexed by model position. */
+/* grpo_train.c: the GRPO job in NeMo RL's order: options and setup (the trainer session: device, DSA, policy,
+ * tokenizer; data, environment, reference policy, generation engine), then per step grpo_train_step (grpo_step.c)
+ * -> validation -> checkpoint -> stop conditions (max_num_steps, max_num_epochs, stop_at_validation_metric, a stop
+ * signal, checkpoint_must_save_by). Everything random is derived from (grpo.seed, step) or restored from the
+ * checkpoint, so a resumed CPU run is bit-identical to an uninterrupted one. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <inttypes.h>
 #include <math.h>
@@ -15,13 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dsarl/checkpoint.h"
-#include "dsarl/dataset.h"
-#include "dsarl/log.h"
-#include "dsarl/metrics.h"
-#include "dsarl/optimizer.h"
-#include "dsarl/tokenizer.h"
-#include "grpo_train.h"
+#include "grpo_loop.h"
 
 const dsarl_key_spec grpo_train_keys[] = {
     {"policy.tokenizer.name", DSARL_KEY_STRING, NULL, "\"byte\", a tokenizer.json, or a directory holding one; "
@@ -49,117 +39,6 @@ const dsarl_key_spec grpo_train_keys[] = {
 };
 const size_t grpo_train_n_keys = DSARL_ARRAY_LEN(grpo_train_keys);
 
-/* Settings the loop reads besides grpo_config. */
-typedef struct loop_options {
-    int64_t micro_batch, logprob_batch;
-    int64_t max_total_len, max_input_len, max_new_tokens;
-    float temperature, top_p, val_temperature, val_top_p;
-    int32_t top_k, val_top_k;
-    int32_t stop_ids[16];
-    int32_t n_stop_ids;
-    const char *stop_strings[16];
-    int32_t n_stop_strings;
-    bool shuffle;
-    const char *tokenizer_name, *chat_template;
-} loop_options;
-
-/* One rollout: a prompt, one response, and everything the loss and the logs need about it. */
-typedef struct rollout {
-    const dsarl_example *example;
-    char *prompt_text;
-    int32_t *prompt;       /* (prompt_len) */
-    int32_t prompt_len;
-    int32_t *response;     /* (response_len) */
-    float *response_lp;    /* (response_len) generation log-probs */
-    int32_t response_len;
-    uint8_t truncated;     /* max_new_tokens ended it */
-    uint8_t prompt_cut;    /* the prompt was longer than data.max_input_seq_length */
-    char *response_text;
-    float reward;          /* after scaling and shaping */
-    float raw_reward;
-    dsarl_verdict verdict;
-    float advantage;
-    float loss_multiplier;
-} rollout;
-
-typedef struct rollout_set {
-    rollout *items;
-    int64_t n, cap;
-} rollout_set;
-
-typedef struct trainer {
-    const dsarl_run_context *ctx;
-    const dsarl_node *root;
-    grpo_config cfg;
-    loop_options opt;
-    dsarl_optimizer_params adam;
-    dsarl_checkpoint_config ckpt;
-    dsarl_metrics_config log_cfg;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
-    dsarl_model *model, *reference;
-    dsarl_generator *engine;
-    dsarl_tokenizer *tok;
-    dsarl_dataset *train_set, *val_set;
-    dsarl_dataloader *loader;
-    const dsarl_environment_ops *env_ops;
-    dsarl_environment *env;
-    dsarl_metrics *log;
-    int64_t step;              /* completed training steps */
-    int64_t consumed_samples;
-    double train_time_s;       /* summed over resumes */
-    int64_t verifier_failures; /* this step */
-} trainer;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* splitmix64: independent seeds for (grpo.seed, purpose, step) without a stored generator. */
-static uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t step)
-{
-    uint64_t z = seed ^ (purpose * 0x9E3779B97F4A7C15ull) ^ (step * 0xBF58476D1CE4E5B9ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void rollout_free(rollout *r)
-{
-    free(r->prompt_text);
-    free(r->prompt);
-    free(r->response);
-    free(r->response_lp);
-    free(r->response_text);
-    memset(r, 0, sizeof *r);
-}
-
-static void rollout_set_free(rollout_set *s)
-{
-    for (int64_t i = 0; i < s->n; i++)
-        rollout_free(&s->items[i]);
-    free(s->items);
-    memset(s, 0, sizeof *s);
-}
-
-static rollout *rollout_set_push(rollout_set *s)
-{
-    if (s->n == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 64;
-        rollout *p = realloc(s->items, sizeof *p * (size_t)cap);
-        if (!p)
-            return NULL;
-        s->items = p;
-        s->cap = cap;
-    }
-    rollout *r = &s->items[s->n++];
-    memset(r, 0, sizeof *r);
-    return r;
-}
-
 /* --- setup ---------------------------------------------------------------------------------------------------- */
 
 static int read_options(trainer *tr, dsarl_error *err)
@@ -181,6 +60,7 @@ static int read_options(trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_recipe_double_or(root, "policy.generation.val_top_p", p, &vp, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.val_top_k", k, &vk, err));
     DSARL_TRY(dsarl_recipe_bool_or(root, "data.shuffle", true, &o->shuffle, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "logger.num_val_samples_to_print", 0, &o->num_val_samples_to_print, err));
     DSARL_TRY(dsarl_recipe_string_or(root, "policy.tokenizer.name", NULL, &o->tokenizer_name, err));
     if (!o->tokenizer_name)
         DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_name", NULL, &o->tokenizer_name, err));
@@ -200,6 +80,8 @@ static int read_options(trainer *tr, dsarl_error *err)
     CHECK(tr->cfg.train_global_batch_size % o->micro_batch == 0, "policy.train_micro_batch_size",
           "must divide policy.train_global_batch_size (%" PRId64 "), got %" PRId64, tr->cfg.train_global_batch_size,
           o->micro_batch);
+    CHECK(o->num_val_samples_to_print >= 0, "logger.num_val_samples_to_print", "must be >= 0, got %" PRId64,
+          o->num_val_samples_to_print);
     CHECK(o->logprob_batch >= 1, "policy.logprob_batch_size", "must be >= 1, got %" PRId64, o->logprob_batch);
     CHECK(o->max_total_len >= 2, "policy.max_total_sequence_length", "must be >= 2, got %" PRId64, o->max_total_len);
     CHECK(o->max_input_len >= 1 && o->max_input_len <= o->max_total_len, "data.max_input_seq_length",
@@ -260,37 +142,19 @@ static int pick_environment(trainer *tr, dsarl_error *err)
     return tr->env_ops->create(tr->root, dsarl_node_get(tr->root, path), &tr->env, err);
 }
 
-static int create_model(trainer *tr, dsarl_model **out, dsarl_error *err)
-{
-    const char *model_dir = NULL;
-    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
-    dsarl_model_config mc = {.struct_size = sizeof mc, .host = tr->ctx->host, .recipe = tr->root,
-                             .model_dir = model_dir, .device_ops = tr->ctx->device_ops, .device = tr->dev,
-                             .dsa_ops = tr->ctx->dsa_ops, .dsa = tr->dsa, .parallel = tr->ctx->parallel,
-                             .seed = (uint64_t)tr->cfg.seed};
-    return tr->ctx->model_ops->create(&mc, out, err);
-}
-
 static void trainer_free(trainer *tr)
 {
     const dsarl_run_context *ctx = tr->ctx;
-    dsarl_metrics_close(tr->log);
     if (tr->engine)
         ctx->generation_ops->destroy(tr->engine);
     if (tr->reference)
         ctx->model_ops->destroy(tr->reference);
-    if (tr->model)
-        ctx->model_ops->destroy(tr->model);
-    if (tr->dsa)
-        ctx->dsa_ops->destroy(tr->dsa);
-    if (tr->dev)
-        ctx->device_ops->destroy(tr->dev);
+    dsarl_session_close(&tr->session);
     if (tr->env)
         tr->env_ops->destroy(tr->env);
     dsarl_dataloader_free(tr->loader);
     dsarl_dataset_free(tr->train_set);
     dsarl_dataset_free(tr->val_set);
-    dsarl_tokenizer_free(tr->tok);
 }
 
 /* Everything that reads only the recipe runs first, so a bad value fails before any model is built. */
@@ -314,7 +178,15 @@ static int trainer_open(trainer *tr, dsarl_error *err)
         !ctx->model_ops->grad_norm || !ctx->model_ops->zero_grad)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model plugin '%s' cannot train (no log-probs, backward or "
                           "optimizer step)", ctx->model_ops->common.name);
-    DSARL_TRY(dsarl_tokenizer_load(tr->opt.tokenizer_name, &tr->tok, err));
+    const char *model_dir = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
+    dsarl_session_config sc = {.struct_size = sizeof sc, .host = ctx->host, .recipe = tr->root,
+                               .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed,
+                               .device_ops = ctx->device_ops, .dsa_ops = ctx->dsa_ops, .model_ops = ctx->model_ops,
+                               .model_dir = model_dir, .tokenizer = tr->opt.tokenizer_name};
+    DSARL_TRY(dsarl_session_open(&sc, &tr->session, err));
+    tr->model = tr->session.model;
+    tr->tok = tr->session.tokenizer;
     if (!tr->opt.chat_template)
         tr->opt.chat_template = dsarl_tokenizer_default_template(tr->tok);
     int32_t eos = dsarl_tokenizer_eos_id(tr->tok);
@@ -325,662 +197,31 @@ static int trainer_open(trainer *tr, dsarl_error *err)
     int64_t per_round = (int64_t)ceil((double)tr->cfg.num_prompts_per_step * tr->cfg.batch_multiplier);
     if (!tr->cfg.use_dynamic_sampling)
         per_round = tr->cfg.num_prompts_per_step;
+    tr->per_round = per_round;
     DSARL_TRY(dsarl_dataloader_create(tr->train_set, (size_t)per_round, tr->opt.shuffle, 1, (uint64_t)tr->cfg.seed,
                                       &tr->loader, err));
     DSARL_TRY(pick_environment(tr, err));
-    dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = tr->root, .parallel = ctx->parallel,
-                              .seed = (uint64_t)tr->cfg.seed};
-    DSARL_TRY(ctx->device_ops->create(&dc, &tr->dev, err));
-    DSARL_TRY(ctx->dsa_ops->create(ctx->device_ops, tr->dev, tr->root, &tr->dsa, err));
-    DSARL_TRY(create_model(tr, &tr->model, err));
-    if (ctx->model_ops->vocab_size(tr->model) < dsarl_tokenizer_vocab_size(tr->tok))
-        return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
-                          "; policy.model_config.vocab_size must cover it", tr->opt.tokenizer_name,
-                          dsarl_tokenizer_vocab_size(tr->tok), ctx->model_ops->vocab_size(tr->model));
     if (!tr->cfg.skip_reference_policy_logprobs)
-        DSARL_TRY(create_model(tr, &tr->reference, err)); /* the initial weights, frozen */
+        DSARL_TRY(dsarl_session_create_model(&tr->session, &tr->reference, err)); /* the initial weights, frozen */
     if (ctx->generation_ops)
         DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err));
     return DSARL_OK;
 }
 
-/* Restores the newest complete checkpoint, if any. */
-static int trainer_resume(trainer *tr, dsarl_error *err)
+/* Restores the newest complete checkpoint, if any, and opens the metrics. */
+static int trainer_start(trainer *tr, dsarl_error *err)
 {
-    tr->log_cfg.resume_step = -1;
-    if (!tr->ckpt.enabled)
-        return DSARL_OK;
-    char dir[4096];
+    tr->log_cfg.progress = 1; /* redrawn on a terminal, one log line per step otherwise */
+    tr->log_cfg.total_steps = tr->cfg.max_num_steps;
     dsarl_trainer_state st;
-    DSARL_TRY(dsarl_checkpoint_resume(tr->ckpt.checkpoint_dir, tr->ctx->model_ops, tr->model, tr->loader, &st, dir,
-                                      sizeof dir, err));
+    DSARL_TRY(dsarl_session_start(&tr->session, &tr->ckpt, tr->loader, &tr->log_cfg, &st, err));
+    tr->log = tr->session.log;
     if (st.step < 0)
         return DSARL_OK;
     tr->step = st.step;
     tr->consumed_samples = st.consumed_samples;
     tr->train_time_s = st.total_train_time_s;
-    tr->log_cfg.resume_step = st.step;
-    dsarl_log(DSARL_LOG_INFO, "resumed from %s (step %" PRId64 ")", dir, st.step);
     return DSARL_OK;
-}
-
-/* --- rollouts ------------------------------------------------------------------------------------------------- */
-
-static int encode_prompt(trainer *tr, const dsarl_example *ex, rollout *r, dsarl_error *err)
-{
-    DSARL_TRY(dsarl_tokenizer_apply_chat_template(tr->tok, tr->opt.chat_template, ex->messages, ex->n_messages, 1,
-                                                  &r->prompt_text, err));
-    size_t n;
-    DSARL_TRY(dsarl_tokenizer_encode(tr->tok, r->prompt_text, strlen(r->prompt_text), &r->prompt, &n, err));
-    if ((int64_t)n > tr->opt.max_input_len) {
-        /* NeMo keeps an over-long prompt in the batch, cut short, with loss multiplier 0 */
-        n = (size_t)tr->opt.max_input_len;
-        r->prompt_cut = 1;
-    }
-    if (n == 0)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "a prompt encoded to zero tokens (template '%s')",
-                          tr->opt.chat_template);
-    r->prompt_len = (int32_t)n;
-    return DSARL_OK;
-}
-
-/* Generates `n_gen` responses for each of n examples and scores them; appends n * n_gen rollouts (group after
- * group) to out. */
-static int run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t n, int64_t n_gen, float temperature,
-                        float top_p, int32_t top_k, uint64_t seed, rollout_set *out, dsarl_error *err)
-{
-    int64_t first = out->n;
-    int64_t total = (int64_t)n * n_gen;
-    int rc = DSARL_OK;
-    int64_t max_prompt = 0, n_tokens = 0;
-    for (size_t p = 0; p < n && rc == DSARL_OK; p++) {
-        for (int64_t g = 0; g < n_gen && rc == DSARL_OK; g++) {
-            rollout *r = rollout_set_push(out);
-            if (!r)
-                return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding %" PRId64 " rollouts", total);
-            r->example = examples[p];
-            rc = encode_prompt(tr, examples[p], r, err);
-            if (rc == DSARL_OK && r->prompt_len > max_prompt)
-                max_prompt = r->prompt_len;
-            n_tokens += r->prompt_len;
-        }
-    }
-    if (rc < 0)
-        return rc;
-    int64_t room = tr->opt.max_total_len - max_prompt;
-    if (room < 1)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "a prompt of %" PRId64 " tokens leaves no room to generate within "
-                          "policy.max_total_sequence_length = %" PRId64 "; lower data.max_input_seq_length",
-                          max_prompt, tr->opt.max_total_len);
-    int32_t max_new = (int32_t)(tr->opt.max_new_tokens < room ? tr->opt.max_new_tokens : room);
-    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(n_tokens ? n_tokens : 1));
-    int32_t *cu = malloc(sizeof(int32_t) * (size_t)(total + 1));
-    if (!tokens || !cu) {
-        free(tokens);
-        free(cu);
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing %" PRId64 " prompts", total);
-    }
-    cu[0] = 0;
-    for (int64_t i = 0; i < total; i++) {
-        rollout *r = &out->items[first + i];
-        memcpy(tokens + cu[i], r->prompt, sizeof(int32_t) * (size_t)r->prompt_len);
-        cu[i + 1] = cu[i] + r->prompt_len;
-    }
-    dsarl_token_batch prompts = {.struct_size = sizeof prompts, .n_tokens = n_tokens, .n_sequences = (int32_t)total,
-                                 .tokens = tokens, .cu_seqlens = cu};
-    dsarl_sampling_params sp = {.struct_size = sizeof sp, .temperature = temperature, .top_p = top_p,
-                                .top_k = top_k, .max_new_tokens = max_new, .stop_token_ids = tr->opt.stop_ids,
-                                .n_stop_token_ids = tr->opt.n_stop_ids, .stop_strings = tr->opt.stop_strings,
-                                .n_stop_strings = tr->opt.n_stop_strings, .seed = seed, .tokenizer = tr->tok};
-    grpo_completions gen = {0};
-    if (tr->engine) {
-        dsarl_generation_result res = {.struct_size = sizeof res};
-        rc = tr->ctx->generation_ops->generate(tr->engine, &prompts, &sp, &res, err);
-        if (rc == DSARL_OK) {
-            size_t T = (size_t)res.cu_lengths[total];
-            gen.n_sequences = (int32_t)total;
-            gen.cu_lengths = malloc(sizeof(int32_t) * (size_t)(total + 1));
-            gen.tokens = malloc(sizeof(int32_t) * (T ? T : 1));
-            gen.logprobs = malloc(sizeof(float) * (T ? T : 1));
-            gen.truncated = malloc((size_t)total);
-            if (!gen.cu_lengths || !gen.tokens || !gen.logprobs || !gen.truncated) {
-                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory copying %zu generated tokens", T);
-            } else {
-                memcpy(gen.cu_lengths, res.cu_lengths, sizeof(int32_t) * (size_t)(total + 1));
-                memcpy(gen.tokens, res.tokens, sizeof(int32_t) * T);
-                memcpy(gen.logprobs, res.logprobs, sizeof(float) * T);
-                memcpy(gen.truncated, res.truncated, (size_t)total);
-            }
-        }
-    } else if (sp.n_stop_strings > 0) {
-        rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.generation.stop_strings need a generation plugin "
-                        "(policy.generation.backend); the built-in sampler stops on token ids only");
-    } else {
-        rc = grpo_sample_with_model(tr->ctx->model_ops, tr->model, &prompts, &sp, &gen, err);
-    }
-    free(tokens);
-    free(cu);
-    const char **responses = calloc((size_t)total, sizeof(char *));
-    const char **truths = calloc((size_t)total, sizeof(char *));
-    float *rewards = calloc((size_t)total, sizeof(float));
-    dsarl_verdict *verdicts = calloc((size_t)total, sizeof(dsarl_verdict));
-    if (rc == DSARL_OK && (!responses || !truths || !rewards || !verdicts))
-        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory scoring %" PRId64 " responses", total);
-    for (int64_t i = 0; i < total && rc == DSARL_OK; i++) {
-        rollout *r = &out->items[first + i];
-        int32_t len = gen.cu_lengths[i + 1] - gen.cu_lengths[i];
-        r->response_len = len;
-        r->truncated = gen.truncated[i];
-        r->response = malloc(sizeof(int32_t) * (size_t)(len ? len : 1));
-        r->response_lp = malloc(sizeof(float) * (size_t)(len ? len : 1));
-        if (!r->response || !r->response_lp) {
-            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding a response of %d tokens", len);
-            break;
-        }
-        memcpy(r->response, gen.tokens + gen.cu_lengths[i], sizeof(int32_t) * (size_t)len);
-        memcpy(r->response_lp, gen.logprobs + gen.cu_lengths[i], sizeof(float) * (size_t)len);
-        rc = dsarl_tokenizer_decode(tr->tok, r->response, (size_t)len, 1, &r->response_text, NULL, err);
-        responses[i] = r->response_text;
-        truths[i] = r->example->ground_truth;
-    }
-    grpo_completions_free(&gen);
-    if (rc == DSARL_OK)
-        rc = tr->env_ops->score(tr->env, (size_t)total, responses, truths, rewards, verdicts, err);
-    for (int64_t i = 0; i < total && rc == DSARL_OK; i++) {
-        rollout *r = &out->items[first + i];
-        r->raw_reward = r->reward = rewards[i];
-        r->verdict = verdicts[i];
-        r->loss_multiplier = r->prompt_cut ? 0.0f : 1.0f;
-        if (verdicts[i] == DSARL_VERDICT_VERIFIER_FAILED)
-            tr->verifier_failures++;
-    }
-    free(responses);
-    free(truths);
-    free(rewards);
-    free(verdicts);
-    return rc;
-}
-
-/* --- training ------------------------------------------------------------------------------------------------- */
-
-/* The rollouts packed as model input: tokens (T), cu (B + 1), targets (T) = next token or -1, and per position the
- * generation log-prob and the train mask of the response token it predicts. */
-typedef struct packed_batch {
-    int64_t T, B;
-    int32_t *tokens, *cu, *targets;
-    int64_t *cu64;
-    float *lp_gen, *mask, *lp_old, *lp_ref, *lp_theta, *grad;
-    float *sample_mask, *advantages;
-} packed_batch;
-
-static void packed_free(packed_batch *p)
-{
-    free(p->tokens);
-    free(p->cu);
-    free(p->targets);
-    free(p->cu64);
-    free(p->lp_gen);
-    free(p->mask);
-    free(p->lp_old);
-    free(p->lp_ref);
-    free(p->lp_theta);
-    free(p->grad);
-    free(p->sample_mask);
-    free(p->advantages);
-    memset(p, 0, sizeof *p);
-}
-
-static int pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
-{
-    memset(p, 0, sizeof *p);
-    p->B = rs->n;
-    for (int64_t i = 0; i < rs->n; i++)
-        p->T += rs->items[i].prompt_len + rs->items[i].response_len;
-    size_t T = (size_t)p->T, B = (size_t)p->B;
-    p->tokens = malloc(sizeof(int32_t) * T);
-    p->targets = malloc(sizeof(int32_t) * T);
-    p->cu = malloc(sizeof(int32_t) * (B + 1));
-    p->cu64 = malloc(sizeof(int64_t) * (B + 1));
-    p->lp_gen = calloc(T, sizeof(float));
-    p->mask = calloc(T, sizeof(float));
-    p->lp_old = calloc(T, sizeof(float));
-    p->lp_ref = calloc(T, sizeof(float));
-    p->lp_theta = calloc(T, sizeof(float));
-    p->grad = calloc(T, sizeof(float));
-    p->sample_mask = malloc(sizeof(float) * B);
-    p->advantages = malloc(sizeof(float) * B);
-    if (!p->tokens || !p->targets || !p->cu || !p->cu64 || !p->lp_gen || !p->mask || !p->lp_old || !p->lp_ref ||
-        !p->lp_theta || !p->grad || !p->sample_mask || !p->advantages) {
-        packed_free(p);
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing %zu tokens", T);
-    }
-    int64_t at = 0;
-    p->cu[0] = 0;
-    p->cu64[0] = 0;
-    for (int64_t i = 0; i < rs->n; i++) {
-        const rollout *r = &rs->items[i];
-        int64_t L = r->prompt_len + r->response_len;
-        memcpy(p->tokens + at, r->prompt, sizeof(int32_t) * (size_t)r->prompt_len);
-        memcpy(p->tokens + at + r->prompt_len, r->response, sizeof(int32_t) * (size_t)r->response_len);
-        for (int64_t j = 0; j < L; j++) {
-            p->targets[at + j] = j + 1 < L ? p->tokens[at + j + 1] : -1;
-            int64_t k = j + 1 - r->prompt_len; /* index of the predicted token within the response */
-            if (j + 1 < L && k >= 0) {
-                p->mask[at + j] = 1.0f;
-                p->lp_gen[at + j] = r->response_lp[k];
-            }
-        }
-        at += L;
-        p->cu[i + 1] = (int32_t)at;
-        p->cu64[i + 1] = at;
-        p->sample_mask[i] = r->loss_multiplier;
-        p->advantages[i] = r->advantage;
-    }
-    return DSARL_OK;
-}
-
-/* Log-probs of sequences [s0, s1) with a model, written at their positions in out. */
-static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, float *out,
-                          dsarl_error *err)
-{
-    int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
-    if (!cu)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
-    for (int64_t s = s0; s <= s1; s++)
-        cu[s - s0] = p->cu[s] - p->cu[s0];
-    int64_t base = p->cu[s0];
-    // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
-    dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->cu[s1] - base, .n_sequences = (int32_t)(s1 - s0),
-                           .tokens = p->tokens + base, .cu_seqlens = cu, .logit_scale = 1.0f / tr->opt.temperature};
-    int rc = tr->ctx->model_ops->forward_logprobs(model, &b, p->targets + base, out + base, err);
-    free(cu);
-    return rc;
-}
-
-static int logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, float *out, dsarl_error *err)
-{
-    for (int64_t s = 0; s < p->B; s += tr->opt.logprob_batch) {
-        int64_t e = s + tr->opt.logprob_batch < p->B ? s + tr->opt.logprob_batch : p->B;
-        DSARL_TRY(logprobs_range(tr, model, p, s, e, out, err));
-    }
-    return DSARL_OK;
-}
-
-/* One microbatch: current log-probs, the loss and its per-token gradient, backward into the gradients. */
-static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1, double valid_toks,
-                            double valid_seqs, grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
-{
-    const dsarl_model_ops *ops = tr->ctx->model_ops;
-    DSARL_TRY(logprobs_range(tr, tr->model, p, s0, s1, p->lp_theta, err));
-    int64_t base = p->cu[s0];
-    int64_t *cu = malloc(sizeof(int64_t) * (size_t)(s1 - s0 + 1));
-    int32_t *cu32 = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
-    if (!cu || !cu32) {
-        free(cu);
-        free(cu32);
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
-    }
-    for (int64_t s = s0; s <= s1; s++) {
-        cu[s - s0] = p->cu64[s] - base;
-        cu32[s - s0] = p->cu[s] - (int32_t)base;
-    }
-    grpo_loss_inputs in = {
-        .n_tokens = p->cu64[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = cu, .lp_theta = p->lp_theta + base,
-        .lp_old = tr->cfg.loss.force_on_policy_ratio ? NULL : p->lp_old + base, .lp_gen = p->lp_gen + base,
-        .lp_ref = tr->reference ? p->lp_ref + base : NULL, .token_mask = p->mask + base,
-        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = valid_toks,
-        .global_valid_seqs = valid_seqs};
-    double loss;
-    grpo_loss_metrics mb;
-    int rc = grpo_clipped_pg_loss(&tr->cfg.loss, &in, &loss, p->grad + base, &mb, err);
-    if (rc == DSARL_OK) {
-        grpo_loss_metrics_add(m, &mb);
-        dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = in.n_tokens, .n_sequences = (int32_t)(s1 - s0),
-                               .tokens = p->tokens + base, .cu_seqlens = cu32,
-                               .logit_scale = 1.0f / tr->opt.temperature};
-        float il = 0.0f;
-        rc = ops->backward(tr->model, &b, p->targets + base, p->grad + base, &il, err);
-        *indexer_loss += il;
-    }
-    free(cu);
-    free(cu32);
-    return rc;
-}
-
-typedef struct step_stats {
-    grpo_loss_metrics loss;
-    double grad_norm, lr, indexer_loss;
-    int64_t n_slices;
-} step_stats;
-
-/* The optimizer steps of one training step: one per train_global_batch_size slice of the rollouts. */
-static int train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_error *err)
-{
-    const dsarl_model_ops *ops = tr->ctx->model_ops;
-    int64_t gbs = tr->cfg.train_global_batch_size, mbs = tr->opt.micro_batch;
-    grpo_loss_metrics_init(&st->loss);
-    st->grad_norm = 0.0;
-    st->indexer_loss = 0.0;
-    st->n_slices = 0;
-    for (int64_t g0 = 0; g0 < p->B; g0 += gbs) {
-        int64_t g1 = g0 + gbs < p->B ? g0 + gbs : p->B;
-        double valid_toks = 0.0, valid_seqs = 0.0;
-        for (int64_t s = g0; s < g1; s++) {
-            valid_seqs += p->sample_mask[s];
-            for (int64_t t = p->cu64[s]; t < p->cu64[s + 1]; t++)
-                valid_toks += p->mask[t] * p->sample_mask[s];
-        }
-        DSARL_TRY(ops->zero_grad(tr->model, err));
-        grpo_loss_metrics slice;
-        grpo_loss_metrics_init(&slice);
-        float indexer = 0.0f;
-        for (int64_t s = g0; s < g1; s += mbs) {
-            int64_t e = s + mbs < g1 ? s + mbs : g1;
-            DSARL_TRY(train_microbatch(tr, p, s, e, valid_toks, valid_seqs, &slice, &indexer, err));
-        }
-        double norm, scale;
-        DSARL_TRY(ops->grad_norm(tr->model, &norm, err));
-        DSARL_TRY(dsarl_grad_clip_scale(norm, tr->cfg.lr_schedule.max_grad_norm, &scale, err));
-        dsarl_optimizer_params op = tr->adam;
-        op.struct_size = sizeof op;
-        op.lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
-        op.grad_scale = scale;
-        DSARL_TRY(ops->optimizer_step(tr->model, &op, err));
-        /* slice sums are normalised per slice; averaging them gives the step's metric */
-        grpo_loss_metrics_add(&st->loss, &slice);
-        st->grad_norm += norm;
-        st->lr = op.lr;
-        st->indexer_loss += indexer;
-        st->n_slices++;
-    }
-    return DSARL_OK;
-}
-
-/* --- one step ------------------------------------------------------------------------------------------------- */
-
-static int set_metric(trainer *tr, const char *name, double v, dsarl_error *err)
-{
-    return dsarl_metrics_set(tr->log, name, v, err);
-}
-
-/* Draws prompt batches and generates until the step's rollouts are complete (one round without dynamic sampling). */
-static int collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out, dsarl_error *err)
-{
-    const grpo_config *c = &tr->cfg;
-    int64_t G = c->num_generations_per_prompt;
-    grpo_dynamic_sampler ds;
-    grpo_dynamic_sampler_init(&ds, c->num_prompts_per_step, G, c->dynamic_sampling_max_gen_batches);
-    const dsarl_example **batch = NULL;
-    int rc = DSARL_OK;
-    *n_rounds = 0;
-    for (bool complete = false; !complete && rc == DSARL_OK;) {
-        size_t cap = (size_t)ceil((double)c->num_prompts_per_step * (c->use_dynamic_sampling ? c->batch_multiplier : 1));
-        free(batch);
-        batch = malloc(sizeof *batch * (cap ? cap : 1));
-        if (!batch)
-            return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a prompt batch");
-        size_t n;
-        rc = dsarl_dataloader_next(tr->loader, batch, NULL, &n, epoch_out, err);
-        if (rc < 0)
-            break;
-        uint64_t seed = mix_seed((uint64_t)c->seed, 1 + (uint64_t)*n_rounds, (uint64_t)tr->step);
-        if (!c->use_dynamic_sampling) {
-            rc = run_rollouts(tr, batch, n, G, tr->opt.temperature, tr->opt.top_p, tr->opt.top_k, seed, rs, err);
-            tr->consumed_samples += (int64_t)n * G;
-            complete = true;
-            (*n_rounds)++;
-            break;
-        }
-        rollout_set round = {0};
-        rc = run_rollouts(tr, batch, n, G, tr->opt.temperature, tr->opt.top_p, tr->opt.top_k, seed, &round, err);
-        (*n_rounds)++;
-        tr->consumed_samples += (int64_t)n * G;
-        float *rewards = rc == DSARL_OK ? malloc(sizeof(float) * (size_t)round.n) : NULL;
-        uint8_t *take = rc == DSARL_OK ? malloc(n ? n : 1) : NULL;
-        if (rc == DSARL_OK && (!rewards || !take))
-            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for dynamic sampling");
-        for (int64_t i = 0; rc == DSARL_OK && i < round.n; i++)
-            rewards[i] = round.items[i].raw_reward;
-        if (rc == DSARL_OK)
-            rc = grpo_dynamic_sampler_add(&ds, rewards, (int64_t)n, take, &complete, err);
-        for (size_t g = 0; rc == DSARL_OK && g < n; g++) {
-            for (int64_t k = 0; k < G; k++) {
-                rollout *src = &round.items[(int64_t)g * G + k];
-                if (!take[g])
-                    continue;
-                rollout *dst = rollout_set_push(rs);
-                if (!dst) {
-                    rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory collecting rollouts");
-                    break;
-                }
-                *dst = *src;
-                memset(src, 0, sizeof *src); /* moved */
-            }
-        }
-        free(rewards);
-        free(take);
-        rollout_set_free(&round);
-    }
-    free(batch);
-    return rc;
-}
-
-static int advantages_for(trainer *tr, rollout_set *rs, dsarl_error *err)
-{
-    const grpo_config *c = &tr->cfg;
-    int64_t n = rs->n, G = c->num_generations_per_prompt;
-    float *rewards = malloc(sizeof(float) * (size_t)n);
-    float *adv = malloc(sizeof(float) * (size_t)n);
-    int64_t *lengths = malloc(sizeof(int64_t) * (size_t)n);
-    uint8_t *truncated = malloc((size_t)n);
-    float *mult = malloc(sizeof(float) * (size_t)n);
-    int rc = DSARL_OK;
-    if (!rewards || !adv || !lengths || !truncated || !mult)
-        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory computing advantages");
-    for (int64_t i = 0; rc == DSARL_OK && i < n; i++) {
-        rewards[i] = rs->items[i].raw_reward;
-        lengths[i] = rs->items[i].response_len;
-        truncated[i] = rs->items[i].truncated;
-        mult[i] = rs->items[i].loss_multiplier;
-    }
-    if (rc == DSARL_OK) {
-        grpo_scale_rewards(&c->reward_scaling, rewards, n);
-        rc = grpo_shape_rewards(&c->reward_shaping, rewards, lengths, truncated, n, err);
-    }
-    if (rc == DSARL_OK)
-        rc = grpo_compute_advantages(&c->advantage, rewards, n / G, G, adv, err);
-    if (rc == DSARL_OK && c->overlong_filtering)
-        grpo_overlong_filter(truncated, mult, n);
-    for (int64_t i = 0; rc == DSARL_OK && i < n; i++) {
-        rs->items[i].reward = rewards[i];
-        rs->items[i].advantage = adv[i];
-        rs->items[i].loss_multiplier = mult[i];
-    }
-    free(rewards);
-    free(adv);
-    free(lengths);
-    free(truncated);
-    free(mult);
-    return rc;
-}
-
-static int log_samples(trainer *tr, const char *prefix, int64_t step, const rollout_set *rs, bool with_advantage,
-                       dsarl_error *err)
-{
-    dsarl_metrics_sample *s = malloc(sizeof *s * (size_t)(rs->n ? rs->n : 1));
-    if (!s)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory dumping %" PRId64 " samples", rs->n);
-    for (int64_t i = 0; i < rs->n; i++)
-        s[i] = (dsarl_metrics_sample){rs->items[i].prompt_text, rs->items[i].response_text, rs->items[i].reward,
-                                      with_advantage ? rs->items[i].advantage : NAN};
-    int rc = dsarl_metrics_write_samples(tr->log, prefix, step, s, (size_t)rs->n, err);
-    free(s);
-    return rc;
-}
-
-/* One GRPO step; on return tr->step has advanced and the step's train metrics are recorded (not committed). */
-static int train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err)
-{
-    double t0 = now_s();
-    rollout_set rs = {0};
-    packed_batch p = {0};
-    step_stats st;
-    int64_t rounds = 0, epoch = 0;
-    dsarl_dataloader_state before = dsarl_dataloader_get_state(tr->loader);
-    int64_t consumed_before = tr->consumed_samples;
-    tr->verifier_failures = 0;
-    *out_of_epochs = false;
-    int rc = collect_rollouts(tr, &rs, &rounds, &epoch, err);
-    if (rc == DSARL_OK && epoch >= tr->cfg.max_num_epochs) {
-        /* the batch belongs to an epoch past grpo.max_num_epochs: put it back and stop */
-        rollout_set_free(&rs);
-        tr->consumed_samples = consumed_before;
-        *out_of_epochs = true;
-        return dsarl_dataloader_set_state(tr->loader, before, err);
-    }
-    double t_gen = now_s();
-    if (rc == DSARL_OK)
-        rc = advantages_for(tr, &rs, err);
-    double t_adv = now_s();
-    if (rc == DSARL_OK)
-        rc = pack_rollouts(&rs, &p, err);
-    if (rc == DSARL_OK && !tr->cfg.loss.force_on_policy_ratio)
-        rc = logprobs_all(tr, tr->model, &p, p.lp_old, err);
-    if (rc == DSARL_OK && tr->reference)
-        rc = logprobs_all(tr, tr->reference, &p, p.lp_ref, err);
-    double t_lp = now_s();
-    if (rc == DSARL_OK)
-        rc = train_on_batch(tr, &p, &st, err);
-    double t_train = now_s();
-    if (rc == DSARL_OK) {
-        tr->step++;
-        int64_t n = rs.n;
-        double reward = 0, correct = 0, gen_len = 0, prompt_len = 0, trunc = 0, amin = INFINITY, amax = -INFINITY,
-               asum = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const rollout *r = &rs.items[i];
-            reward += r->reward;
-            correct += r->verdict == DSARL_VERDICT_CORRECT;
-            gen_len += r->response_len;
-            prompt_len += r->prompt_len;
-            trunc += r->truncated;
-            asum += r->advantage;
-            amin = fmin(amin, r->advantage);
-            amax = fmax(amax, r->advantage);
-        }
-        double k = (double)st.n_slices;
-        const grpo_loss_metrics *m = &st.loss;
-        *mean_reward = reward / (double)n;
-        struct { const char *name; double v; } rows[] = {
-            {"train/reward", reward / (double)n},
-            {"train/accuracy", correct / (double)n},
-            {"train/loss", m->loss / k},
-            {"train/actor_loss", m->actor_loss / k},
-            {"train/kl_penalty", m->kl_penalty / k},
-            {"train/token_mult_prob_error", m->token_mult_prob_error / k},
-            {"train/gen_kl_error", m->gen_kl_error / k},
-            {"train/policy_kl_error", m->policy_kl_error / k},
-            {"train/js_divergence_error", m->js_divergence_error / k},
-            {"train/sampling_importance_ratio", m->sampling_importance_ratio / k},
-            {"train/approx_entropy", m->approx_entropy / k},
-            {"train/probs_ratio", m->probs_ratio / k},
-            {"train/probs_ratio_clamped", m->probs_ratio_clamped / k},
-            {"train/clip_fraction", (m->clip_fraction_low + m->clip_fraction_high) / k},
-            {"train/clip_fraction_low", m->clip_fraction_low / k},
-            {"train/clip_fraction_high", m->clip_fraction_high / k},
-            {"train/dual_clip_fraction", m->dual_clip_fraction / k},
-            {"train/num_valid_samples", m->num_valid_samples},
-            {"train/indexer_loss", st.indexer_loss / k},
-            {"train/grad_norm", st.grad_norm / k},
-            {"train/lr", st.lr},
-            {"train/advantages/mean", asum / (double)n},
-            {"train/advantages/min", amin},
-            {"train/advantages/max", amax},
-            {"train/mean_gen_length", gen_len / (double)n},
-            {"train/mean_prompt_length", prompt_len / (double)n},
-            {"train/truncation_rate", trunc / (double)n},
-            {"train/total_num_tokens", (double)p.T},
-            {"train/verifier_failures", (double)tr->verifier_failures},
-            {"train/dynamic_sampling_num_gen_batches", (double)rounds},
-            {"train/epoch", (double)epoch},
-            {"timing/train/generation", t_gen - t0},
-            {"timing/train/advantage_calculation", t_adv - t_gen},
-            {"timing/train/policy_and_reference_logprobs", t_lp - t_adv},
-            {"timing/train/policy_training", t_train - t_lp},
-            {"timing/train/total_step_time", t_train - t0},
-            {"train/tokens_per_sec", (double)p.T / fmax(t_train - t0, 1e-9)},
-        };
-        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows) && rc == DSARL_OK; i++)
-            rc = set_metric(tr, rows[i].name, rows[i].v, err);
-        if (tr->verifier_failures)
-            dsarl_log(DSARL_LOG_WARN, "step %" PRId64 ": the verifier failed on %" PRId64 " responses (scored 0)",
-                      tr->step, tr->verifier_failures);
-        if (rc == DSARL_OK)
-            rc = log_samples(tr, "train", tr->step, &rs, true, err);
-        tr->train_time_s += t_train - t0;
-    }
-    packed_free(&p);
-    rollout_set_free(&rs);
-    return rc;
-}
-
-/* --- validation ----------------------------------------------------------------------------------------------- */
-
-static int validate(trainer *tr, double *accuracy, dsarl_error *err)
-{
-    const grpo_config *c = &tr->cfg;
-    double t0 = now_s();
-    size_t n_val = dsarl_dataset_size(tr->val_set);
-    if (c->max_val_samples >= 0 && (size_t)c->max_val_samples < n_val)
-        n_val = (size_t)c->max_val_samples;
-    size_t bs = c->val_batch_size > 0 ? (size_t)c->val_batch_size : n_val;
-    int64_t k = c->val_num_generations_per_prompt > 0 ? c->val_num_generations_per_prompt : 1;
-    rollout_set rs = {0};
-    const dsarl_example **batch = malloc(sizeof *batch * (bs ? bs : 1));
-    int rc = batch ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for validation");
-    for (size_t i = 0; rc == DSARL_OK && i < n_val; i += bs) {
-        size_t n = i + bs < n_val ? bs : n_val - i;
-        for (size_t j = 0; j < n; j++)
-            batch[j] = dsarl_dataset_get(tr->val_set, i + j);
-        /* the same seed at every validation: accuracy changes come from the weights, not the draws */
-        uint64_t seed = mix_seed((uint64_t)c->seed, 0x7661u, i);
-        rc = run_rollouts(tr, batch, n, k, tr->opt.val_temperature, tr->opt.val_top_p, tr->opt.val_top_k, seed, &rs,
-                          err);
-    }
-    free(batch);
-    if (rc == DSARL_OK && rs.n > 0) {
-        double reward = 0, len = 0, pass = 0;
-        for (int64_t i = 0; i < rs.n; i++) {
-            reward += rs.items[i].raw_reward;
-            len += rs.items[i].response_len;
-        }
-        for (int64_t g = 0; g < rs.n / k; g++) {
-            bool any = false;
-            for (int64_t j = 0; j < k; j++)
-                any |= rs.items[g * k + j].verdict == DSARL_VERDICT_CORRECT;
-            pass += any;
-        }
-        *accuracy = reward / (double)rs.n;
-        rc = set_metric(tr, "val/accuracy", *accuracy, err);
-        if (rc == DSARL_OK)
-            rc = set_metric(tr, "val/avg_length", len / (double)rs.n, err);
-        if (rc == DSARL_OK && k > 1)
-            rc = set_metric(tr, "val/pass_at_k", pass / (double)(rs.n / k), err);
-        if (rc == DSARL_OK)
-            rc = set_metric(tr, "timing/validation/total_validation_time", now_s() - t0, err);
-        if (rc == DSARL_OK)
-            rc = log_samples(tr, "val", tr->step, &rs, false, err);
-        dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f over %" PRId64 " responses",
-                  tr->step, *accuracy, rs.n);
-        int64_t to_print = 0;
-        if (rc == DSARL_OK)
-            rc = dsarl_recipe_int_or(tr->root, "logger.num_val_samples_to_print", 0, &to_print, err);
-        for (int64_t i = 0; rc == DSARL_OK && i < to_print && i < rs.n; i++)
-            dsarl_log(DSARL_LOG_INFO, "validation sample %" PRId64 ": prompt '%s' response '%s' reward %g", i,
-                      rs.items[i].prompt_text, rs.items[i].response_text, rs.items[i].raw_reward);
-    }
-    rollout_set_free(&rs);
-    return rc;
 }
 
 /* --- checkpoints and the loop ---------------------------------------------------------------------------------- */
@@ -1004,15 +245,17 @@ static int save_checkpoint(trainer *tr, double val_accuracy, double train_reward
     return dsarl_checkpoint_save(&tr->ckpt, tr->ctx->model_ops, tr->model, &st, tr->root, dir, sizeof dir, err);
 }
 
-static bool validation_metric_reached(const trainer *tr, double accuracy)
+/* grpo.stop_at_validation_metric: the run stops once the named validation metric reaches the threshold (>=).
+ * pass_k counts a prompt as passed when any of its val_num_generations_per_prompt responses is correct. */
+static bool validation_metric_reached(const trainer *tr, const val_result *v)
 {
     const char *name = tr->cfg.stop_at_validation_metric;
-    if (!name || !isfinite(accuracy))
+    if (!name)
         return false;
-    if (strcmp(name, "accuracy") == 0 || strcmp(name, "val:accuracy") == 0 || strcmp(name, "val/accuracy") == 0 ||
-        strcmp(name, "validation/accuracy") == 0)
-        return accuracy >= tr->cfg.stop_at_validation_threshold;
-    return false;
+    double x = strcmp(name, "pass_k") == 0       ? v->pass_k
+               : strcmp(name, "avg_length") == 0 ? v->avg_length
+                                                 : v->accuracy;
+    return isfinite(x) && x >= tr->cfg.stop_at_validation_threshold;
 }
 
 int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsarl_error *err)
@@ -1027,16 +270,13 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     if (rc == DSARL_OK)
         rc = trainer_open(&tr, err);
     if (rc == DSARL_OK)
-        rc = trainer_resume(&tr, err);
-    if (rc == DSARL_OK) {
-        tr.log_cfg.progress = 1; /* redrawn on a terminal, one log line per step otherwise */
-        tr.log_cfg.total_steps = tr.cfg.max_num_steps;
-        rc = dsarl_metrics_open(&tr.log_cfg, &tr.log, err);
-    }
+        rc = trainer_start(&tr, err);
     sum.first_step = tr.step;
     double val_acc = NAN, reward = NAN;
+    val_result vr = {NAN, NAN, NAN};
     if (rc == DSARL_OK && tr.step == 0 && tr.cfg.val_at_start) {
-        rc = validate(&tr, &val_acc, err);
+        rc = grpo_validate(&tr, &vr, err);
+        val_acc = vr.accuracy;
         sum.first_val_accuracy = val_acc;
         if (rc == DSARL_OK)
             rc = dsarl_metrics_commit(tr.log, 0, err);
@@ -1047,7 +287,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
         if (tr.step >= tr.cfg.max_num_steps)
             break;
         bool out_of_epochs;
-        rc = train_step(&tr, &reward, &out_of_epochs, err);
+        rc = grpo_train_step(&tr, &reward, &out_of_epochs, err);
         if (rc < 0)
             break;
         if (out_of_epochs) {
@@ -1063,13 +303,15 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
         bool periodic = tr.cfg.val_period > 0 && tr.step % tr.cfg.val_period == 0 &&
                         (tr.cfg.val_start_at < 0 || tr.step >= tr.cfg.val_start_at);
         if (periodic || (last && tr.cfg.val_at_end)) {
-            rc = validate(&tr, &val_acc, err);
+            vr = (val_result){NAN, NAN, NAN};
+            rc = grpo_validate(&tr, &vr, err);
             if (rc < 0)
                 break;
+            val_acc = vr.accuracy;
             if (!isfinite(sum.first_val_accuracy))
                 sum.first_val_accuracy = val_acc;
             sum.last_val_accuracy = val_acc;
-            if (validation_metric_reached(&tr, val_acc)) {
+            if (validation_metric_reached(&tr, &vr)) {
                 stop = true;
                 why = "stop_at_validation_metric reached";
             }
@@ -1079,14 +321,13 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             rc = save_checkpoint(&tr, val_acc, reward, err);
             if (rc < 0)
                 break;
-            rc = set_metric(&tr, "timing/train/checkpointing", now_s() - t_ck, err);
+            rc = grpo_set_metric(&tr, "timing/train/checkpointing", now_s() - t_ck, err);
         }
         if (rc == DSARL_OK)
             rc = dsarl_metrics_commit(tr.log, tr.step, err);
         dsarl_metrics_progress(tr.log, tr.step, reward);
         if (rc == DSARL_OK && tr.ckpt.enabled && !stop && !last &&
-            dsarl_checkpoint_deadline_near(&tr.ckpt, now_s() - t_start, (now_s() - t_start) /
-                                           (double)(tr.step - sum.first_step))) {
+            dsarl_trainer_deadline_near(&tr.ckpt, now_s() - t_start, tr.step - sum.first_step)) {
             if (!dsarl_checkpoint_due(&tr.ckpt, tr.step, last))
                 rc = save_checkpoint(&tr, val_acc, reward, err);
             stop = true;

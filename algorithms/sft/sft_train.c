@@ -1,5 +1,6 @@
 /* sft_train.c: the SFT loop. Per step: one global batch from the dataloader -> samples (template + answer + EOS)
- * -> microbatches: log-probs for the loss, then backward of sum(-logp) / (answer tokens of the global batch) ->
+ * -> microbatches: one training pass each, whose forward gives the log-probs the loss is logged from and whose
+ * backward takes the gradient of sum(-logp) / (answer tokens of the global batch) ->
  * gradient norm, clip factor, AdamW at the schedule's LR -> validation (loss, greedy exact match) -> checkpoint ->
  * metrics and one log line. Resume restores weights, AdamW state, the dataloader position and the step, so a CPU
  * run continues bit-identically. */
@@ -15,6 +16,7 @@
 #include "dsarl/log.h"
 #include "dsarl/metrics.h"
 #include "dsarl/optimizer.h"
+#include "dsarl/trainer.h"
 #include "sft.h"
 
 typedef struct sft_trainer {
@@ -25,8 +27,7 @@ typedef struct sft_trainer {
     dsarl_optimizer_params adam;
     dsarl_checkpoint_config ckpt;
     dsarl_metrics_config log_cfg;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
+    dsarl_session session;              /* device, DSA, model, tokenizer, metrics; the pointers below borrow */
     dsarl_model *model;
     dsarl_tokenizer *tok;
     const char *chat_template;
@@ -59,7 +60,15 @@ static int trainer_open(sft_trainer *tr, dsarl_error *err)
         !ops->optimizer_step)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model plugin '%s' cannot train (no log-probs, backward or "
                           "optimizer step)", ops->common.name);
-    DSARL_TRY(dsarl_tokenizer_load(tr->cfg.tokenizer_name, &tr->tok, err));
+    const char *model_dir = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
+    dsarl_session_config sc = {.struct_size = sizeof sc, .host = ctx->host, .recipe = tr->root,
+                               .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed,
+                               .device_ops = ctx->device_ops, .dsa_ops = ctx->dsa_ops, .model_ops = ops,
+                               .model_dir = model_dir, .tokenizer = tr->cfg.tokenizer_name};
+    DSARL_TRY(dsarl_session_open(&sc, &tr->session, err));
+    tr->model = tr->session.model;
+    tr->tok = tr->session.tokenizer;
     tr->chat_template = tr->cfg.chat_template ? tr->cfg.chat_template : dsarl_tokenizer_default_template(tr->tok);
     DSARL_TRY(dsarl_dataset_from_recipe(tr->root, "data.train", DSARL_SPLIT_TRAIN, &tr->train_set, err));
     if (dsarl_node_get(tr->root, "data.validation"))
@@ -70,48 +79,25 @@ static int trainer_open(sft_trainer *tr, dsarl_error *err)
     tr->total_steps = tr->cfg.max_num_steps;
     if (per_epoch * tr->cfg.max_num_epochs < tr->total_steps)
         tr->total_steps = per_epoch * tr->cfg.max_num_epochs;
-    dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = tr->root, .parallel = ctx->parallel,
-                              .seed = (uint64_t)tr->cfg.seed};
-    DSARL_TRY(ctx->device_ops->create(&dc, &tr->dev, err));
-    DSARL_TRY(ctx->dsa_ops->create(ctx->device_ops, tr->dev, tr->root, &tr->dsa, err));
-    const char *model_dir = NULL;
-    DSARL_TRY(dsarl_recipe_string_or(tr->root, "policy.model_name", NULL, &model_dir, err));
-    dsarl_model_config mc = {.struct_size = sizeof mc, .host = ctx->host, .recipe = tr->root, .model_dir = model_dir,
-                             .device_ops = ctx->device_ops, .device = tr->dev, .dsa_ops = ctx->dsa_ops,
-                             .dsa = tr->dsa, .parallel = ctx->parallel, .seed = (uint64_t)tr->cfg.seed};
-    DSARL_TRY(ops->create(&mc, &tr->model, err));
-    if (ops->vocab_size(tr->model) < dsarl_tokenizer_vocab_size(tr->tok))
-        return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
-                          "; policy.model_config.vocab_size must cover it", tr->cfg.tokenizer_name,
-                          dsarl_tokenizer_vocab_size(tr->tok), ops->vocab_size(tr->model));
     return DSARL_OK;
 }
 
 static void trainer_free(sft_trainer *tr)
 {
-    dsarl_metrics_close(tr->log);
-    if (tr->model)
-        tr->ops->destroy(tr->model);
-    if (tr->dsa)
-        tr->ctx->dsa_ops->destroy(tr->dsa);
-    if (tr->dev)
-        tr->ctx->device_ops->destroy(tr->dev);
+    dsarl_session_close(&tr->session);
     dsarl_dataloader_free(tr->loader);
     dsarl_dataset_free(tr->train_set);
     dsarl_dataset_free(tr->val_set);
-    dsarl_tokenizer_free(tr->tok);
 }
 
-/* Restores the newest complete checkpoint, if any. */
-static int trainer_resume(sft_trainer *tr, dsarl_error *err)
+/* Restores the newest complete checkpoint, if any, and opens the metrics. */
+static int trainer_start(sft_trainer *tr, dsarl_error *err)
 {
-    tr->log_cfg.resume_step = -1;
-    if (!tr->ckpt.enabled)
-        return DSARL_OK;
-    char dir[4096];
+    tr->log_cfg.progress = 0; // one log line per step instead
+    tr->log_cfg.total_steps = tr->total_steps;
     dsarl_trainer_state st;
-    DSARL_TRY(dsarl_checkpoint_resume(tr->ckpt.checkpoint_dir, tr->ops, tr->model, tr->loader, &st, dir, sizeof dir,
-                                      err));
+    DSARL_TRY(dsarl_session_start(&tr->session, &tr->ckpt, tr->loader, &tr->log_cfg, &st, err));
+    tr->log = tr->session.log;
     if (st.step < 0)
         return DSARL_OK;
     tr->step = st.step;
@@ -122,8 +108,6 @@ static int trainer_resume(sft_trainer *tr, dsarl_error *err)
                   dsarl_trainer_state_get_metric(&st, "val:accuracy", &tr->val_accuracy, &absent) == 0;
     if (dsarl_trainer_state_get_metric(&st, "train:loss", &tr->train_loss, &absent) != 0)
         tr->train_loss = NAN;
-    tr->log_cfg.resume_step = st.step;
-    dsarl_log(DSARL_LOG_INFO, "sft: resumed from %s (step %" PRId64 ")", dir, st.step);
     return DSARL_OK;
 }
 
@@ -327,34 +311,29 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     if (rc == 0)
         rc = ops->zero_grad(tr->model, err);
     double indexer_loss = 0;
+    dsarl_pass_counts passes = {0, 0};
     for (int64_t first = 0; rc == 0 && first < gb; first += mb) {
         packed p;
         rc = pack(samples + first, mb, &p, err);
         if (rc)
             break;
         dsarl_token_batch b = as_batch(&p);
-        rc = ops->forward_logprobs(tr->model, &b, p.targets, p.values, err);
+        rc = dsarl_trainer_train_forward(ops, tr->model, &b, p.targets, p.values, &passes, err);
         for (int64_t t = 0; rc == 0 && t < p.n_tokens; t++) {
             nll -= p.targets[t] >= 0 ? p.values[t] : 0.0f;
             p.values[t] = p.targets[t] >= 0 ? (float)(-1.0 / n_answer) : 0.0f; // d loss / d logp
         }
         float il = 0;
         if (rc == 0)
-            rc = ops->backward(tr->model, &b, p.targets, p.values, &il, err);
+            rc = dsarl_trainer_train_backward(ops, tr->model, &b, p.targets, p.values, &il, err);
         indexer_loss += il * (double)mb / (double)gb;
         packed_free(&p);
     }
-    double norm = 0, scale = 1;
-    if (rc == 0)
-        rc = ops->grad_norm(tr->model, &norm, err);
-    if (rc == 0)
-        rc = dsarl_grad_clip_scale(norm, tr->cfg.lr_schedule.max_grad_norm, &scale, err);
+    double norm = 0;
     double lr = dsarl_lr_at(&tr->cfg.lr_schedule, tr->step);
-    if (rc == 0) {
-        tr->adam.lr = lr;
-        tr->adam.grad_scale = scale;
-        rc = ops->optimizer_step(tr->model, &tr->adam, err);
-    }
+    if (rc == 0)
+        rc = dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm, &norm,
+                                          err);
     for (int64_t i = 0; i < gb; i++)
         sft_sample_free(&samples[i]);
     free(samples);
@@ -368,6 +347,8 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/lr", lr, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/num_answer_tokens", n_answer, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/indexer_loss", indexer_loss, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/forward_tokens", (double)passes.forward_tokens, err));
+    DSARL_TRY(dsarl_metrics_set(tr->log, "train/train_pass_tokens", (double)passes.train_pass_tokens, err));
     return DSARL_OK;
 }
 
@@ -380,7 +361,7 @@ static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
         DSARL_TRY(validate(tr, err));
         DSARL_TRY(dsarl_metrics_commit(tr->log, 0, err));
     }
-    double slowest = 0;
+    int64_t first_step = tr->step;
     while (tr->step < tr->total_steps) {
         double t0 = now_s();
         DSARL_TRY(train_step(tr, err));
@@ -393,14 +374,13 @@ static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
         double step_s = now_s() - t0;
         tr->train_time_s += step_s;
         bool stop = ctx->stop_requested && *ctx->stop_requested;
-        bool deadline = dsarl_checkpoint_deadline_near(&tr->ckpt, now_s() - run_start, 1.5 * fmax(slowest, step_s));
+        bool deadline = dsarl_trainer_deadline_near(&tr->ckpt, now_s() - run_start, tr->step - first_step);
         if (tr->ckpt.enabled && (dsarl_checkpoint_due(&tr->ckpt, tr->step, last) || stop || deadline)) {
             double c0 = now_s();
             DSARL_TRY(save_checkpoint(tr, err));
             DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/checkpointing", now_s() - c0, err));
             step_s += now_s() - c0;
         }
-        slowest = fmax(slowest, step_s);
         DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/policy_training", t_train, err));
         DSARL_TRY(dsarl_metrics_set(tr->log, "timing/train/total_step_time", step_s, err));
         DSARL_TRY(dsarl_metrics_commit(tr->log, tr->step, err));
@@ -445,12 +425,7 @@ int sft_run(const dsarl_run_context *ctx, dsarl_error *err)
     if (rc == 0)
         rc = trainer_open(&tr, err);
     if (rc == 0)
-        rc = trainer_resume(&tr, err);
-    if (rc == 0) {
-        tr.log_cfg.progress = 0; // one log line per step instead
-        tr.log_cfg.total_steps = tr.total_steps;
-        rc = dsarl_metrics_open(&tr.log_cfg, &tr.log, err);
-    }
+        rc = trainer_start(&tr, err);
     if (rc == 0) {
         dsarl_log(DSARL_LOG_INFO, "sft: %" PRId64 " steps of %" PRId64 " samples (micro %" PRId64 "), template %s, "
                   "logs in %s", tr.total_steps, tr.cfg.global_batch, tr.cfg.micro_batch, tr.chat_template,

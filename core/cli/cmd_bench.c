@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "cmd_bench.h"
 #include "dsarl/ops/dsa.h"
+#include "dsarl/trainer.h"
 #include "recipe_internal.h"
 
 #define BENCH_MAX_LIST 8
@@ -514,7 +515,7 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     const dsarl_ops_common *dev_c = NULL;
     const dsarl_dsa_ops *dsa_ops[BENCH_MAX_LIST] = {0};
     dsarl_dsa_context *dsa[BENCH_MAX_LIST] = {0};
-    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    dsarl_session session = {0}; // the device alone: the backends compared are created below, one per --backend
     if (rc == 0)
         rc = cli_open_registry(NULL, opts, &reg, &b.err);
     if (rc == 0)
@@ -526,8 +527,10 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     }
     if (rc == 0) {
         b.d = (const dsarl_device_ops *)dev_c;
-        dsarl_device_config dc = {.struct_size = sizeof(dc), .recipe = dsarl_recipe_root(keys), .parallel = &single};
-        rc = b.d->create(&dc, &b.dev, &b.err);
+        dsarl_session_config sc = {.struct_size = sizeof(sc), .host = dsarl_registry_host(reg),
+                                   .recipe = dsarl_recipe_root(keys), .device_ops = b.d};
+        rc = dsarl_session_open(&sc, &session, &b.err);
+        b.dev = session.device;
     }
     for (int i = 0; rc == 0 && i < o.n_backends; i++)
         rc = dsa_ops[i]->create(b.d, b.dev, dsarl_recipe_root(keys), &dsa[i], &b.err);
@@ -549,8 +552,7 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     for (int i = 0; i < o.n_backends; i++)
         if (dsa[i])
             dsa_ops[i]->destroy(dsa[i]);
-    if (b.dev)
-        b.d->destroy(b.dev);
+    dsarl_session_close(&session);
     dsarl_registry_free(reg);
     dsarl_recipe_free(keys);
     free(lists_owned[0]), free(lists_owned[1]);

@@ -1,6 +1,5 @@
-/* cmd_model.c: `dsarl logits` and `dsarl generate` for any Hugging Face glm_moe_dsa directory, on the cpu device
- * with the reference DSA backend. The model family is glm5.1 unless the config has IndexShare "shared" layers,
- * which glm5.1 refuses (DSARL_E_UNSUPPORTED); then glm5.2 serves it. */
+/* cmd_model.c: `dsarl logits` and `dsarl generate` for any Hugging Face directory a loaded model plugin accepts,
+ * on the highest-ranked host-memory device and the highest-ranked DSA backend that runs on it (float32 results). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,26 +12,19 @@
 #include "dsarl/npy.h"
 #include "dsarl/ops/generation.h"
 #include "dsarl/ops/model.h"
+#include "dsarl/trainer.h"
 
 // Everything one command holds; closed in reverse order.
 typedef struct model_session {
     dsarl_registry *registry;
-    const dsarl_device_ops *dev_ops;
-    const dsarl_dsa_ops *dsa_ops;
-    const dsarl_model_ops *model_ops;
-    dsarl_device *dev;
-    dsarl_dsa_context *dsa;
+    dsarl_session core;               // device, DSA backend, the model
+    const dsarl_model_ops *model_ops; // borrowed from core
     dsarl_model *model;
 } model_session;
 
 static void session_close(model_session *s)
 {
-    if (s->model)
-        s->model_ops->destroy(s->model);
-    if (s->dsa)
-        s->dsa_ops->destroy(s->dsa);
-    if (s->dev)
-        s->dev_ops->destroy(s->dev);
+    dsarl_session_close(&s->core);
     dsarl_registry_free(s->registry);
     memset(s, 0, sizeof(*s));
 }
@@ -42,7 +34,6 @@ static int session_open(model_session *s, const char *model_dir, int threads, ds
     memset(s, 0, sizeof(*s));
     cli_options none = {0};
     const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
-    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     int rc = cli_open_registry(NULL, &none, &s->registry, err);
     if (rc < 0)
         return rc;
@@ -63,19 +54,14 @@ static int session_open(model_session *s, const char *model_dir, int threads, ds
     if (!model_c)
         return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl logits/generate: no loaded model plugin accepts %s",
                           model_dir);
-    s->dev_ops = (const dsarl_device_ops *)dev_c;
-    s->dsa_ops = (const dsarl_dsa_ops *)dsa_c;
-    dsarl_device_config dc = {.struct_size = sizeof(dc), .parallel = &single, .threads = threads};
-    rc = s->dev_ops->create(&dc, &s->dev, err);
-    if (rc == 0)
-        rc = s->dsa_ops->create(s->dev_ops, s->dev, NULL, &s->dsa, err);
-    if (rc < 0)
-        return rc;
-    dsarl_model_config mc = {.struct_size = sizeof(mc), .host = dsarl_registry_host(s->registry),
-                             .model_dir = model_dir, .device_ops = s->dev_ops, .device = s->dev,
-                             .dsa_ops = s->dsa_ops, .dsa = s->dsa, .parallel = &single};
-    s->model_ops = (const dsarl_model_ops *)model_c;
-    return s->model_ops->create(&mc, &s->model, err);
+    dsarl_session_config sc = {.struct_size = sizeof(sc), .host = dsarl_registry_host(s->registry),
+                               .threads = threads, .device_ops = (const dsarl_device_ops *)dev_c,
+                               .dsa_ops = (const dsarl_dsa_ops *)dsa_c, .model_ops = (const dsarl_model_ops *)model_c,
+                               .model_dir = model_dir};
+    rc = dsarl_session_open(&sc, &s->core, err);
+    s->model_ops = s->core.model_ops;
+    s->model = s->core.model;
+    return rc;
 }
 
 static const char *skip_ws(const char *p)

@@ -1,0 +1,96 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+/* grpo_batch.c: the step's rollouts -> the ONE batch the rest of the step reads: packed THD tokens and per-token
+ * arrays for the log-prob passes and the loss, per-sequence rewards, lengths and masks that the advantage code
+ * (scaling, shaping, advantages, overlong filtering) updates in place. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpo_loop.h"
+
+int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err)
+{
+    const grpo_config *c = &tr->cfg;
+    int64_t n = p->B, G = c->num_generations_per_prompt;
+    memcpy(p->reward, p->raw_reward, sizeof(float) * (size_t)n);
+    grpo_scale_rewards(&c->reward_scaling, p->reward, n);
+    DSARL_TRY(grpo_shape_rewards(&c->reward_shaping, p->reward, p->response_len, p->truncated, n, err));
+    DSARL_TRY(grpo_compute_advantages(&c->advantage, p->reward, n / G, G, p->advantages, err));
+    if (c->overlong_filtering)
+        grpo_overlong_filter(p->truncated, p->sample_mask, n);
+    return DSARL_OK;
+}
+
+void grpo_packed_free(packed_batch *p)
+{
+    free(p->tokens);
+    free(p->cu);
+    free(p->targets);
+    free(p->lp_gen);
+    free(p->mask);
+    free(p->lp_old);
+    free(p->lp_ref);
+    free(p->lp_theta);
+    free(p->grad);
+    free(p->raw_reward);
+    free(p->reward);
+    free(p->response_len);
+    free(p->truncated);
+    free(p->sample_mask);
+    free(p->advantages);
+    memset(p, 0, sizeof *p);
+}
+
+int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->B = rs->n;
+    for (int64_t i = 0; i < rs->n; i++)
+        p->T += rs->items[i].prompt_len + rs->items[i].response_len;
+    size_t T = (size_t)p->T, B = (size_t)p->B;
+    p->tokens = malloc(sizeof(int32_t) * T);
+    p->targets = malloc(sizeof(int32_t) * T);
+    p->cu = malloc(sizeof(int32_t) * (B + 1));
+    p->lp_gen = calloc(T, sizeof(float));
+    p->mask = calloc(T, sizeof(float));
+    p->lp_old = calloc(T, sizeof(float));
+    p->lp_ref = calloc(T, sizeof(float));
+    p->lp_theta = calloc(T, sizeof(float));
+    p->grad = calloc(T, sizeof(float));
+    p->sample_mask = malloc(sizeof(float) * B);
+    p->advantages = calloc(B, sizeof(float));
+    p->raw_reward = malloc(sizeof(float) * B);
+    p->reward = malloc(sizeof(float) * B);
+    p->response_len = malloc(sizeof(int64_t) * B);
+    p->truncated = malloc(B);
+    if (!p->tokens || !p->targets || !p->cu || !p->lp_gen || !p->mask || !p->lp_old || !p->lp_ref ||
+        !p->lp_theta || !p->grad || !p->sample_mask || !p->advantages || !p->raw_reward || !p->reward || !p->response_len || !p->truncated) {
+        grpo_packed_free(p);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing %zu tokens", T);
+    }
+    int64_t at = 0;
+    p->cu[0] = 0;
+    for (int64_t i = 0; i < rs->n; i++) {
+        const rollout *r = &rs->items[i];
+        int64_t L = r->prompt_len + r->response_len;
+        memcpy(p->tokens + at, r->prompt, sizeof(int32_t) * (size_t)r->prompt_len);
+        memcpy(p->tokens + at + r->prompt_len, r->response, sizeof(int32_t) * (size_t)r->response_len);
+        for (int64_t j = 0; j < L; j++) {
+            p->targets[at + j] = j + 1 < L ? p->tokens[at + j + 1] : -1;
+            int64_t k = j + 1 - r->prompt_len; /* index of the predicted token within the response */
+            if (j + 1 < L && k >= 0) {
+                p->mask[at + j] = 1.0f;
+                p->lp_gen[at + j] = r->response_lp[k];
+            }
+        }
+        at += L;
+        p->cu[i + 1] = (int32_t)at;
+        p->sample_mask[i] = r->loss_multiplier;
+        p->raw_reward[i] = r->raw_reward;
+        p->response_len[i] = r->response_len;
+        p->truncated[i] = r->truncated;
+    }
+    return DSARL_OK;
+}

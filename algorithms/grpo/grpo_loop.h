@@ -1,0 +1,156 @@
+/* grpo_loop.h: what the files of the GRPO loop share (internal to the grpo plugin). The data path, one file each:
+ *   grpo_rollout.c  prompts -> generation -> environment rewards (rollouts; dynamic sampling)
+ *   grpo_batch.c    rollouts -> the packed THD batch (tokens, targets, masks, per-sequence advantages)
+ *   grpo_update.c   the batch -> log-prob passes -> ClippedPGLoss microbatches -> one optimizer step per slice
+ *   grpo_step.c     one GRPO step end to end, its metrics and samples; validation
+ *   grpo_train.c    options, setup, checkpoints and the loop with its stop conditions
+ * Positions follow the model's convention: logprob j of a sequence scores its token j + 1, so every per-token
+ * array is indexed by model position. */
+#ifndef DSARL_GRPO_LOOP_H
+#define DSARL_GRPO_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "dsarl/checkpoint.h"
+#include "dsarl/dataset.h"
+#include "dsarl/log.h"
+#include "dsarl/metrics.h"
+#include "dsarl/optimizer.h"
+#include "dsarl/tokenizer.h"
+#include "dsarl/trainer.h"
+#include "grpo_train.h"
+
+/* Settings the loop reads besides grpo_config. */
+typedef struct loop_options {
+    int64_t micro_batch, logprob_batch;
+    int64_t max_total_len, max_input_len, max_new_tokens;
+    float temperature, top_p, val_temperature, val_top_p;
+    int32_t top_k, val_top_k;
+    int32_t stop_ids[16];
+    int32_t n_stop_ids;
+    const char *stop_strings[16];
+    int32_t n_stop_strings;
+    bool shuffle;
+    int64_t num_val_samples_to_print;
+    const char *tokenizer_name, *chat_template;
+} loop_options;
+
+/* One rollout: a prompt, one response, and everything the loss and the logs need about it. */
+typedef struct rollout {
+    const dsarl_example *example;
+    char *prompt_text;
+    int32_t *prompt;       /* (prompt_len) */
+    int32_t prompt_len;
+    int32_t *response;     /* (response_len) */
+    float *response_lp;    /* (response_len) generation log-probs */
+    int32_t response_len;
+    uint8_t truncated;     /* max_new_tokens ended it */
+    uint8_t prompt_cut;    /* the prompt was longer than data.max_input_seq_length */
+    char *response_text;
+    float reward;          /* after scaling and shaping */
+    float raw_reward;
+    dsarl_verdict verdict;
+    float loss_multiplier;
+} rollout;
+
+typedef struct rollout_set {
+    rollout *items;
+    int64_t n, cap;
+} rollout_set;
+
+typedef struct trainer {
+    const dsarl_run_context *ctx;
+    const dsarl_node *root;
+    grpo_config cfg;
+    loop_options opt;
+    dsarl_optimizer_params adam;
+    dsarl_checkpoint_config ckpt;
+    dsarl_metrics_config log_cfg;
+    dsarl_session session;     /* device, DSA, policy, tokenizer, metrics; the pointers below borrow from it */
+    dsarl_model *model, *reference;
+    dsarl_generator *engine;
+    dsarl_tokenizer *tok;
+    dsarl_dataset *train_set, *val_set;
+    dsarl_dataloader *loader;
+    const dsarl_environment_ops *env_ops;
+    dsarl_environment *env;
+    dsarl_metrics *log;
+    int64_t per_round;         /* prompts per dataloader batch */
+    int64_t step;              /* completed training steps */
+    int64_t consumed_samples;
+    double train_time_s;       /* summed over resumes */
+    int64_t verifier_failures; /* this step */
+    dsarl_pass_counts passes;  /* this step */
+} trainer;
+
+/* The rollouts packed as model input: tokens (T), cu (B + 1), targets (T) = next token or -1, and per position the
+ * generation log-prob and the train mask of the response token it predicts. */
+typedef struct packed_batch {
+    int64_t T, B;
+    int32_t *tokens, *cu, *targets; /* cu: the one offset type, the model's */
+    float *lp_gen, *mask, *lp_old, *lp_ref, *lp_theta, *grad;
+    /* per sequence (B): what the advantage code reads and writes in place and the loss takes */
+    float *raw_reward, *reward;   /* environment reward; after scaling and shaping */
+    int64_t *response_len;
+    uint8_t *truncated;
+    float *sample_mask, *advantages; /* loss multiplier (0 = no loss); advantage */
+    bool old_from_train; /* on-policy: lp_old is copied from the training pass's own log-probs (ratio exactly 1) */
+} packed_batch;
+
+typedef struct step_stats {
+    grpo_loss_metrics loss;
+    double grad_norm, lr, indexer_loss;
+    int64_t n_slices;
+} step_stats;
+
+/* The validation metrics grpo.stop_at_validation_metric can name. */
+typedef struct val_result {
+    double accuracy, avg_length, pass_k;
+} val_result;
+
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: independent seeds for (grpo.seed, purpose, step) without a stored generator. */
+static inline uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t step)
+{
+    uint64_t z = seed ^ (purpose * 0x9E3779B97F4A7C15ull) ^ (step * 0xBF58476D1CE4E5B9ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* grpo_rollout.c */
+void grpo_rollout_set_free(rollout_set *s);
+/* Generates n_gen responses for each of n examples and scores them; appends n * n_gen rollouts (group after
+ * group) to out. */
+int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t n, int64_t n_gen, float temperature,
+                      float top_p, int32_t top_k, uint64_t seed, rollout_set *out, dsarl_error *err);
+/* Draws prompt batches and generates until the step's rollouts are complete (one round without dynamic sampling). */
+int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out, dsarl_error *err);
+
+/* grpo_batch.c */
+/* Rewards after scaling and shaping, advantages and loss multipliers, in place in the packed batch. */
+int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err);
+int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err);
+void grpo_packed_free(packed_batch *p);
+
+/* grpo_update.c */
+/* Forward-only log-probs of every sequence with model, logprob_batch_size sequences per pass. */
+int grpo_logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, float *out, dsarl_error *err);
+/* The optimizer steps of one training step: one per train_global_batch_size slice of the rollouts. */
+int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_error *err);
+
+/* grpo_step.c */
+int grpo_set_metric(trainer *tr, const char *name, double v, dsarl_error *err);
+/* One GRPO step; on return tr->step has advanced and the step's train metrics are recorded (not committed). */
+int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err);
+int grpo_validate(trainer *tr, val_result *out, dsarl_error *err);
+
+#endif /* DSARL_GRPO_LOOP_H */

@@ -1,0 +1,209 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+/* grpo_step.c: one GRPO step (rollouts -> the packed batch -> advantages -> old / reference log-probs -> training), its
+ * metrics and sample dumps; validation. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpo_loop.h"
+
+/* --- one step ------------------------------------------------------------------------------------------------- */
+
+int grpo_set_metric(trainer *tr, const char *name, double v, dsarl_error *err)
+{
+    return dsarl_metrics_set(tr->log, name, v, err);
+}
+
+/* reward and advantage (may be NULL: the rollouts' own rewards, no advantage) are per rollout. */
+static int log_samples(trainer *tr, const char *prefix, int64_t step, const rollout_set *rs, const float *reward,
+                       const float *advantage, dsarl_error *err)
+{
+    dsarl_metrics_sample *s = malloc(sizeof *s * (size_t)(rs->n ? rs->n : 1));
+    if (!s)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory dumping %" PRId64 " samples", rs->n);
+    for (int64_t i = 0; i < rs->n; i++)
+        s[i] = (dsarl_metrics_sample){rs->items[i].prompt_text, rs->items[i].response_text,
+                                      reward ? reward[i] : rs->items[i].reward, advantage ? advantage[i] : NAN};
+    int rc = dsarl_metrics_write_samples(tr->log, prefix, step, s, (size_t)rs->n, err);
+    free(s);
+    return rc;
+}
+
+/* One GRPO step; on return tr->step has advanced and the step's train metrics are recorded (not committed). */
+int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err)
+{
+    double t0 = now_s();
+    rollout_set rs = {0};
+    packed_batch p = {0};
+    step_stats st;
+    int64_t rounds = 0, epoch = 0;
+    dsarl_dataloader_state before = dsarl_dataloader_get_state(tr->loader);
+    int64_t consumed_before = tr->consumed_samples;
+    tr->verifier_failures = 0;
+    memset(&tr->passes, 0, sizeof tr->passes);
+    /* the loader moves to the next epoch when no full batch is left: stop before generating a batch of an epoch
+     * past grpo.max_num_epochs */
+    int64_t next_epoch = before.epoch +
+                         (before.cursor >= dsarl_dataloader_batches_per_epoch(tr->loader) * tr->per_round);
+    *out_of_epochs = next_epoch >= tr->cfg.max_num_epochs;
+    if (*out_of_epochs)
+        return DSARL_OK;
+    int rc = grpo_collect_rollouts(tr, &rs, &rounds, &epoch, err);
+    if (rc == DSARL_OK && epoch >= tr->cfg.max_num_epochs) {
+        /* dynamic sampling drew into an epoch past grpo.max_num_epochs mid-step: put the batch back and stop */
+        grpo_rollout_set_free(&rs);
+        tr->consumed_samples = consumed_before;
+        *out_of_epochs = true;
+        return dsarl_dataloader_set_state(tr->loader, before, err);
+    }
+    double t_gen = now_s();
+    if (rc == DSARL_OK)
+        rc = grpo_pack_rollouts(&rs, &p, err);
+    if (rc == DSARL_OK)
+        rc = grpo_batch_advantages(tr, &p, err);
+    double t_adv = now_s();
+    /* on-policy (the whole batch is one optimizer slice): the weights do not move before the training pass, so
+     * its own log-probs are the old ones and no separate forward is needed */
+    p.old_from_train = !tr->cfg.loss.force_on_policy_ratio && p.B <= tr->cfg.train_global_batch_size;
+    if (rc == DSARL_OK && !tr->cfg.loss.force_on_policy_ratio && !p.old_from_train)
+        rc = grpo_logprobs_all(tr, tr->model, &p, p.lp_old, err);
+    if (rc == DSARL_OK && tr->reference)
+        rc = grpo_logprobs_all(tr, tr->reference, &p, p.lp_ref, err);
+    double t_lp = now_s();
+    if (rc == DSARL_OK)
+        rc = grpo_train_on_batch(tr, &p, &st, err);
+    double t_train = now_s();
+    if (rc == DSARL_OK) {
+        tr->step++;
+        int64_t n = rs.n;
+        double reward = 0, correct = 0, gen_len = 0, prompt_len = 0, trunc = 0, amin = INFINITY, amax = -INFINITY,
+               asum = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const rollout *r = &rs.items[i];
+            reward += p.reward[i];
+            correct += r->verdict == DSARL_VERDICT_CORRECT;
+            gen_len += r->response_len;
+            prompt_len += r->prompt_len;
+            trunc += r->truncated;
+            asum += p.advantages[i];
+            amin = fmin(amin, p.advantages[i]);
+            amax = fmax(amax, p.advantages[i]);
+        }
+        double k = (double)st.n_slices;
+        const grpo_loss_metrics *m = &st.loss;
+        *mean_reward = reward / (double)n;
+        struct { const char *name; double v; } rows[] = {
+            {"train/reward", reward / (double)n},
+            {"train/accuracy", correct / (double)n},
+            {"train/loss", m->loss / k},
+            {"train/actor_loss", m->actor_loss / k},
+            {"train/kl_penalty", m->kl_penalty / k},
+            {"train/token_mult_prob_error", m->token_mult_prob_error / k},
+            {"train/gen_kl_error", m->gen_kl_error / k},
+            {"train/policy_kl_error", m->policy_kl_error / k},
+            {"train/js_divergence_error", m->js_divergence_error / k},
+            {"train/sampling_importance_ratio", m->sampling_importance_ratio / k},
+            {"train/approx_entropy", m->approx_entropy / k},
+            {"train/probs_ratio", m->probs_ratio / k},
+            {"train/probs_ratio_clamped", m->probs_ratio_clamped / k},
+            {"train/clip_fraction", (m->clip_fraction_low + m->clip_fraction_high) / k},
+            {"train/clip_fraction_low", m->clip_fraction_low / k},
+            {"train/clip_fraction_high", m->clip_fraction_high / k},
+            {"train/dual_clip_fraction", m->dual_clip_fraction / k},
+            {"train/num_valid_samples", m->num_valid_samples},
+            {"train/indexer_loss", st.indexer_loss / k},
+            {"train/grad_norm", st.grad_norm / k},
+            {"train/lr", st.lr},
+            {"train/advantages/mean", asum / (double)n},
+            {"train/advantages/min", amin},
+            {"train/advantages/max", amax},
+            {"train/mean_gen_length", gen_len / (double)n},
+            {"train/mean_prompt_length", prompt_len / (double)n},
+            {"train/truncation_rate", trunc / (double)n},
+            {"train/total_num_tokens", (double)p.T},
+            {"train/forward_tokens", (double)tr->passes.forward_tokens},
+            {"train/train_pass_tokens", (double)tr->passes.train_pass_tokens},
+            {"train/verifier_failures", (double)tr->verifier_failures},
+            {"train/dynamic_sampling_num_gen_batches", (double)rounds},
+            {"train/epoch", (double)epoch},
+            {"timing/train/generation", t_gen - t0},
+            {"timing/train/advantage_calculation", t_adv - t_gen},
+            {"timing/train/policy_and_reference_logprobs", t_lp - t_adv},
+            {"timing/train/policy_training", t_train - t_lp},
+            {"timing/train/total_step_time", t_train - t0},
+            {"train/tokens_per_sec", (double)p.T / fmax(t_train - t0, 1e-9)},
+        };
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows) && rc == DSARL_OK; i++)
+            rc = grpo_set_metric(tr, rows[i].name, rows[i].v, err);
+        if (tr->verifier_failures)
+            dsarl_log(DSARL_LOG_WARN, "step %" PRId64 ": the verifier failed on %" PRId64 " responses (scored 0)",
+                      tr->step, tr->verifier_failures);
+        if (rc == DSARL_OK)
+            rc = log_samples(tr, "train", tr->step, &rs, p.reward, p.advantages, err);
+        tr->train_time_s += t_train - t0;
+    }
+    grpo_packed_free(&p);
+    grpo_rollout_set_free(&rs);
+    return rc;
+}
+
+/* --- validation ----------------------------------------------------------------------------------------------- */
+
+int grpo_validate(trainer *tr, val_result *out, dsarl_error *err)
+{
+    const grpo_config *c = &tr->cfg;
+    double t0 = now_s();
+    size_t n_val = dsarl_dataset_size(tr->val_set);
+    if (c->max_val_samples >= 0 && (size_t)c->max_val_samples < n_val)
+        n_val = (size_t)c->max_val_samples;
+    size_t bs = c->val_batch_size > 0 ? (size_t)c->val_batch_size : n_val;
+    int64_t k = c->val_num_generations_per_prompt > 0 ? c->val_num_generations_per_prompt : 1;
+    rollout_set rs = {0};
+    const dsarl_example **batch = malloc(sizeof *batch * (bs ? bs : 1));
+    int rc = batch ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for validation");
+    for (size_t i = 0; rc == DSARL_OK && i < n_val; i += bs) {
+        size_t n = i + bs < n_val ? bs : n_val - i;
+        for (size_t j = 0; j < n; j++)
+            batch[j] = dsarl_dataset_get(tr->val_set, i + j);
+        /* the same seed at every validation: accuracy changes come from the weights, not the draws */
+        uint64_t seed = mix_seed((uint64_t)c->seed, 0x7661u, i);
+        rc = grpo_run_rollouts(tr, batch, n, k, tr->opt.val_temperature, tr->opt.val_top_p, tr->opt.val_top_k, seed, &rs,
+                          err);
+    }
+    free(batch);
+    if (rc == DSARL_OK && rs.n > 0) {
+        double reward = 0, len = 0, pass = 0;
+        for (int64_t i = 0; i < rs.n; i++) {
+            reward += rs.items[i].raw_reward;
+            len += rs.items[i].response_len;
+        }
+        for (int64_t g = 0; g < rs.n / k; g++) {
+            bool any = false;
+            for (int64_t j = 0; j < k; j++)
+                any |= rs.items[g * k + j].verdict == DSARL_VERDICT_CORRECT;
+            pass += any;
+        }
+        out->accuracy = reward / (double)rs.n;
+        out->avg_length = len / (double)rs.n;
+        out->pass_k = pass / (double)(rs.n / k);
+        rc = grpo_set_metric(tr, "val/accuracy", out->accuracy, err);
+        if (rc == DSARL_OK)
+            rc = grpo_set_metric(tr, "val/avg_length", out->avg_length, err);
+        if (rc == DSARL_OK && k > 1)
+            rc = grpo_set_metric(tr, "val/pass_at_k", out->pass_k, err);
+        if (rc == DSARL_OK)
+            rc = grpo_set_metric(tr, "timing/validation/total_validation_time", now_s() - t0, err);
+        if (rc == DSARL_OK)
+            rc = log_samples(tr, "val", tr->step, &rs, NULL, NULL, err);
+        dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f over %" PRId64 " responses",
+                  tr->step, out->accuracy, rs.n);
+        int64_t to_print = tr->opt.num_val_samples_to_print;
+        for (int64_t i = 0; rc == DSARL_OK && i < to_print && i < rs.n; i++)
+            dsarl_log(DSARL_LOG_INFO, "validation sample %" PRId64 ": prompt '%s' response '%s' reward %g", i,
+                      rs.items[i].prompt_text, rs.items[i].response_text, rs.items[i].raw_reward);
+    }
+    grpo_rollout_set_free(&rs);
+    return rc;
+}

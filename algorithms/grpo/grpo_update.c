@@ -1,0 +1,117 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+/* grpo_update.c: the packed batch -> log-prob passes -> per train_global_batch_size slice: microbatches of
+ * ClippedPGLoss + backward, then the optimizer slice tail (dsarl_trainer_optimizer_step). On-policy (one slice)
+ * the old log-probs are the training pass's own. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpo_loop.h"
+
+/* Log-probs of sequences [s0, s1) with a model, written at their positions in out: a forward-only pass, or with
+ * train the forward of the training pass whose backward train_microbatch runs next. */
+static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, bool train,
+                          float *out, dsarl_error *err)
+{
+    int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
+    if (!cu)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
+    for (int64_t s = s0; s <= s1; s++)
+        cu[s - s0] = p->cu[s] - p->cu[s0];
+    int64_t base = p->cu[s0];
+    // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
+    dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->cu[s1] - base, .n_sequences = (int32_t)(s1 - s0),
+                           .tokens = p->tokens + base, .cu_seqlens = cu, .logit_scale = 1.0f / tr->opt.temperature};
+    int rc = train ? dsarl_trainer_train_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base,
+                                                 &tr->passes, err)
+                   : dsarl_trainer_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base, &tr->passes,
+                                           err);
+    free(cu);
+    return rc;
+}
+
+int grpo_logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, float *out, dsarl_error *err)
+{
+    for (int64_t s = 0; s < p->B; s += tr->opt.logprob_batch) {
+        int64_t e = s + tr->opt.logprob_batch < p->B ? s + tr->opt.logprob_batch : p->B;
+        DSARL_TRY(logprobs_range(tr, model, p, s, e, false, out, err));
+    }
+    return DSARL_OK;
+}
+
+/* One microbatch: current log-probs, the loss and its per-token gradient, backward into the gradients. */
+static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1, double valid_toks,
+                            double valid_seqs, grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
+{
+    const dsarl_model_ops *ops = tr->ctx->model_ops;
+    DSARL_TRY(logprobs_range(tr, tr->model, p, s0, s1, true, p->lp_theta, err));
+    int64_t base = p->cu[s0];
+    if (p->old_from_train)
+        memcpy(p->lp_old + base, p->lp_theta + base, sizeof(float) * (size_t)(p->cu[s1] - base));
+    int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
+    if (!cu)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
+    for (int64_t s = s0; s <= s1; s++)
+        cu[s - s0] = p->cu[s] - (int32_t)base;
+    grpo_loss_inputs in = {
+        .n_tokens = p->cu[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = cu, .lp_theta = p->lp_theta + base,
+        .lp_old = tr->cfg.loss.force_on_policy_ratio ? NULL : p->lp_old + base, .lp_gen = p->lp_gen + base,
+        .lp_ref = tr->reference ? p->lp_ref + base : NULL, .token_mask = p->mask + base,
+        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = valid_toks,
+        .global_valid_seqs = valid_seqs};
+    double loss;
+    grpo_loss_metrics mb;
+    int rc = grpo_clipped_pg_loss(&tr->cfg.loss, &in, &loss, p->grad + base, &mb, err);
+    if (rc == DSARL_OK) {
+        grpo_loss_metrics_add(m, &mb);
+        dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = in.n_tokens, .n_sequences = (int32_t)(s1 - s0),
+                               .tokens = p->tokens + base, .cu_seqlens = cu,
+                               .logit_scale = 1.0f / tr->opt.temperature};
+        float il = 0.0f;
+        rc = dsarl_trainer_train_backward(ops, tr->model, &b, p->targets + base, p->grad + base, &il, err);
+        *indexer_loss += il;
+    }
+    free(cu);
+    return rc;
+}
+
+/* The optimizer steps of one training step: one per train_global_batch_size slice of the rollouts. */
+int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_error *err)
+{
+    const dsarl_model_ops *ops = tr->ctx->model_ops;
+    int64_t gbs = tr->cfg.train_global_batch_size, mbs = tr->opt.micro_batch;
+    grpo_loss_metrics_init(&st->loss);
+    st->grad_norm = 0.0;
+    st->indexer_loss = 0.0;
+    st->n_slices = 0;
+    for (int64_t g0 = 0; g0 < p->B; g0 += gbs) {
+        int64_t g1 = g0 + gbs < p->B ? g0 + gbs : p->B;
+        double valid_toks = 0.0, valid_seqs = 0.0;
+        for (int64_t s = g0; s < g1; s++) {
+            valid_seqs += p->sample_mask[s];
+            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++)
+                valid_toks += p->mask[t] * p->sample_mask[s];
+        }
+        DSARL_TRY(ops->zero_grad(tr->model, err));
+        grpo_loss_metrics slice;
+        grpo_loss_metrics_init(&slice);
+        float indexer = 0.0f;
+        for (int64_t s = g0; s < g1; s += mbs) {
+            int64_t e = s + mbs < g1 ? s + mbs : g1;
+            DSARL_TRY(train_microbatch(tr, p, s, e, valid_toks, valid_seqs, &slice, &indexer, err));
+        }
+        double norm;
+        double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
+        DSARL_TRY(dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm,
+                                               &norm, err));
+        /* slice sums are normalised per slice; averaging them gives the step's metric */
+        grpo_loss_metrics_add(&st->loss, &slice);
+        st->grad_norm += norm;
+        st->lr = lr;
+        st->indexer_loss += indexer;
+        st->n_slices++;
+    }
+    return DSARL_OK;
+}

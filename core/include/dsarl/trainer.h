@@ -1,0 +1,110 @@
+/* trainer.h: services shared by the training algorithms (GRPO, SFT) and the CLI commands that drive a model.
+ * Not part of the plugin ABI: algorithms link libdsarl and call these; nothing here is a plugin slot.
+ *   - the session: device -> DSA -> model -> tokenizer with the vocabulary check, then resume and metrics;
+ *   - pass accounting: tokens through forward-only passes and through training passes;
+ *   - the training pass: train_forward/train_backward when the model has them (ABI 1.2), forward_logprobs then
+ *     backward otherwise;
+ *   - the optimizer slice tail: grad norm -> clip -> lr -> step, the one place where a data-parallel gradient
+ *     reduction will attach;
+ *   - the loop tick's one deadline rule. */
+#ifndef DSARL_TRAINER_H
+#define DSARL_TRAINER_H
+
+#include "dsarl/checkpoint.h"
+#include "dsarl/metrics.h"
+#include "dsarl/ops/device.h"
+#include "dsarl/ops/dsa.h"
+#include "dsarl/optimizer.h"
+#include "dsarl/plugin.h"
+#include "dsarl/tokenizer.h"
+
+DSARL_BEGIN_DECLS
+
+/* What a session is built from. Only device_ops is required: without dsa_ops the session is a device alone,
+ * without model_ops it stops after the DSA backend, without tokenizer it loads none. */
+typedef struct dsarl_session_config {
+    uint32_t struct_size;                 /* sizeof(dsarl_session_config) of the caller's build */
+    const dsarl_host *host;
+    const dsarl_node *recipe;             /* resolved recipe root, or NULL (the CLI's fixed settings) */
+    const dsarl_parallel *parallel;       /* NULL = a single process */
+    uint64_t seed;                        /* device sampling streams and the model's initial weights */
+    int32_t threads;                      /* CPU threads; 0 = the device's default */
+    const dsarl_device_ops *device_ops;
+    const dsarl_dsa_ops *dsa_ops;
+    const dsarl_model_ops *model_ops;
+    const dsarl_model_ops *model_ops_fallback; /* tried when model_ops refuses the checkpoint (DSARL_E_UNSUPPORTED);
+                                                * NULL = none */
+    const char *model_dir;                /* Hugging Face directory, or NULL for a recipe-configured model */
+    const char *tokenizer;                /* "byte", a tokenizer.json or a directory holding one; NULL = none */
+} dsarl_session_config;
+
+/* An open session; dsarl_session_close releases it in reverse order. */
+typedef struct dsarl_session {
+    dsarl_session_config config;
+    dsarl_device *device;
+    dsarl_dsa_context *dsa;
+    const dsarl_model_ops *model_ops;     /* the ops that built model (config.model_ops or the fallback) */
+    dsarl_model *model;
+    dsarl_tokenizer *tokenizer;
+    dsarl_metrics *log;                   /* set by dsarl_session_start */
+} dsarl_session;
+
+/* Opens device -> DSA -> model -> tokenizer, then checks that the model's vocabulary covers the tokenizer's ids.
+ * On failure *s holds what was built; dsarl_session_close releases it. */
+DSARL_API int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsarl_error *err);
+
+/* Another model from the session's configuration (a frozen reference policy: the same initial weights); the
+ * caller destroys it with s->model_ops->destroy. */
+DSARL_API int dsarl_session_create_model(const dsarl_session *s, dsarl_model **out, dsarl_error *err);
+
+/* Resumes from the newest complete checkpoint under ckpt (when enabled; state->step = -1 when there is none or
+ * checkpointing is off) and sets loader to its position, then opens the metrics with log_cfg (its resume_step
+ * set from the checkpoint) into s->log. */
+DSARL_API int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, dsarl_dataloader *loader,
+                                  dsarl_metrics_config *log_cfg, dsarl_trainer_state *state, dsarl_error *err);
+
+/* Releases the metrics, tokenizer, model, DSA backend and device; a zeroed or partly opened session is fine. */
+DSARL_API void dsarl_session_close(dsarl_session *s);
+
+/* Tokens that went through the model in one step: forward-only passes (old / reference log-probs, evaluation)
+ * and training passes (a forward whose activations feed a backward). */
+typedef struct dsarl_pass_counts {
+    int64_t forward_tokens;
+    int64_t train_pass_tokens;
+} dsarl_pass_counts;
+
+/* A forward-only log-prob pass (no backward follows): forward_logprobs, counted in counts->forward_tokens
+ * (counts may be NULL). */
+DSARL_API int dsarl_trainer_forward(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_token_batch *batch,
+                                    const int32_t *targets, float *logprobs, dsarl_pass_counts *counts,
+                                    dsarl_error *err);
+
+/* The forward of a training pass: per-token log-probs (T) of batch, kept for dsarl_trainer_train_backward with the
+ * same batch and targets. One forward per token with train_forward; forward_logprobs otherwise (backward then
+ * recomputes it inside the model). Counted in counts->train_pass_tokens. */
+DSARL_API int dsarl_trainer_train_forward(const dsarl_model_ops *ops, dsarl_model *model,
+                                          const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
+                                          dsarl_pass_counts *counts, dsarl_error *err);
+
+/* The backward of the pass dsarl_trainer_train_forward opened, from dlogprobs (T): ACCUMULATES into the gradients;
+ * *indexer_loss (may be NULL) gets the indexer KL loss. */
+DSARL_API int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_model *model,
+                                           const dsarl_token_batch *batch, const int32_t *targets,
+                                           const float *dlogprobs, float *indexer_loss, dsarl_error *err);
+
+/* The tail of one optimizer slice, after its microbatches accumulated gradients: gradient norm (*grad_norm), clip
+ * to max_grad_norm (<= 0: off), AdamW step with adam's settings at learning rate lr. Data-parallel gradient
+ * reduction belongs here, before the norm. */
+DSARL_API int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model,
+                                           const dsarl_optimizer_params *adam, double lr, double max_grad_norm,
+                                           double *grad_norm, dsarl_error *err);
+
+/* The one deadline rule (checkpointing.checkpoint_must_save_by): true when elapsed_s since this process's run
+ * start plus one more step at this run's average step time (elapsed_s / steps_this_run) would pass the deadline.
+ * False without a deadline or before the first step of this run. */
+DSARL_API bool dsarl_trainer_deadline_near(const dsarl_checkpoint_config *ckpt, double elapsed_s,
+                                           int64_t steps_this_run);
+
+DSARL_END_DECLS
+
+#endif /* DSARL_TRAINER_H */

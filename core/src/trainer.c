@@ -1,0 +1,144 @@
+/* trainer.c: the session, the training pass, the optimizer slice tail and the deadline rule shared by the
+ * algorithms and the CLI. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "dsarl/log.h"
+#include "dsarl/trainer.h"
+
+static int create_model(const dsarl_session *s, const dsarl_model_ops *ops, dsarl_model **out, dsarl_error *err)
+{
+    const dsarl_session_config *c = &s->config;
+    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    dsarl_model_config mc = {.struct_size = sizeof mc, .host = c->host, .recipe = c->recipe,
+                             .model_dir = c->model_dir, .device_ops = c->device_ops, .device = s->device,
+                             .dsa_ops = c->dsa_ops, .dsa = s->dsa, .parallel = c->parallel ? c->parallel : &single,
+                             .seed = c->seed};
+    return ops->create(&mc, out, err);
+}
+
+int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsarl_error *err)
+{
+    memset(s, 0, sizeof *s);
+    if (!config || config->struct_size < sizeof *config || !config->device_ops)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_session_open: needs a dsarl_session_config with device_ops");
+    s->config = *config;
+    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    const dsarl_session_config *c = &s->config;
+    dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = c->recipe,
+                              .parallel = c->parallel ? c->parallel : &single, .threads = c->threads,
+                              .seed = c->seed};
+    DSARL_TRY(c->device_ops->create(&dc, &s->device, err));
+    if (!c->dsa_ops)
+        return DSARL_OK;
+    DSARL_TRY(c->dsa_ops->create(c->device_ops, s->device, c->recipe, &s->dsa, err));
+    if (c->model_ops) {
+        s->model_ops = c->model_ops;
+        int rc = create_model(s, c->model_ops, &s->model, err);
+        if (rc == DSARL_E_UNSUPPORTED && c->model_ops_fallback) {
+            s->model_ops = c->model_ops_fallback;
+            rc = create_model(s, c->model_ops_fallback, &s->model, err);
+        }
+        DSARL_TRY(rc);
+    }
+    if (c->tokenizer)
+        DSARL_TRY(dsarl_tokenizer_load(c->tokenizer, &s->tokenizer, err));
+    if (s->model && s->tokenizer && s->model_ops->vocab_size(s->model) < dsarl_tokenizer_vocab_size(s->tokenizer))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
+                          "; policy.model_config.vocab_size must cover it", c->tokenizer,
+                          dsarl_tokenizer_vocab_size(s->tokenizer), s->model_ops->vocab_size(s->model));
+    return DSARL_OK;
+}
+
+int dsarl_session_create_model(const dsarl_session *s, dsarl_model **out, dsarl_error *err)
+{
+    if (!s->model_ops || !s->dsa)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_session_create_model: the session has no model plugin");
+    return create_model(s, s->model_ops, out, err);
+}
+
+int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, dsarl_dataloader *loader,
+                        dsarl_metrics_config *log_cfg, dsarl_trainer_state *state, dsarl_error *err)
+{
+    memset(state, 0, sizeof *state);
+    state->step = -1;
+    log_cfg->resume_step = -1;
+    if (ckpt && ckpt->enabled) {
+        char dir[4096];
+        DSARL_TRY(dsarl_checkpoint_resume(ckpt->checkpoint_dir, s->model_ops, s->model, loader, state, dir,
+                                          sizeof dir, err));
+        if (state->step >= 0) {
+            log_cfg->resume_step = state->step;
+            dsarl_log(DSARL_LOG_INFO, "resumed from %s (step %" PRId64 ")", dir, state->step);
+        }
+    }
+    return dsarl_metrics_open(log_cfg, &s->log, err);
+}
+
+void dsarl_session_close(dsarl_session *s)
+{
+    const dsarl_session_config *c = &s->config;
+    dsarl_metrics_close(s->log);
+    dsarl_tokenizer_free(s->tokenizer);
+    if (s->model)
+        s->model_ops->destroy(s->model);
+    if (s->dsa)
+        c->dsa_ops->destroy(s->dsa);
+    if (s->device)
+        c->device_ops->destroy(s->device);
+    memset(s, 0, sizeof *s);
+}
+
+int dsarl_trainer_forward(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_token_batch *batch,
+                          const int32_t *targets, float *logprobs, dsarl_pass_counts *counts, dsarl_error *err)
+{
+    DSARL_TRY(ops->forward_logprobs(model, batch, targets, logprobs, err));
+    if (counts)
+        counts->forward_tokens += batch->n_tokens;
+    return DSARL_OK;
+}
+
+int dsarl_trainer_train_forward(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_token_batch *batch,
+                                const int32_t *targets, float *logprobs, dsarl_pass_counts *counts, dsarl_error *err)
+{
+    if (DSARL_MODEL_HAS(ops, train_forward) && DSARL_MODEL_HAS(ops, train_backward))
+        DSARL_TRY(ops->train_forward(model, batch, targets, logprobs, err));
+    else
+        DSARL_TRY(ops->forward_logprobs(model, batch, targets, logprobs, err));
+    if (counts)
+        counts->train_pass_tokens += batch->n_tokens;
+    return DSARL_OK;
+}
+
+int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_token_batch *batch,
+                                 const int32_t *targets, const float *dlogprobs, float *indexer_loss,
+                                 dsarl_error *err)
+{
+    if (DSARL_MODEL_HAS(ops, train_forward) && DSARL_MODEL_HAS(ops, train_backward))
+        return ops->train_backward(model, dlogprobs, indexer_loss, err);
+    return ops->backward(model, batch, targets, dlogprobs, indexer_loss, err);
+}
+
+int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_optimizer_params *adam,
+                                 double lr, double max_grad_norm, double *grad_norm, dsarl_error *err)
+{
+    // a data-parallel all-reduce of the gradients goes here, before the norm every rank must agree on
+    double norm, scale;
+    DSARL_TRY(ops->grad_norm(model, &norm, err));
+    DSARL_TRY(dsarl_grad_clip_scale(norm, max_grad_norm, &scale, err));
+    dsarl_optimizer_params op = *adam;
+    op.struct_size = sizeof op;
+    op.lr = lr;
+    op.grad_scale = scale;
+    DSARL_TRY(ops->optimizer_step(model, &op, err));
+    if (grad_norm)
+        *grad_norm = norm;
+    return DSARL_OK;
+}
+
+bool dsarl_trainer_deadline_near(const dsarl_checkpoint_config *ckpt, double elapsed_s, int64_t steps_this_run)
+{
+    if (steps_this_run < 1)
+        return false;
+    return dsarl_checkpoint_deadline_near(ckpt, elapsed_s, elapsed_s / (double)steps_this_run);
+}
