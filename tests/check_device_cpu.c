@@ -455,11 +455,15 @@ END_TEST
 
 START_TEST(test_ops_table_complete)
 {
-    // every slot between the common head and the reserved tail is implemented
+    // every 1.0 and 1.1 slot is implemented; of the 1.2 ones the host device has capabilities and needs neither a
+    // stream (it runs each call at once) nor an availability probe (it runs wherever it loads)
     const dsarl_device_ops *ops = &dsarl_cpu_device_ops;
     ck_assert_int_eq(ops->common.struct_size, sizeof(dsarl_device_ops));
     ck_assert_str_eq(ops->common.name, "cpu");
-    const char *first = (const char *)&ops->create, *end = (const char *)&ops->reserved;
+    const char *first = (const char *)&ops->create, *end = (const char *)&ops->capabilities;
+    ck_assert_uint_eq(dsarl_device_capabilities(ops), DSARL_DEVICE_CAP_HOST_MEMORY);
+    ck_assert_ptr_null(ops->stream);
+    ck_assert_ptr_null(ops->available);
     for (const char *p = first; p < end; p += sizeof(void (*)(void))) {
         void (*slot)(void);
         memcpy(&slot, p, sizeof slot);
