@@ -385,7 +385,7 @@ static int bench_shape(bench *b, const bench_opts *o, const char *backend, int64
 
 static void print_help(void)
 {
-    printf("usage: dsarl bench dsa [--device cuda] [--backend tilelang[,cudnn,...]] [--tokens 8192[,2048,...]]\n"
+    printf("usage: dsarl bench dsa [--device NAME] [--backend NAME[,NAME...]] [--tokens 8192[,2048,...]]\n"
            "                       [--heads 64] [--topk 2048] [--d-qk 576] [--d-v 512] [--index-heads 32]\n"
            "                       [--index-dim 128] [--hw-d-qk 256] [--hw-d-v 256] [--iters 5]\n"
            "                       [--set runtime.KEY=VALUE ...]\n"
@@ -394,7 +394,7 @@ static void print_help(void)
            "for backends that serve it, the per-head attention forward and backward (hw-d-qk/hw-d-v, one causal\n"
            "sequence: what dsa_attention_form: headwise runs) on the device (plugins from the registry), every\n"
            "backend at every token count on the same inputs, after measuring the device's GEMM and copy ceilings in\n"
-           "the same run;\n"
+           "the same run. Defaults: the highest-ranked CUDA device that runs here and its highest-ranked backend;\n"
            "prints a table (backend, op, ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n"
            "--set passes a recipe key to the device and the backends (runtime.tilelang_sparse_mla=wmma, ...).\n"
            "\n"
@@ -428,7 +428,7 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
         fprintf(stderr, "dsarl bench: error: unknown benchmark '%s' (known: dsa, train, generate)\n", argv[1]);
         return CLI_EXIT_USAGE;
     }
-    bench_opts o = {.device = "cuda", .backends = {"tilelang"}, .n_backends = 1, .tokens = {8192}, .n_tokens = 1,
+    bench_opts o = {.device = NULL, .n_backends = 0, .tokens = {8192}, .n_tokens = 1,
                     .heads = 64, .topk = 2048, .d_qk = 576, .d_v = 512, .index_heads = 32, .index_dim = 128,
                     .iters = 5, .hw_d_qk = 256, .hw_d_v = 256};
     char *lists_owned[2] = {NULL, NULL}; // the split copies of --tokens [0] and --backend [1]
@@ -518,8 +518,26 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     dsarl_session session = {0}; // the device alone: the backends compared are created below, one per --backend
     if (rc == 0)
         rc = cli_open_registry(NULL, opts, &reg, &b.err);
+    // defaults by capability and rank: the highest-ranked CUDA device that runs here (timing uses CUDA events),
+    // and the highest-ranked backend that runs on it
+    if (rc == 0 && !o.device) {
+        dev_c = dsarl_select_default_device(reg, DSARL_DEVICE_CAP_CUDA);
+        if (!dev_c)
+            rc = DSARL_FAIL(&b.err, DSARL_E_NOT_FOUND, "dsarl bench dsa: no loaded CUDA device plugin can run here "
+                            "(it times with CUDA events); name one with --device");
+        else
+            o.device = dev_c->name;
+    }
     if (rc == 0)
         rc = dsarl_registry_require(reg, DSARL_KIND_DEVICE, o.device, "dsarl bench dsa --device", &dev_c, &b.err);
+    if (rc == 0 && o.n_backends == 0) {
+        const dsarl_ops_common *best = dsarl_select_default_dsa(reg, (const dsarl_device_ops *)dev_c);
+        if (!best)
+            rc = DSARL_FAIL(&b.err, DSARL_E_NOT_FOUND, "dsarl bench dsa: no loaded DSA backend runs on device '%s'; "
+                            "name one with --backend", o.device);
+        else
+            o.backends[o.n_backends++] = best->name;
+    }
     for (int i = 0; rc == 0 && i < o.n_backends; i++) {
         const dsarl_ops_common *dsa_c = NULL;
         rc = dsarl_registry_require(reg, DSARL_KIND_DSA, o.backends[i], "dsarl bench dsa --backend", &dsa_c, &b.err);
