@@ -73,12 +73,15 @@ int dsa_ref_check_indices(const char *op, const dsarl_dsa_batch *batch, const in
 /* a . b over n float32 values, accumulated in double with eight interleaved partial sums (a fixed order, so the
  * result is deterministic; independent sums let the compiler keep several vector additions in flight). */
 static inline double dsa_ref_dot(const float *a, const float *b, int64_t n) {
+    // The tail starts at n rounded down to a multiple of 8 (n >= 0), so both trip counts follow from n alone; a
+    // tail resuming from the main loop's counter let GCC at -O3 assume an unbounded tail and reject it
+    // (aggressive-loop-optimizations) when n is a known constant.
     double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
+    const int64_t n8 = n - n % 8;
+    for (int64_t i = 0; i < n8; i += 8)
         for (int lane = 0; lane < 8; lane++)
             s[lane] += (double)a[i + lane] * (double)b[i + lane];
-    for (; i < n; i++)
+    for (int64_t i = n8; i < n; i++)
         s[0] += (double)a[i] * (double)b[i];
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
