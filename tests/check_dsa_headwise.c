@@ -20,8 +20,9 @@
 #include "dsa_reference.h"
 #include "dsa_test_util.h"
 
-// Decode style: arbitrary ranges into a longer key array; query 1's range is empty.
-static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_keys) {
+/* Decode style: arbitrary ranges into a longer key array; query 1's range is empty. */
+static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_keys)
+{
     batch_alloc(tb, n_queries, n_keys);
     for (int64_t t = 0; t < n_queries; t++) {
         int32_t start = rng_below(r, n_keys);
@@ -31,8 +32,9 @@ static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_ke
     batch_set_max(tb);
 }
 
-// Rows listing every eligible key in order, -1 after: what the indexer returns for rows no longer than topk.
-static int32_t *full_indices(const test_batch *tb, int32_t topk) {
+/* Rows listing every eligible key in order, -1 after: what the indexer returns for rows no longer than topk. */
+static int32_t *full_indices(const test_batch *tb, int32_t topk)
+{
     int32_t *indices = zalloc((size_t)(tb->b.n_queries * topk), sizeof(int32_t));
     for (int64_t t = 0; t < tb->b.n_queries; t++)
         for (int32_t i = 0; i < topk; i++)
@@ -51,12 +53,13 @@ typedef struct problem {
     dims d;
     int64_t tq, tk;
     float scale;
-    float *q, *c, *k_rope, *w_uk, *w_uv, *dout;  // the underlying tensors (shapes in the file comment)
-    float *k, *v;                                  // per-head form: (Tk, H, nope + rope), (Tk, H, dv)
-    float *q_abs, *kv;                             // absorbed form: (Tq, H, kvr + rope), (Tk, kvr + rope)
+    float *q, *c, *k_rope, *w_uk, *w_uv, *dout; // the underlying tensors (shapes in the file comment)
+    float *k, *v;                               // per-head form: (Tk, H, nope + rope), (Tk, H, dv)
+    float *q_abs, *kv;                          // absorbed form: (Tq, H, kvr + rope), (Tk, kvr + rope)
 } problem;
 
-static void problem_make(problem *pb, rng *r, dims d, int64_t tq, int64_t tk) {
+static void problem_make(problem *pb, rng *r, dims d, int64_t tq, int64_t tk)
+{
     memset(pb, 0, sizeof(*pb));
     pb->d = d, pb->tq = tq, pb->tk = tk;
     int dqk = d.nope + d.rope, dabs = d.kvr + d.rope;
@@ -98,20 +101,22 @@ static void problem_make(problem *pb, rng *r, dims d, int64_t tq, int64_t tk) {
         }
 }
 
-static void problem_free(problem *pb) {
+static void problem_free(problem *pb)
+{
     float *all[] = {pb->q, pb->c, pb->k_rope, pb->w_uk, pb->w_uv, pb->dout, pb->k, pb->v, pb->q_abs, pb->kv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
 }
 
-// Results of one form, mapped back to the underlying tensors (double).
+/* Results of one form, mapped back to the underlying tensors (double). */
 typedef struct results {
-    double *out, *lse;             // (Tq, H, dv), (Tq, H)
-    double *dq, *dc, *dk_rope;     // (Tq, H, nope + rope), (Tk, kvr), (Tk, rope)
-    double *dw_uk, *dw_uv;         // (H, nope, kvr), (H, dv, kvr)
+    double *out, *lse;         // (Tq, H, dv), (Tq, H)
+    double *dq, *dc, *dk_rope; // (Tq, H, nope + rope), (Tk, kvr), (Tk, rope)
+    double *dw_uk, *dw_uv;     // (H, nope, kvr), (H, dv, kvr)
 } results;
 
-static void results_alloc(results *res, const problem *pb) {
+static void results_alloc(results *res, const problem *pb)
+{
     dims d = pb->d;
     res->out = zalloc((size_t)(pb->tq * d.h * d.dv), sizeof(double));
     res->lse = zalloc((size_t)(pb->tq * d.h), sizeof(double));
@@ -122,25 +127,31 @@ static void results_alloc(results *res, const problem *pb) {
     res->dw_uv = zalloc((size_t)d.h * d.dv * d.kvr, sizeof(double));
 }
 
-static void results_free(results *res) {
+static void results_free(results *res)
+{
     free(res->out), free(res->lse), free(res->dq), free(res->dc), free(res->dk_rope), free(res->dw_uk);
     free(res->dw_uv);
 }
 
-// The per-head ops, then the chain rule back through k_h = [c W_UK_h^T | k_rope], v_h = c W_UV_h^T.
-static void run_headwise(const problem *pb, const test_batch *tb, const int32_t *indices, int32_t topk,
-                         results *res) {
+/* The per-head ops, then the chain rule back through k_h = [c W_UK_h^T | k_rope], v_h = c W_UV_h^T. */
+static void run_headwise(const problem *pb, const test_batch *tb, const int32_t *indices, int32_t topk, results *res)
+{
     dims d = pb->d;
     int dqk = d.nope + d.rope;
     int64_t tq = pb->tq, tk = pb->tk;
-    dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in), .q = pb->q, .k = pb->k, .v = pb->v, .n_heads = d.h,
-                                    .d_qk = dqk, .d_v = d.dv, .softmax_scale = pb->scale};
+    dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in),
+                                    .q = pb->q,
+                                    .k = pb->k,
+                                    .v = pb->v,
+                                    .n_heads = d.h,
+                                    .d_qk = dqk,
+                                    .d_v = d.dv,
+                                    .softmax_scale = pb->scale};
     float *out = zalloc((size_t)(tq * d.h * d.dv), sizeof(float)), *lse = zalloc((size_t)(tq * d.h), sizeof(float));
     float *dq = zalloc((size_t)(tq * d.h * dqk), sizeof(float));
-    float *dk = zalloc((size_t)(tk * d.h * dqk), sizeof(float)), *dv = zalloc((size_t)(tk * d.h * d.dv),
-                                                                              sizeof(float));
+    float *dk = zalloc((size_t)(tk * d.h * dqk), sizeof(float)), *dv = zalloc((size_t)(tk * d.h * d.dv), sizeof(float));
     for (int64_t i = 0; i < tk * d.h * dqk; i++)
-        dk[i] = 1e6f;  // overwritten, never accumulated into
+        dk[i] = 1e6f; // overwritten, never accumulated into
     for (int64_t i = 0; i < tk * d.h * d.dv; i++)
         dv[i] = -1e6f;
     dsarl_dsa_context *ctx = NULL;
@@ -150,8 +161,9 @@ static void run_headwise(const problem *pb, const test_batch *tb, const int32_t 
     ck_assert(DSARL_DSA_HAS(ops, headwise_attention_forward) && DSARL_DSA_HAS(ops, headwise_attention_backward));
     ck_assert_msg(ops->headwise_attention_forward(ctx, &tb->b, &in, indices, topk, out, lse, &err) == 0, "%s",
                   err.message);
-    ck_assert_msg(ops->headwise_attention_backward(ctx, &tb->b, &in, indices, topk, out, lse, pb->dout, dq, dk, dv,
-                                                   &err) == 0, "%s", err.message);
+    ck_assert_msg(
+        ops->headwise_attention_backward(ctx, &tb->b, &in, indices, topk, out, lse, pb->dout, dq, dk, dv, &err) == 0,
+        "%s", err.message);
     ops->destroy(ctx);
     for (int64_t i = 0; i < tq * d.h * d.dv; i++)
         res->out[i] = out[i];
@@ -181,14 +193,19 @@ static void run_headwise(const problem *pb, const test_batch *tb, const int32_t 
     free(out), free(lse), free(dq), free(dk), free(dv);
 }
 
-// The absorbed ops (indices required), then the chain rule through q_abs and W_UV.
-static void run_absorbed(const problem *pb, const test_batch *tb, const int32_t *indices, int32_t topk,
-                         results *res) {
+/* The absorbed ops (indices required), then the chain rule through q_abs and W_UV. */
+static void run_absorbed(const problem *pb, const test_batch *tb, const int32_t *indices, int32_t topk, results *res)
+{
     dims d = pb->d;
     int dqk = d.nope + d.rope, dabs = d.kvr + d.rope;
     int64_t tq = pb->tq, tk = pb->tk;
-    dsarl_dsa_attention_inputs in = {.struct_size = sizeof(in), .q = pb->q_abs, .kv = pb->kv, .n_heads = d.h,
-                                     .d_qk = dabs, .d_v = d.kvr, .softmax_scale = pb->scale};
+    dsarl_dsa_attention_inputs in = {.struct_size = sizeof(in),
+                                     .q = pb->q_abs,
+                                     .kv = pb->kv,
+                                     .n_heads = d.h,
+                                     .d_qk = dabs,
+                                     .d_v = d.kvr,
+                                     .softmax_scale = pb->scale};
     float *out_lat = zalloc((size_t)(tq * d.h * d.kvr), sizeof(float));
     float *lse = zalloc((size_t)(tq * d.h), sizeof(float));
     float *dout_lat = zalloc((size_t)(tq * d.h * d.kvr), sizeof(float));
@@ -198,18 +215,17 @@ static void run_absorbed(const problem *pb, const test_batch *tb, const int32_t 
     dsarl_error err = {0};
     const dsarl_dsa_ops *ops = &dsarl_dsa_reference_ops;
     ck_assert_int_eq(ops->create(NULL, NULL, NULL, &ctx, &err), DSARL_OK);
-    ck_assert_msg(ops->sparse_mla_forward(ctx, &tb->b, &in, indices, topk, out_lat, lse, &err) == 0, "%s",
-                  err.message);
+    ck_assert_msg(ops->sparse_mla_forward(ctx, &tb->b, &in, indices, topk, out_lat, lse, &err) == 0, "%s", err.message);
     for (int64_t t = 0; t < tq; t++)
         for (int h = 0; h < d.h; h++) {
             const float *ol = out_lat + (t * d.h + h) * d.kvr, *g = pb->dout + (t * d.h + h) * d.dv;
-            for (int j = 0; j < d.dv; j++) {  // out_h = out_latent_h W_UV_h^T; dW_UV_h += dout_h^T out_latent_h
+            for (int j = 0; j < d.dv; j++) { // out_h = out_latent_h W_UV_h^T; dW_UV_h += dout_h^T out_latent_h
                 const float *w = pb->w_uv + ((int64_t)h * d.dv + j) * d.kvr;
                 res->out[(t * d.h + h) * d.dv + j] = dsa_ref_dot(ol, w, d.kvr);
                 for (int l = 0; l < d.kvr; l++)
                     res->dw_uv[((int64_t)h * d.dv + j) * d.kvr + l] += (double)g[j] * ol[l];
             }
-            for (int l = 0; l < d.kvr; l++) {  // dout_latent_h = dout_h W_UV_h
+            for (int l = 0; l < d.kvr; l++) { // dout_latent_h = dout_h W_UV_h
                 double sum = 0.0;
                 for (int j = 0; j < d.dv; j++)
                     sum += (double)g[j] * pb->w_uv[((int64_t)h * d.dv + j) * d.kvr + l];
@@ -217,14 +233,15 @@ static void run_absorbed(const problem *pb, const test_batch *tb, const int32_t 
             }
             res->lse[t * d.h + h] = lse[t * d.h + h];
         }
-    ck_assert_msg(ops->sparse_mla_backward(ctx, &tb->b, &in, indices, topk, out_lat, lse, dout_lat, dq_abs, dkv,
-                                           &err) == 0, "%s", err.message);
+    ck_assert_msg(
+        ops->sparse_mla_backward(ctx, &tb->b, &in, indices, topk, out_lat, lse, dout_lat, dq_abs, dkv, &err) == 0, "%s",
+        err.message);
     ops->destroy(ctx);
     for (int64_t t = 0; t < tq; t++)
         for (int h = 0; h < d.h; h++) {
             const float *dqa = dq_abs + (t * d.h + h) * dabs, *q_th = pb->q + (t * d.h + h) * dqk;
             double *dq = res->dq + (t * d.h + h) * dqk;
-            for (int j = 0; j < d.nope; j++) {  // q_abs_h = q_nope_h W_UK_h
+            for (int j = 0; j < d.nope; j++) { // q_abs_h = q_nope_h W_UK_h
                 const float *w = pb->w_uk + ((int64_t)h * d.nope + j) * d.kvr;
                 dq[j] = dsa_ref_dot(dqa, w, d.kvr);
                 for (int l = 0; l < d.kvr; l++)
@@ -242,8 +259,9 @@ static void run_absorbed(const problem *pb, const test_batch *tb, const int32_t 
     free(out_lat), free(lse), free(dout_lat), free(dq_abs), free(dkv);
 }
 
-// Dense per-head softmax attention in double over a (Tq, Tk) multiplicity mask: out and lse of the per-head form.
-static void dense_reference(const problem *pb, const int32_t *mask, double *out, double *lse) {
+/* Dense per-head softmax attention in double over a (Tq, Tk) multiplicity mask: out and lse of the per-head form. */
+static void dense_reference(const problem *pb, const int32_t *mask, double *out, double *lse)
+{
     dims d = pb->d;
     int dqk = d.nope + d.rope;
     double *logit = zalloc((size_t)pb->tk, sizeof(double));
@@ -277,10 +295,11 @@ static void dense_reference(const problem *pb, const int32_t *mask, double *out,
 /* ------------------------------------------------------------------------------------------------------------
  * Comparison. */
 
-static double worst_seen;  // largest relative difference over the suite's comparisons, printed at the end
+static double worst_seen; // largest relative difference over the suite's comparisons, printed at the end
 
-// max |got - want| / max |want| over n values; +inf entries (lse of empty rows) must match exactly.
-static void assert_same(const char *what, const double *got, const double *want, int64_t n, double tol) {
+/* max |got - want| / max |want| over n values; +inf entries (lse of empty rows) must match exactly. */
+static void assert_same(const char *what, const double *got, const double *want, int64_t n, double tol)
+{
     double max_ref = 0.0, max_diff = 0.0;
     for (int64_t i = 0; i < n; i++) {
         if (isinf(want[i]) || isinf(got[i])) {
@@ -299,11 +318,12 @@ static void assert_same(const char *what, const double *got, const double *want,
                   (unsigned long long)test_seed);
 }
 
-static void compare(const char *name, const problem *pb, const results *hw, const results *ab) {
+static void compare(const char *name, const problem *pb, const results *hw, const results *ab)
+{
     dims d = pb->d;
-    const double tol = 2e-5;  // float32 rounding of the operands of both forms, accumulated over kv_lora terms
-    fprintf(stderr, "%s (Tq %lld, H %d, nope %d, rope %d, kv_lora %d, d_v %d):\n", name, (long long)pb->tq, d.h,
-            d.nope, d.rope, d.kvr, d.dv);
+    const double tol = 2e-5; // float32 rounding of the operands of both forms, accumulated over kv_lora terms
+    fprintf(stderr, "%s (Tq %lld, H %d, nope %d, rope %d, kv_lora %d, d_v %d):\n", name, (long long)pb->tq, d.h, d.nope,
+            d.rope, d.kvr, d.dv);
     assert_same("out", hw->out, ab->out, pb->tq * d.h * d.dv, tol);
     assert_same("lse", hw->lse, ab->lse, pb->tq * d.h, tol);
     assert_same("dq", hw->dq, ab->dq, pb->tq * d.h * (d.nope + d.rope), tol);
@@ -313,9 +333,10 @@ static void compare(const char *name, const problem *pb, const results *hw, cons
     assert_same("dW_UV", hw->dw_uv, ab->dw_uv, (int64_t)d.h * d.dv * d.kvr, tol);
 }
 
-// Both forms on one batch: headwise with hw_indices (NULL = every key), absorbed with ab_indices (the same set).
+/* Both forms on one batch: headwise with hw_indices (NULL = every key), absorbed with ab_indices (the same set). */
 static void check_forms(const char *name, const problem *pb, const test_batch *tb, const int32_t *hw_indices,
-                        const int32_t *ab_indices, int32_t topk) {
+                        const int32_t *ab_indices, int32_t topk)
+{
     results hw, ab;
     results_alloc(&hw, pb);
     results_alloc(&ab, pb);
@@ -340,15 +361,16 @@ static void check_forms(const char *name, const problem *pb, const test_batch *t
 
 static const dims small = {.h = 3, .nope = 6, .rope = 4, .kvr = 10, .dv = 7};
 
-START_TEST(test_ragged_pack_random_indices) {
+START_TEST(test_ragged_pack_random_indices)
+{
     rng r = rng_for(1);
-    const int32_t lengths[] = {1, 5, 13, 30, 8};  // around topk 8: shorter, equal, longer
+    const int32_t lengths[] = {1, 5, 13, 30, 8}; // around topk 8: shorter, equal, longer
     test_batch tb;
     batch_packed(&tb, lengths, 5);
     problem pb;
     problem_make(&pb, &r, small, tb.b.n_queries, tb.b.n_keys);
     const int32_t topk = 8;
-    int32_t *indices = random_indices(&r, &tb, topk, 23);  // row 23 has no key: out 0, lse +inf, no gradient
+    int32_t *indices = random_indices(&r, &tb, topk, 23); // row 23 has no key: out 0, lse +inf, no gradient
     check_forms("ragged pack, random index rows", &pb, &tb, indices, indices, topk);
     free(indices);
     problem_free(&pb);
@@ -356,14 +378,15 @@ START_TEST(test_ragged_pack_random_indices) {
 }
 END_TEST
 
-START_TEST(test_null_indices_every_key) {
+START_TEST(test_null_indices_every_key)
+{
     rng r = rng_for(2);
     const int32_t lengths[] = {7, 1, 19, 4};
     test_batch tb;
     batch_packed(&tb, lengths, 4);
     problem pb;
     problem_make(&pb, &r, small, tb.b.n_queries, tb.b.n_keys);
-    const int32_t topk = 24;  // every segment is shorter: rows hold all their keys, then -1
+    const int32_t topk = 24; // every segment is shorter: rows hold all their keys, then -1
     int32_t *all = full_indices(&tb, topk);
     check_forms("ragged pack, NULL indices vs absorbed over every key", &pb, &tb, NULL, all, topk);
     // NULL indices and rows listing every key are the same set: the per-head op gives the same numbers
@@ -382,7 +405,8 @@ START_TEST(test_null_indices_every_key) {
 }
 END_TEST
 
-START_TEST(test_decode_ranges_empty_row) {
+START_TEST(test_decode_ranges_empty_row)
+{
     rng r = rng_for(3);
     test_batch tb;
     batch_decode(&tb, &r, 6, 40);
@@ -400,7 +424,8 @@ START_TEST(test_decode_ranges_empty_row) {
 }
 END_TEST
 
-START_TEST(test_glm5_head_sizes) {
+START_TEST(test_glm5_head_sizes)
+{
     rng r = rng_for(4);
     const int32_t lengths[] = {3, 21};
     test_batch tb;
@@ -417,15 +442,22 @@ START_TEST(test_glm5_head_sizes) {
 }
 END_TEST
 
-START_TEST(test_refuses_bad_arguments) {
+START_TEST(test_refuses_bad_arguments)
+{
     rng r = rng_for(5);
     const int32_t lengths[] = {4, 6};
     test_batch tb;
     batch_packed(&tb, lengths, 2);
     problem pb;
     problem_make(&pb, &r, small, tb.b.n_queries, tb.b.n_keys);
-    dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in), .q = pb.q, .k = pb.k, .v = pb.v, .n_heads = small.h,
-                                    .d_qk = small.nope + small.rope, .d_v = small.dv, .softmax_scale = pb.scale};
+    dsarl_dsa_headwise_inputs in = {.struct_size = sizeof(in),
+                                    .q = pb.q,
+                                    .k = pb.k,
+                                    .v = pb.v,
+                                    .n_heads = small.h,
+                                    .d_qk = small.nope + small.rope,
+                                    .d_v = small.dv,
+                                    .softmax_scale = pb.scale};
     float out[10 * 3 * 7], lse[10 * 3];
     dsarl_error err = {0};
     const dsarl_dsa_ops *ops = &dsarl_dsa_reference_ops;
@@ -434,7 +466,7 @@ START_TEST(test_refuses_bad_arguments) {
     ck_assert_msg(strstr(err.message, "d_v = 0") != NULL, "%s", err.message);
     in.d_v = small.dv;
     int32_t *indices = full_indices(&tb, 4);
-    indices[4 * 4 + 1] = 2;  // query 4 (segment 2) may not see key 2 of segment 1
+    indices[4 * 4 + 1] = 2; // query 4 (segment 2) may not see key 2 of segment 1
     ck_assert_int_eq(ops->headwise_attention_forward(NULL, &tb.b, &in, indices, 4, out, lse, &err), DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "indices[4][1]") != NULL, "%s", err.message);
     ck_assert_int_eq(ops->preferred_form(NULL, &tb.b, 4), DSARL_DSA_FORM_ABSORBED);
@@ -445,7 +477,8 @@ START_TEST(test_refuses_bad_arguments) {
 }
 END_TEST
 
-static Suite *dsa_headwise_suite(void) {
+static Suite *dsa_headwise_suite(void)
+{
     Suite *s = suite_create("dsa_headwise");
     TCase *tc = tcase_create("reference");
     tcase_set_timeout(tc, 120);
@@ -458,12 +491,13 @@ static Suite *dsa_headwise_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     const char *env = getenv("DSARL_TEST_SEED");
     test_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
     printf("check_dsa_headwise: DSARL_TEST_SEED=%llu\n", (unsigned long long)test_seed);
     SRunner *sr = srunner_create(dsa_headwise_suite());
-    srunner_set_fork_status(sr, CK_NOFORK);  // one process, so the worst difference can be printed at the end
+    srunner_set_fork_status(sr, CK_NOFORK); // one process, so the worst difference can be printed at the end
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

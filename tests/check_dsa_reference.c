@@ -19,7 +19,8 @@
 #include "dsa_reference.h"
 #include "dsa_test_util.h"
 
-static double *to_double(const float *x, int64_t n) {
+static double *to_double(const float *x, int64_t n)
+{
     double *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
     ck_assert_ptr_nonnull(y);
     for (int64_t i = 0; i < n; i++)
@@ -27,9 +28,10 @@ static double *to_double(const float *x, int64_t n) {
     return y;
 }
 
-// Decode style: n_queries queries with arbitrary ranges into a longer key array; query 1 has an empty range and
-// query 0 spans at least long_range keys (so that it exceeds small topk values).
-static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_keys, int32_t long_range) {
+/* Decode style: n_queries queries with arbitrary ranges into a longer key array; query 1 has an empty range and
+ * query 0 spans at least long_range keys (so that it exceeds small topk values). */
+static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_keys, int32_t long_range)
+{
     batch_alloc(tb, n_queries, n_keys);
     for (int64_t t = 0; t < n_queries; t++) {
         int32_t start = rng_below(r, n_keys);
@@ -46,8 +48,9 @@ static void batch_decode(test_batch *tb, rng *r, int64_t n_queries, int32_t n_ke
     batch_set_max(tb);
 }
 
-// (Tq, Tk) multiplicity of each key in each row of indices.
-static int32_t *mask_from_indices(const test_batch *tb, const int32_t *indices, int32_t topk) {
+/* (Tq, Tk) multiplicity of each key in each row of indices. */
+static int32_t *mask_from_indices(const test_batch *tb, const int32_t *indices, int32_t topk)
+{
     int32_t *mask = calloc((size_t)(tb->b.n_queries * tb->b.n_keys + 1), sizeof(int32_t));
     ck_assert_ptr_nonnull(mask);
     for (int64_t t = 0; t < tb->b.n_queries; t++)
@@ -57,8 +60,9 @@ static int32_t *mask_from_indices(const test_batch *tb, const int32_t *indices, 
     return mask;
 }
 
-// (Tq, Tk) mask of every eligible key.
-static int32_t *mask_from_ranges(const test_batch *tb) {
+/* (Tq, Tk) mask of every eligible key. */
+static int32_t *mask_from_ranges(const test_batch *tb)
+{
     int32_t *mask = calloc((size_t)(tb->b.n_queries * tb->b.n_keys + 1), sizeof(int32_t));
     ck_assert_ptr_nonnull(mask);
     for (int64_t t = 0; t < tb->b.n_queries; t++)
@@ -70,10 +74,11 @@ static int32_t *mask_from_ranges(const test_batch *tb) {
 /* ------------------------------------------------------------------------------------------------------------
  * Independent double-precision formulations. */
 
-// Standard masked softmax attention with per-head keys and values: q (Tq,H,dk), k (Tk,H,dk), v (Tk,H,dv),
-// mask (Tq,Tk) multiplicities; out (Tq,H,dv) and lse (Tq,H), +inf and 0 for a row with no key.
+/* Standard masked softmax attention with per-head keys and values: q (Tq,H,dk), k (Tk,H,dk), v (Tk,H,dv),
+ * mask (Tq,Tk) multiplicities; out (Tq,H,dv) and lse (Tq,H), +inf and 0 for a row with no key. */
 static void dense_attention(int64_t tq, int64_t tk, int h_n, int dk, int dv, const double *q, const double *k,
-                            const double *v, const int32_t *mask, double scale, double *out, double *lse) {
+                            const double *v, const int32_t *mask, double scale, double *out, double *lse)
+{
     double *logit = malloc((size_t)(tk + 1) * sizeof(double));
     ck_assert_ptr_nonnull(logit);
     for (int64_t t = 0; t < tq; t++) {
@@ -111,8 +116,9 @@ static void dense_attention(int64_t tq, int64_t tk, int h_n, int dk, int dv, con
     free(logit);
 }
 
-// The absorbed MQA operands as per-head copies: k = kv (Tk,H,d_qk), v = kv[:, :d_v] (Tk,H,d_v).
-static void expand_mqa(int64_t tk, int h_n, int d_qk, int d_v, const double *kv, double *k, double *v) {
+/* The absorbed MQA operands as per-head copies: k = kv (Tk,H,d_qk), v = kv[:, :d_v] (Tk,H,d_v). */
+static void expand_mqa(int64_t tk, int h_n, int d_qk, int d_v, const double *kv, double *k, double *v)
+{
     for (int64_t s = 0; s < tk; s++)
         for (int h = 0; h < h_n; h++) {
             memcpy(k + (s * h_n + h) * d_qk, kv + s * d_qk, (size_t)d_qk * sizeof(double));
@@ -120,9 +126,10 @@ static void expand_mqa(int64_t tk, int h_n, int d_qk, int d_v, const double *kv,
         }
 }
 
-// sum(out * G) of sparse MQA attention as a function of q and kv (the scalar the backward test differentiates).
+/* sum(out * G) of sparse MQA attention as a function of q and kv (the scalar the backward test differentiates). */
 static double attention_objective(const test_batch *tb, int h_n, int d_qk, int d_v, double scale, const double *q,
-                                  const double *kv, const int32_t *mask, const double *g) {
+                                  const double *kv, const int32_t *mask, const double *g)
+{
     int64_t tq = tb->b.n_queries, tk = tb->b.n_keys;
     double *k = malloc((size_t)(tk * h_n * d_qk + 1) * sizeof(double));
     double *v = malloc((size_t)(tk * h_n * d_v + 1) * sizeof(double));
@@ -141,11 +148,12 @@ static double attention_objective(const test_batch *tb, int h_n, int d_qk, int d
     return total;
 }
 
-// Indexer KL loss per row, computed directly: the set S (slots of indices, or the range when indices == NULL),
-// the head-summed attention probabilities from a fresh softmax over S, the indexer's log-softmax, then KL.
+/* Indexer KL loss per row, computed directly: the set S (slots of indices, or the range when indices == NULL),
+ * the head-summed attention probabilities from a fresh softmax over S, the indexer's log-softmax, then KL. */
 static void indexer_loss_direct(const test_batch *tb, const dsarl_dsa_attention_inputs *attn, const int32_t *indices,
-                                int32_t topk, const double *q_index, const double *k_index, const double *w,
-                                int heads, int dim, double *loss) {
+                                int32_t topk, const double *q_index, const double *k_index, const double *w, int heads,
+                                int dim, double *loss)
+{
     const float *q = attn->q, *kv = attn->kv;
     int64_t cap = tb->b.max_keys_per_query > topk ? tb->b.max_keys_per_query : topk;
     int32_t *set = malloc((size_t)(cap + 1) * sizeof(int32_t));
@@ -213,9 +221,9 @@ static void indexer_loss_direct(const test_batch *tb, const dsarl_dsa_attention_
 /* ------------------------------------------------------------------------------------------------------------
  * Comparison helpers. */
 
-// |got - want| <= atol + rtol * |want| elementwise.
-static void assert_close(const char *what, const float *got, const double *want, int64_t n, double rtol,
-                         double atol) {
+/* |got - want| <= atol + rtol * |want| elementwise. */
+static void assert_close(const char *what, const float *got, const double *want, int64_t n, double rtol, double atol)
+{
     for (int64_t i = 0; i < n; i++) {
         double diff = fabs((double)got[i] - want[i]);
         ck_assert_msg(diff <= atol + rtol * fabs(want[i]), "%s[%lld]: got %.9g, want %.9g (seed %llu)", what,
@@ -223,9 +231,10 @@ static void assert_close(const char *what, const float *got, const double *want,
     }
 }
 
-// A gradient against its finite-difference estimate: relative error of the whole vector, and each entry within
-// a small fraction of the largest one.
-static void assert_gradient(const char *what, const double *got, const double *want, int64_t n, double rtol) {
+/* A gradient against its finite-difference estimate: relative error of the whole vector, and each entry within
+ * a small fraction of the largest one. */
+static void assert_gradient(const char *what, const double *got, const double *want, int64_t n, double rtol)
+{
     double diff2 = 0.0, norm2 = 0.0, max_abs = 0.0;
     for (int64_t i = 0; i < n; i++) {
         diff2 += (got[i] - want[i]) * (got[i] - want[i]);
@@ -233,16 +242,20 @@ static void assert_gradient(const char *what, const double *got, const double *w
         max_abs = fmax(max_abs, fabs(want[i]));
     }
     ck_assert_msg(norm2 > 1e-12, "%s: the finite-difference gradient is ~0, the test checks nothing", what);
-    ck_assert_msg(sqrt(diff2 / norm2) < rtol, "%s: relative error %.3g >= %.3g (seed %llu)", what,
-                  sqrt(diff2 / norm2), rtol, (unsigned long long)test_seed);
+    ck_assert_msg(sqrt(diff2 / norm2) < rtol, "%s: relative error %.3g >= %.3g (seed %llu)", what, sqrt(diff2 / norm2),
+                  rtol, (unsigned long long)test_seed);
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(fabs(got[i] - want[i]) <= rtol * max_abs, "%s[%lld]: got %.9g, finite differences %.9g", what,
                       (long long)i, got[i], want[i]);
 }
 
-static const dsarl_dsa_ops *ops(void) { return &dsarl_dsa_reference_ops; }
+static const dsarl_dsa_ops *ops(void)
+{
+    return &dsarl_dsa_reference_ops;
+}
 
-static dsarl_dsa_context *make_context(void) {
+static dsarl_dsa_context *make_context(void)
+{
     dsarl_dsa_context *ctx = NULL;
     dsarl_error err = {0};
     ck_assert_int_eq(ops()->create(NULL, NULL, NULL, &ctx, &err), DSARL_OK);
@@ -258,27 +271,30 @@ typedef struct ranked {
     int32_t key;
 } ranked;
 
-static int by_score_then_key(const void *a, const void *b) {
+static int by_score_then_key(const void *a, const void *b)
+{
     const ranked *x = a, *y = b;
     if (x->score != y->score)
         return x->score > y->score ? -1 : 1;
     return (x->key > y->key) - (x->key < y->key);
 }
 
-static int by_int(const void *a, const void *b) {
+static int by_int(const void *a, const void *b)
+{
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
-// Runs indexer_topk on tb and checks it against the full score matrix + qsort. k_rows may alias keys so that
-// some scores tie exactly.
+/* Runs indexer_topk on tb and checks it against the full score matrix + qsort. k_rows may alias keys so that
+ * some scores tie exactly. */
 static void check_topk_case(const test_batch *tb, int heads, int dim, int32_t topk, const float *q, const float *k,
-                            const float *w) {
+                            const float *w)
+{
     int64_t tq = tb->b.n_queries, tk = tb->b.n_keys;
     dsarl_dsa_indexer_inputs in = {sizeof(in), q, k, w, heads, dim};
     int32_t *indices = malloc((size_t)(tq * topk) * sizeof(int32_t));
     float *scores = malloc((size_t)(tq * topk) * sizeof(float));
-    double *matrix = malloc((size_t)(tq * tk + 1) * sizeof(double));  // (Tq, Tk) every score
+    double *matrix = malloc((size_t)(tq * tk + 1) * sizeof(double)); // (Tq, Tk) every score
     ranked *row = malloc((size_t)(tk + 1) * sizeof(ranked));
     int32_t *got_set = malloc((size_t)topk * sizeof(int32_t));
     int32_t *want_set = malloc((size_t)topk * sizeof(int32_t));
@@ -335,17 +351,18 @@ static void check_topk_case(const test_batch *tb, int heads, int dim, int32_t to
     free(want_set);
 }
 
-START_TEST(test_topk_packed_and_decode) {
+START_TEST(test_topk_packed_and_decode)
+{
     rng r = rng_for(1);
     const int heads = 4, dim = 16;
     const int32_t lengths[] = {1, 7, 20};
-    const int32_t topks[] = {5, 8, 32};  // shorter and longer than the sequences
+    const int32_t topks[] = {5, 8, 32}; // shorter and longer than the sequences
     for (size_t c = 0; c < 3; c++) {
         test_batch tb;
         batch_packed(&tb, lengths, 3);
         float *q = random_floats(&r, tb.b.n_queries * heads * dim, 1.0f);
         float *k = random_floats(&r, tb.b.n_keys * dim, 1.0f);
-        float *w = random_floats(&r, tb.b.n_queries * heads, 0.5f);  // mixed signs: negative scores too
+        float *w = random_floats(&r, tb.b.n_queries * heads, 0.5f); // mixed signs: negative scores too
         check_topk_case(&tb, heads, dim, topks[c], q, k, w);
         free(q);
         free(k);
@@ -365,7 +382,8 @@ START_TEST(test_topk_packed_and_decode) {
 }
 END_TEST
 
-START_TEST(test_topk_ties_prefer_lower_index) {
+START_TEST(test_topk_ties_prefer_lower_index)
+{
     // Exact ties: key rows repeated (same score bit for bit), and scores of exactly 0 where every head's
     // q.k is negative (2 heads: about a quarter of the keys). Both must resolve to the lower key index.
     rng r = rng_for(2);
@@ -378,7 +396,7 @@ START_TEST(test_topk_ties_prefer_lower_index) {
     float *w = random_floats(&r, tb.b.n_queries * heads, 1.0f);
     for (int64_t s = 3; s < tb.b.n_keys; s += 4)
         memcpy(k + s * dim, k + (s - 2) * dim, dim * sizeof(float));
-    for (int64_t t = 0; t < tb.b.n_queries; t += 3)  // all-negative weights: zero scores are the best ones
+    for (int64_t t = 0; t < tb.b.n_queries; t += 3) // all-negative weights: zero scores are the best ones
         for (int j = 0; j < heads; j++)
             w[t * heads + j] = -fabsf(w[t * heads + j]) - 0.1f;
     check_topk_case(&tb, heads, dim, 6, q, k, w);
@@ -390,7 +408,7 @@ START_TEST(test_topk_ties_prefer_lower_index) {
     int32_t indices[2 * 50];
     dsarl_dsa_indexer_inputs in = {sizeof(in), q, k, w, heads, dim};
     for (int j = 0; j < heads * dim; j++)
-        q[3 * heads * dim + j] = 0.5f;  // query 3: positive dots, equal for every key
+        q[3 * heads * dim + j] = 0.5f; // query 3: positive dots, equal for every key
     dsarl_dsa_context *ctx = make_context();
     dsarl_error err = {0};
     ck_assert_int_eq(ops()->indexer_topk(ctx, &tb.b, &in, 2, indices, NULL, &err), DSARL_OK);
@@ -407,9 +425,10 @@ END_TEST
 /* ------------------------------------------------------------------------------------------------------------
  * sparse_mla_forward */
 
-// Forward on random selections vs dense masked attention; returns nothing, asserts.
-static void check_forward_case(const test_batch *tb, const int32_t *indices, int32_t topk, const int32_t *mask,
-                               int h_n, int d_qk, int d_v, rng *r) {
+/* Forward on random selections vs dense masked attention; returns nothing, asserts. */
+static void check_forward_case(const test_batch *tb, const int32_t *indices, int32_t topk, const int32_t *mask, int h_n,
+                               int d_qk, int d_v, rng *r)
+{
     int64_t tq = tb->b.n_queries, tk = tb->b.n_keys;
     float scale = 1.0f / sqrtf((float)d_qk);
     float *q = random_floats(r, tq * h_n * d_qk, 2.0f);
@@ -432,8 +451,8 @@ static void check_forward_case(const test_batch *tb, const int32_t *indices, int
     assert_close("out", out, want, tq * h_n * d_v, 1e-5, 1e-6);
     for (int64_t i = 0; i < tq * h_n; i++) {
         if (isinf(want_lse[i])) {
-            ck_assert_msg(isinf(lse[i]) && lse[i] > 0.0f, "lse[%lld] = %g of an empty row must be +inf",
-                          (long long)i, (double)lse[i]);
+            ck_assert_msg(isinf(lse[i]) && lse[i] > 0.0f, "lse[%lld] = %g of an empty row must be +inf", (long long)i,
+                          (double)lse[i]);
             for (int c = 0; c < d_v; c++)
                 ck_assert(out[i * d_v + c] == 0.0f);
         } else {
@@ -454,14 +473,15 @@ static void check_forward_case(const test_batch *tb, const int32_t *indices, int
     free(want_lse);
 }
 
-START_TEST(test_forward_vs_dense_masked) {
+START_TEST(test_forward_vs_dense_masked)
+{
     rng r = rng_for(3);
     const int32_t lengths[] = {1, 7, 20};
     const int32_t topks[] = {4, 16};
     for (int c = 0; c < 2; c++) {
         test_batch tb;
         batch_packed(&tb, lengths, 3);
-        int32_t *indices = random_indices(&r, &tb, topks[c], 12);  // row 12 all -1
+        int32_t *indices = random_indices(&r, &tb, topks[c], 12); // row 12 all -1
         int32_t *mask = mask_from_indices(&tb, indices, topks[c]);
         check_forward_case(&tb, indices, topks[c], mask, 3, 24, 16, &r);
         free(indices);
@@ -469,7 +489,7 @@ START_TEST(test_forward_vs_dense_masked) {
         batch_free(&tb);
     }
     test_batch tb;
-    batch_decode(&tb, &r, 7, 50, 30);  // query 1 has an empty range
+    batch_decode(&tb, &r, 7, 50, 30); // query 1 has an empty range
     int32_t *indices = random_indices(&r, &tb, 8, -1);
     int32_t *mask = mask_from_indices(&tb, indices, 8);
     check_forward_case(&tb, indices, 8, mask, 2, 20, 12, &r);
@@ -479,14 +499,15 @@ START_TEST(test_forward_vs_dense_masked) {
 }
 END_TEST
 
-START_TEST(test_forward_duplicate_slots_count_twice) {
+START_TEST(test_forward_duplicate_slots_count_twice)
+{
     // The documented treatment of a key listed twice: two softmax terms (dense attention with multiplicity 2).
     rng r = rng_for(4);
     const int32_t lengths[] = {9};
     test_batch tb;
     batch_packed(&tb, lengths, 1);
     int32_t *indices = random_indices(&r, &tb, 6, -1);
-    for (int64_t t = 2; t < tb.b.n_queries; t++) {  // every row from 2 on: slot 5 repeats the key of slot 0
+    for (int64_t t = 2; t < tb.b.n_queries; t++) { // every row from 2 on: slot 5 repeats the key of slot 0
         int32_t *row = indices + t * 6;
         row[0] = tb.key_start[t];
         row[5] = tb.key_start[t];
@@ -499,7 +520,8 @@ START_TEST(test_forward_duplicate_slots_count_twice) {
 }
 END_TEST
 
-START_TEST(test_forward_full_topk_is_causal_attention) {
+START_TEST(test_forward_full_topk_is_causal_attention)
+{
     // topk >= every row's eligible count: the indexer's top-k selects every key and DSA equals causal attention.
     rng r = rng_for(5);
     const int32_t lengths[] = {1, 7, 20};
@@ -526,11 +548,12 @@ START_TEST(test_forward_full_topk_is_causal_attention) {
 }
 END_TEST
 
-START_TEST(test_absorbed_equals_per_head_mla) {
+START_TEST(test_absorbed_equals_per_head_mla)
+{
     // glm5_dsa.md 2.3 vs 2.4: o_h = W_UV,h o~_h with the absorbed query [W_UK,h^T q_nope ; q_rope] over
     // kv = [c_kv ; k_rope], equals per-head attention over k = [W_UK,h c_kv ; k_rope], v = W_UV,h c_kv.
     rng r = rng_for(6);
-    const int h_n = 3, d_n = 16, d_r = 8, c_lat = 32, d_vh = 12;  // c_lat = kv_lora: d_qk = 40, d_v = 32
+    const int h_n = 3, d_n = 16, d_r = 8, c_lat = 32, d_vh = 12; // c_lat = kv_lora: d_qk = 40, d_v = 32
     const int32_t lengths[] = {1, 7, 20};
     const int32_t topk = 10;
     test_batch tb;
@@ -543,7 +566,7 @@ START_TEST(test_absorbed_equals_per_head_mla) {
     float *q_rope = random_floats(&r, tq * h_n * d_r, 1.0f);            // (T, H, d_r)
     float *c_kv = random_floats(&r, tk * c_lat, 1.0f);                  // (T, c)
     float *k_rope = random_floats(&r, tk * d_r, 1.0f);                  // (T, d_r)
-    const float scale = 1.0f / sqrtf((float)(d_n + d_r));  // stays 1/sqrt(d_n + d_r) in the absorbed form
+    const float scale = 1.0f / sqrtf((float)(d_n + d_r));               // stays 1/sqrt(d_n + d_r) in the absorbed form
 
     // Absorbed operands (computed in double, stored as float32 like the model would).
     float *q_abs = malloc((size_t)(tq * h_n * d_qk) * sizeof(float));
@@ -570,7 +593,7 @@ START_TEST(test_absorbed_equals_per_head_mla) {
     dsarl_dsa_context *ctx = make_context();
     dsarl_error err = {0};
     ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb.b, &in, indices, topk, o_latent, lse, &err), DSARL_OK);
-    float *o_abs = malloc((size_t)(tq * h_n * d_vh) * sizeof(float));  // o_h = W_UV,h o~_h
+    float *o_abs = malloc((size_t)(tq * h_n * d_vh) * sizeof(float)); // o_h = W_UV,h o~_h
     for (int64_t t = 0; t < tq; t++)
         for (int h = 0; h < h_n; h++)
             for (int i = 0; i < d_vh; i++) {
@@ -642,17 +665,18 @@ END_TEST
 /* ------------------------------------------------------------------------------------------------------------
  * sparse_mla_backward */
 
-static void check_backward_case(const test_batch *tb, const int32_t *indices, int32_t topk, int h_n, int d_qk,
-                                int d_v, rng *r) {
+static void check_backward_case(const test_batch *tb, const int32_t *indices, int32_t topk, int h_n, int d_qk, int d_v,
+                                rng *r)
+{
     const int64_t tq = tb->b.n_queries, tk = tb->b.n_keys;
     const int64_t nq = tq * h_n * d_qk, nkv = tk * d_qk, no = tq * h_n * d_v;
     const float scale = 1.0f / sqrtf((float)d_qk);
     float *q = random_floats(r, nq, 2.0f);
     float *kv = random_floats(r, nkv, 2.0f);
-    float *g = random_floats(r, no, 1.0f);  // dout = G for the objective sum(out * G)
+    float *g = random_floats(r, no, 1.0f); // dout = G for the objective sum(out * G)
     float *dkv_before = random_floats(r, nkv, 1.0f);
     float *dkv = malloc((size_t)nkv * sizeof(float));
-    float *dq = random_floats(r, nq, 100.0f);  // garbage: dq must be overwritten
+    float *dq = random_floats(r, nq, 100.0f); // garbage: dq must be overwritten
     float *out = malloc((size_t)no * sizeof(float));
     float *lse = malloc((size_t)(tq * h_n) * sizeof(float));
     memcpy(dkv, dkv_before, (size_t)nkv * sizeof(float));
@@ -660,8 +684,7 @@ static void check_backward_case(const test_batch *tb, const int32_t *indices, in
     dsarl_dsa_context *ctx = make_context();
     dsarl_error err = {0};
     ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb->b, &in, indices, topk, out, lse, &err), DSARL_OK);
-    ck_assert_int_eq(ops()->sparse_mla_backward(ctx, &tb->b, &in, indices, topk, out, lse, g, dq, dkv, &err),
-                     DSARL_OK);
+    ck_assert_int_eq(ops()->sparse_mla_backward(ctx, &tb->b, &in, indices, topk, out, lse, g, dq, dkv, &err), DSARL_OK);
 
     // Central differences of the double objective, step 1e-5: truncation error ~1e-10.
     int32_t *mask = mask_from_indices(tb, indices, topk);
@@ -686,7 +709,7 @@ static void check_backward_case(const test_batch *tb, const int32_t *indices, in
         double down = attention_objective(tb, h_n, d_qk, d_v, scale, qd, kvd, mask, gd);
         kvd[i] = x;
         fd_kv[i] = (up - down) / (2 * h);
-        got_kv[i] = (double)dkv[i] - (double)dkv_before[i];  // accumulated on top of the pre-filled values
+        got_kv[i] = (double)dkv[i] - (double)dkv_before[i]; // accumulated on top of the pre-filled values
     }
     assert_gradient("dq", got_q, fd_q, nq, 1e-5);
     assert_gradient("dkv (accumulated)", got_kv, fd_kv, nkv, 1e-5);
@@ -717,12 +740,13 @@ static void check_backward_case(const test_batch *tb, const int32_t *indices, in
     free(got_kv);
 }
 
-START_TEST(test_backward_vs_finite_differences) {
+START_TEST(test_backward_vs_finite_differences)
+{
     rng r = rng_for(7);
     const int32_t lengths[] = {1, 4, 7};
     test_batch tb;
     batch_packed(&tb, lengths, 3);
-    int32_t *indices = random_indices(&r, &tb, 4, 6);  // row 6 all -1: dq must be 0 there
+    int32_t *indices = random_indices(&r, &tb, 4, 6); // row 6 all -1: dq must be 0 there
     check_backward_case(&tb, indices, 4, 2, 10, 6, &r);
     // A duplicated slot: both slots' contributions, consistent with the forward's two softmax terms.
     indices[11 * 4 + 0] = tb.key_start[11];
@@ -731,7 +755,7 @@ START_TEST(test_backward_vs_finite_differences) {
     free(indices);
     batch_free(&tb);
 
-    batch_decode(&tb, &r, 5, 24, 12);  // keys outside every range stay untouched
+    batch_decode(&tb, &r, 5, 24, 12); // keys outside every range stay untouched
     indices = random_indices(&r, &tb, 5, -1);
     check_backward_case(&tb, indices, 5, 3, 8, 8, &r);
     free(indices);
@@ -746,15 +770,16 @@ typedef struct loss_case {
     test_batch tb;
     int h_n, d_qk, d_v, heads, dim;
     int32_t topk;
-    float *q, *kv, *lse, *out;    // attention operands and the sparse forward's lse
-    float *qi, *ki, *w;           // indexer operands
-    int32_t *indices;             // from indexer_topk
+    float *q, *kv, *lse, *out; // attention operands and the sparse forward's lse
+    float *qi, *ki, *w;        // indexer operands
+    int32_t *indices;          // from indexer_topk
     dsarl_dsa_attention_inputs attn;
     dsarl_dsa_indexer_inputs indexer;
 } loss_case;
 
-// Random operands on the ragged pack (1, 7, 20) with top-k from the indexer itself, and the sparse lse.
-static void loss_case_init(loss_case *lc, rng *r, int32_t topk, int dim) {
+/* Random operands on the ragged pack (1, 7, 20) with top-k from the indexer itself, and the sparse lse. */
+static void loss_case_init(loss_case *lc, rng *r, int32_t topk, int dim)
+{
     const int32_t lengths[] = {1, 7, 20};
     batch_packed(&lc->tb, lengths, 3);
     lc->h_n = 3;
@@ -772,18 +797,19 @@ static void loss_case_init(loss_case *lc, rng *r, int32_t topk, int dim) {
     lc->lse = malloc((size_t)(tq * lc->h_n) * sizeof(float));
     lc->out = malloc((size_t)(tq * lc->h_n * lc->d_v) * sizeof(float));
     lc->indices = malloc((size_t)(tq * topk) * sizeof(int32_t));
-    lc->attn = (dsarl_dsa_attention_inputs){sizeof(lc->attn), lc->q, lc->kv, lc->h_n, lc->d_qk, lc->d_v,
-                                            1.0f / sqrtf((float)lc->d_qk)};
+    lc->attn = (dsarl_dsa_attention_inputs){
+        sizeof(lc->attn), lc->q, lc->kv, lc->h_n, lc->d_qk, lc->d_v, 1.0f / sqrtf((float)lc->d_qk)};
     lc->indexer = (dsarl_dsa_indexer_inputs){sizeof(lc->indexer), lc->qi, lc->ki, lc->w, lc->heads, dim};
     dsarl_dsa_context *ctx = make_context();
     dsarl_error err = {0};
     ck_assert_int_eq(ops()->indexer_topk(ctx, &lc->tb.b, &lc->indexer, topk, lc->indices, NULL, &err), DSARL_OK);
-    ck_assert_int_eq(
-        ops()->sparse_mla_forward(ctx, &lc->tb.b, &lc->attn, lc->indices, topk, lc->out, lc->lse, &err), DSARL_OK);
+    ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &lc->tb.b, &lc->attn, lc->indices, topk, lc->out, lc->lse, &err),
+                     DSARL_OK);
     ops()->destroy(ctx);
 }
 
-static void loss_case_free(loss_case *lc) {
+static void loss_case_free(loss_case *lc)
+{
     free(lc->q);
     free(lc->kv);
     free(lc->lse);
@@ -795,10 +821,11 @@ static void loss_case_free(loss_case *lc) {
     batch_free(&lc->tb);
 }
 
-START_TEST(test_indexer_loss_forward_vs_direct_kl) {
+START_TEST(test_indexer_loss_forward_vs_direct_kl)
+{
     rng r = rng_for(8);
     loss_case lc;
-    loss_case_init(&lc, &r, 5, 8);  // topk 5 < most rows' 1..20 eligible keys
+    loss_case_init(&lc, &r, 5, 8); // topk 5 < most rows' 1..20 eligible keys
     const int64_t tq = lc.tb.b.n_queries;
     float *sparse = malloc((size_t)tq * sizeof(float)), *dense = malloc((size_t)tq * sizeof(float));
     double *want_sparse = malloc((size_t)tq * sizeof(double)), *want_dense = malloc((size_t)tq * sizeof(double));
@@ -806,9 +833,9 @@ START_TEST(test_indexer_loss_forward_vs_direct_kl) {
     double *w = to_double(lc.w, tq * lc.heads);
     dsarl_dsa_context *ctx = make_context();
     dsarl_error err = {0};
-    ck_assert_int_eq(ops()->indexer_loss_forward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, lc.indices, lc.topk,
-                                                 sparse, &err),
-                     DSARL_OK);
+    ck_assert_int_eq(
+        ops()->indexer_loss_forward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, lc.indices, lc.topk, sparse, &err),
+        DSARL_OK);
     // Dense warm-up: no indices; the sparse lse passed in must not matter (the dense one is recomputed).
     ck_assert_int_eq(
         ops()->indexer_loss_forward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, NULL, lc.topk, dense, &err),
@@ -822,14 +849,14 @@ START_TEST(test_indexer_loss_forward_vs_direct_kl) {
         ck_assert_msg(sparse[t] >= -1e-6f && dense[t] >= -1e-6f, "KL must be >= 0: row %lld %g %g", (long long)t,
                       (double)sparse[t], (double)dense[t]);
         int32_t eligible = lc.tb.key_end[t] - lc.tb.key_start[t];
-        if (eligible <= lc.topk)  // the selected set is the eligible set: both modes agree
-            ck_assert_msg(fabsf(sparse[t] - dense[t]) <= 1e-5f * (1.0f + dense[t]), "row %lld: %g vs %g",
-                          (long long)t, (double)sparse[t], (double)dense[t]);
+        if (eligible <= lc.topk) // the selected set is the eligible set: both modes agree
+            ck_assert_msg(fabsf(sparse[t] - dense[t]) <= 1e-5f * (1.0f + dense[t]), "row %lld: %g vs %g", (long long)t,
+                          (double)sparse[t], (double)dense[t]);
         else
             differ += fabsf(sparse[t] - dense[t]) > 1e-4f;
     }
     ck_assert_msg(differ > 0, "dense and sparse losses never differ on rows longer than topk");
-    ck_assert(sparse[0] == 0.0f);  // one key: both distributions are the point mass
+    ck_assert(sparse[0] == 0.0f); // one key: both distributions are the point mass
 
     // lse == NULL in sparse mode: recomputed, same answer.
     ck_assert_int_eq(
@@ -848,7 +875,8 @@ START_TEST(test_indexer_loss_forward_vs_direct_kl) {
 }
 END_TEST
 
-START_TEST(test_indexer_loss_zero_when_distributions_match) {
+START_TEST(test_indexer_loss_zero_when_distributions_match)
+{
     // Every key row of kv is the same random vector, so each head's attention is uniform over S; every key row of
     // the indexer is the same random vector, so softmax(I) is uniform too: KL = 0 and the gradient vanishes.
     rng r = rng_for(9);
@@ -866,8 +894,7 @@ START_TEST(test_indexer_loss_zero_when_distributions_match) {
     dsarl_error err = {0};
     for (int mode = 0; mode < 2; mode++) {
         const int32_t *sel = mode == 0 ? lc.indices : NULL;
-        ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &lc.tb.b, &lc.attn, lc.indices, lc.topk, lc.out, lc.lse,
-                                                   &err),
+        ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &lc.tb.b, &lc.attn, lc.indices, lc.topk, lc.out, lc.lse, &err),
                          DSARL_OK);
         ck_assert_int_eq(
             ops()->indexer_loss_forward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, sel, lc.topk, loss, &err),
@@ -875,8 +902,8 @@ START_TEST(test_indexer_loss_zero_when_distributions_match) {
         for (int64_t t = 0; t < tq; t++)
             ck_assert_msg(fabsf(loss[t]) < 1e-6f, "mode %d row %lld: loss %g, want 0", mode, (long long)t,
                           (double)loss[t]);
-        ck_assert_int_eq(ops()->indexer_loss_backward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, sel, lc.topk,
-                                                      dloss, dq, dk, dw, &err),
+        ck_assert_int_eq(ops()->indexer_loss_backward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, sel, lc.topk, dloss,
+                                                      dq, dk, dw, &err),
                          DSARL_OK);
         for (int64_t i = 0; i < tq * lc.heads * lc.dim; i++)
             ck_assert(fabsf(dq[i]) < 1e-5f);
@@ -895,9 +922,10 @@ START_TEST(test_indexer_loss_zero_when_distributions_match) {
 }
 END_TEST
 
-// sum_t dloss[t] * loss(t) with the indexer operands in double (the FD objective).
+/* sum_t dloss[t] * loss(t) with the indexer operands in double (the FD objective). */
 static double loss_objective(const loss_case *lc, const int32_t *indices, const double *qi, const double *ki,
-                             const double *w, const float *dloss, double *scratch) {
+                             const double *w, const float *dloss, double *scratch)
+{
     indexer_loss_direct(&lc->tb, &lc->attn, indices, lc->topk, qi, ki, w, lc->heads, lc->dim, scratch);
     double total = 0.0;
     for (int64_t t = 0; t < lc->tb.b.n_queries; t++)
@@ -905,8 +933,9 @@ static double loss_objective(const loss_case *lc, const int32_t *indices, const 
     return total;
 }
 
-// Smallest |qI_j . kI_s| over the pairs of every query's set: finite differences need it away from the ReLU kink.
-static double min_relu_margin(const loss_case *lc, const int32_t *indices) {
+/* Smallest |qI_j . kI_s| over the pairs of every query's set: finite differences need it away from the ReLU kink. */
+static double min_relu_margin(const loss_case *lc, const int32_t *indices)
+{
     double margin = INFINITY;
     for (int64_t t = 0; t < lc->tb.b.n_queries; t++)
         for (int32_t s = lc->tb.key_start[t]; s < lc->tb.key_end[t]; s++) {
@@ -923,9 +952,10 @@ static double min_relu_margin(const loss_case *lc, const int32_t *indices) {
     return margin;
 }
 
-START_TEST(test_indexer_loss_backward_vs_finite_differences) {
+START_TEST(test_indexer_loss_backward_vs_finite_differences)
+{
     rng r = rng_for(10);
-    for (int mode = 0; mode < 2; mode++) {  // 0: sparse, 1: dense warm-up
+    for (int mode = 0; mode < 2; mode++) { // 0: sparse, 1: dense warm-up
         loss_case lc;
         const int32_t *sel = NULL;
         // Resample until no ReLU argument is within 1e-4 of its kink (a step h = 1e-6 moves it by < 1e-5).
@@ -940,13 +970,13 @@ START_TEST(test_indexer_loss_backward_vs_finite_differences) {
         const int64_t tq = lc.tb.b.n_queries, tk = lc.tb.b.n_keys;
         const int64_t nq = tq * lc.heads * lc.dim, nk = tk * lc.dim, nw = tq * lc.heads;
         float *dloss = random_floats(&r, tq, 1.0f);
-        float *dq = random_floats(&r, nq, 100.0f), *dw = random_floats(&r, nw, 100.0f);  // overwritten
+        float *dq = random_floats(&r, nq, 100.0f), *dw = random_floats(&r, nw, 100.0f); // overwritten
         float *dk_before = random_floats(&r, nk, 1.0f), *dk = malloc((size_t)nk * sizeof(float));
         memcpy(dk, dk_before, (size_t)nk * sizeof(float));
         dsarl_dsa_context *ctx = make_context();
         dsarl_error err = {0};
-        ck_assert_int_eq(ops()->indexer_loss_backward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, sel, lc.topk,
-                                                      dloss, dq, dk, dw, &err),
+        ck_assert_int_eq(ops()->indexer_loss_backward(ctx, &lc.tb.b, &lc.attn, lc.lse, &lc.indexer, sel, lc.topk, dloss,
+                                                      dq, dk, dw, &err),
                          DSARL_OK);
         double *qi = to_double(lc.qi, nq), *ki = to_double(lc.ki, nk), *w = to_double(lc.w, nw);
         double *scratch = malloc((size_t)tq * sizeof(double));
@@ -969,8 +999,8 @@ START_TEST(test_indexer_loss_backward_vs_finite_differences) {
         for (int64_t i = 0; i < nk; i++)
             got_k[i] = (double)dk[i] - (double)dk_before[i];
         assert_gradient(mode == 0 ? "sparse dq_index" : "dense dq_index", got_q, fd_q, nq, 1e-4);
-        assert_gradient(mode == 0 ? "sparse dk_index (accumulated)" : "dense dk_index (accumulated)", got_k, fd_k,
-                        nk, 1e-4);
+        assert_gradient(mode == 0 ? "sparse dk_index (accumulated)" : "dense dk_index (accumulated)", got_k, fd_k, nk,
+                        1e-4);
         assert_gradient(mode == 0 ? "sparse dweights" : "dense dweights", got_w, fd_w, nw, 1e-4);
         ops()->destroy(ctx);
         free(dloss);
@@ -998,9 +1028,13 @@ END_TEST
 
 static const char *fake_name;
 static dsarl_dtype fake_dtype;
-static dsarl_dtype fake_storage_dtype(const dsarl_device *dev) { return fake_dtype; }
+static dsarl_dtype fake_storage_dtype(const dsarl_device *dev)
+{
+    return fake_dtype;
+}
 
-START_TEST(test_create_refuses_devices_without_host_memory) {
+START_TEST(test_create_refuses_devices_without_host_memory)
+{
     dsarl_device_ops dev_ops;
     memset(&dev_ops, 0, sizeof(dev_ops));
     dev_ops.storage_dtype = fake_storage_dtype;
@@ -1043,7 +1077,8 @@ START_TEST(test_create_refuses_devices_without_host_memory) {
 }
 END_TEST
 
-START_TEST(test_invalid_arguments_are_named) {
+START_TEST(test_invalid_arguments_are_named)
+{
     rng r = rng_for(11);
     const int32_t lengths[] = {4, 3};
     test_batch tb;
@@ -1053,19 +1088,19 @@ START_TEST(test_invalid_arguments_are_named) {
     int32_t indices[7 * 2];
     for (int i = 0; i < 14; i++)
         indices[i] = -1;
-    indices[5 * 2 + 1] = 2;  // query 5 belongs to the second sequence, keys [4, 6): key 2 is another sequence's
+    indices[5 * 2 + 1] = 2; // query 5 belongs to the second sequence, keys [4, 6): key 2 is another sequence's
     dsarl_dsa_attention_inputs in = {sizeof(in), q, kv, 2, 8, 4, 0.35f};
     dsarl_dsa_context *ctx = make_context();
     dsarl_error err = {0};
     ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb.b, &in, indices, 2, out, lse, &err), DSARL_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "indices[5][1] = 2"));
     indices[5 * 2 + 1] = -1;
-    tb.key_end[3] = 9;  // past n_keys = 7
+    tb.key_end[3] = 9; // past n_keys = 7
     tb.b.max_keys_per_query = 9;
     ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb.b, &in, indices, 2, out, lse, &err), DSARL_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "query 3"));
     tb.key_end[3] = 4;
-    in.d_v = 9;  // d_v > d_qk
+    in.d_v = 9; // d_v > d_qk
     ck_assert_int_eq(ops()->sparse_mla_forward(ctx, &tb.b, &in, indices, 2, out, lse, &err), DSARL_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "d_v = 9"));
     ops()->destroy(ctx);
@@ -1075,7 +1110,8 @@ START_TEST(test_invalid_arguments_are_named) {
 }
 END_TEST
 
-START_TEST(test_empty_batches) {
+START_TEST(test_empty_batches)
+{
     // No queries at all, and queries whose ranges are all empty (max_keys_per_query = 0): every op succeeds,
     // losses and gradients are 0, lse is +inf and dk_index keeps its values.
     rng r = rng_for(13);
@@ -1140,11 +1176,12 @@ END_TEST
 /* ------------------------------------------------------------------------------------------------------------
  * A model-sized shape: the oracle must stay fast enough to sit in the unit suite. */
 
-START_TEST(test_model_sized_shape_is_fast) {
+START_TEST(test_model_sized_shape_is_fast)
+{
     rng r = rng_for(12);
     const int32_t lengths[] = {512};
     const int h_n = 8, d_qk = 576, d_v = 512, heads = 8, dim = 64;
-    const int32_t topk = 2048;  // GLM-5's index_topk: every row of a 512-token sequence attends all its keys
+    const int32_t topk = 2048; // GLM-5's index_topk: every row of a 512-token sequence attends all its keys
     test_batch tb;
     batch_packed(&tb, lengths, 1);
     const int64_t tq = tb.b.n_queries, tk = tb.b.n_keys;
@@ -1193,7 +1230,8 @@ START_TEST(test_model_sized_shape_is_fast) {
 }
 END_TEST
 
-static Suite *dsa_reference_suite(void) {
+static Suite *dsa_reference_suite(void)
+{
     Suite *s = suite_create("dsa_reference");
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 120);
@@ -1215,7 +1253,8 @@ static Suite *dsa_reference_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     const char *env = getenv("DSARL_TEST_SEED");
     test_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
     printf("check_dsa_reference: DSARL_TEST_SEED=%llu\n", (unsigned long long)test_seed);

@@ -24,7 +24,7 @@ static int parse(const char *text, glm5_config *cfg)
     return rc;
 }
 
-// The architecture keys of zai-org/GLM-5.1 and GLM-5.2 (shared/reference/glm5_dsa.md section 1.1).
+// The architecture keys of zai-org/GLM-5.1 and GLM-5.2 (docs/conventions.md section 3).
 #define GLM5_COMMON                                                                                             \
     "\"model_type\": \"glm_moe_dsa\", \"vocab_size\": 154880, \"hidden_size\": 6144, \"intermediate_size\": "  \
     "12288, \"moe_intermediate_size\": 2048, \"num_hidden_layers\": 78, \"num_attention_heads\": 64, "         \

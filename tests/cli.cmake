@@ -1,6 +1,6 @@
 # The dsarl binary end to end (shell-driven; needs bash).
 add_test(NAME cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.sh" "${CMAKE_BINARY_DIR}"
-         "${PROJECT_SOURCE_DIR}" "${DSARL_TEST_SHARED_DIR}")
+         "${PROJECT_SOURCE_DIR}")
 set_tests_properties(cli PROPERTIES LABELS unit TIMEOUT 300)
 
 # Install into a temporary prefix and build/load/select the out-of-tree example plugin against it.

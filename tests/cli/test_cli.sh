@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# test_cli.sh BUILD_DIR SOURCE_DIR SHARED_DIR: the dsarl binary end to end: help and version, `plugins`,
+# test_cli.sh BUILD_DIR SOURCE_DIR: the dsarl binary end to end: help and version, `plugins`,
 # `config show` with overrides and origins, NeMo RL's own GLM recipes unchanged, and the one-line errors and exit
 # statuses for bad input.
 set -uo pipefail
-build=$1 src=$2 shared=$3
+build=$1 src=$2
 dsarl="$build/bin/dsarl"
 failures=0
 tmp=$(mktemp -d)
@@ -72,7 +72,7 @@ for r in "$src"/configs/recipes/llm/*.yaml; do
 done
 
 # --- NeMo RL's own GLM recipes, unchanged ------------------------------------------------------------------
-nemo="$shared/compat/nemo_rl/examples/configs/recipes/llm"
+nemo="$src/tests/fixtures/nemo_rl/examples/configs/recipes/llm"  # vendored (its README.md)
 if [ -d "$nemo" ]; then
   for r in "$nemo"/grpo-glm5*.yaml; do
     name=$(basename "$r")
@@ -84,7 +84,7 @@ if [ -d "$nemo" ]; then
     grep -E "dsa_kernel_backend: tilelang +# command line" "$tmp/out" >/dev/null || fail "nemo $name: override not shown"
   done
 else
-  echo "note: $nemo absent; NeMo RL compatibility checks skipped"
+  fail "$nemo absent: the vendored NeMo RL recipes are missing"
 fi
 
 # --- bad input: one line naming the place, non-zero status ------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/bench/dsa_torch.py: the peer of `dsarl bench dsa`: the same DSA operations written as readable PyTorch on
 the same shapes and the same inputs' layout, timed the same way (CUDA events, one warm-up, L2 flushed by a 256 MiB
-write before every timed iteration), with the same FLOP conventions (shared/reference/glm5_dsa.md 2.8):
+write before every timed iteration), with the same FLOP conventions (docs/conventions.md section 1):
 
   indexer      scores(t, s) = sum_j w[t, j] * relu(q[t, j] . k[s]) over causal s <= t, then torch.topk(k)
   sparse MLA   gather the k selected latents per query, einsum q.kv, softmax (fp32), einsum p.v   (forward)

@@ -1,7 +1,8 @@
 /* Plugin entry of dsarl-dsa-reference.so: registers the reference DSA ops table as (dsa, "reference"). */
 #include "dsa_reference.h"
 
-static int reference_init(const dsarl_host *host, dsarl_error *err) {
+static int reference_init(const dsarl_host *host, dsarl_error *err)
+{
     return host->register_ops(host, DSARL_KIND_DSA, &dsarl_dsa_reference_ops.common, err);
 }
 

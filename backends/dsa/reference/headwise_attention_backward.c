@@ -17,9 +17,10 @@
 #include "dsa_reference.h"
 
 int dsa_reference_headwise_attention_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
-                                              const dsarl_dsa_headwise_inputs *in, const int32_t *indices,
-                                              int32_t topk, const void *out, const float *lse, const void *dout,
-                                              void *dq, void *dk, void *dv, dsarl_error *err) {
+                                              const dsarl_dsa_headwise_inputs *in, const int32_t *indices, int32_t topk,
+                                              const void *out, const float *lse, const void *dout, void *dq, void *dk,
+                                              void *dv, dsarl_error *err)
+{
     DSARL_TRY(dsa_ref_check_batch("headwise_attention_backward", batch, err));
     DSARL_TRY(dsa_ref_check_headwise("headwise_attention_backward", batch, in, err));
     if (indices != NULL)
@@ -30,14 +31,14 @@ int dsa_reference_headwise_attention_backward(dsarl_dsa_context *ctx, const dsar
                           "dsa reference headwise_attention_backward: out, lse, dout, dq, dk and dv must all be set");
     const int32_t n_heads = in->n_heads, d_qk = in->d_qk, d_v = in->d_v;
     const double scale = in->softmax_scale;
-    const float *q = in->q;    // (Tq, H, d_qk)
-    const float *k = in->k;    // (Tk, H, d_qk)
-    const float *v = in->v;    // (Tk, H, d_v)
-    const float *o = out;      // (Tq, H, d_v)
-    const float *d_o = dout;   // (Tq, H, d_v)
-    float *d_q = dq;           // (Tq, H, d_qk)
+    const float *q = in->q;  // (Tq, H, d_qk)
+    const float *k = in->k;  // (Tk, H, d_qk)
+    const float *v = in->v;  // (Tk, H, d_v)
+    const float *o = out;    // (Tq, H, d_v)
+    const float *d_o = dout; // (Tq, H, d_v)
+    float *d_q = dq;         // (Tq, H, d_qk)
 
-    dsa_ref_key_accumulator dk_acc, dv_acc;  // (keys touched, H * d_qk), (keys touched, H * d_v)
+    dsa_ref_key_accumulator dk_acc, dv_acc; // (keys touched, H * d_qk), (keys touched, H * d_v)
     DSARL_TRY(dsa_ref_key_accumulator_init(&dk_acc, batch, (int64_t)n_heads * d_qk, err));
     int rc = dsa_ref_key_accumulator_init(&dv_acc, batch, (int64_t)n_heads * d_v, err);
     if (rc != DSARL_OK) {
@@ -45,8 +46,8 @@ int dsa_reference_headwise_attention_backward(dsarl_dsa_context *ctx, const dsar
         return rc;
     }
     const int32_t width = dsa_ref_row_keys_capacity(batch, indices, topk);
-    int32_t *keys = malloc((size_t)width * sizeof(int32_t));          // (width) S(t)
-    double *dq_acc = malloc((size_t)d_qk * sizeof(double));           // (d_qk) dq of one head
+    int32_t *keys = malloc((size_t)width * sizeof(int32_t)); // (width) S(t)
+    double *dq_acc = malloc((size_t)d_qk * sizeof(double));  // (d_qk) dq of one head
     if (keys == NULL || dq_acc == NULL) {
         free(keys);
         free(dq_acc);
@@ -69,7 +70,7 @@ int dsa_reference_headwise_attention_backward(dsarl_dsa_context *ctx, const dsar
                     const double p = exp(scale * dsa_ref_dot(q_th, k_sh, d_qk) - row_lse);
                     const double dp = p * (dsa_ref_dot(do_th, v_sh, d_v) - delta);
                     if (p == 0.0 && dp == 0.0)
-                        continue;  // an underflowed probability: nothing to add
+                        continue; // an underflowed probability: nothing to add
                     for (int32_t c = 0; c < d_qk; c++)
                         dq_acc[c] += dp * (double)k_sh[c];
                     double *dk_sh = dsa_ref_key_accumulator_row(&dk_acc, keys[i]) + (int64_t)h * d_qk;

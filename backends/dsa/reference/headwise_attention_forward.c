@@ -15,8 +15,9 @@
 #include "dsa_reference.h"
 
 int dsa_reference_headwise_attention_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
-                                             const dsarl_dsa_headwise_inputs *in, const int32_t *indices,
-                                             int32_t topk, void *out, float *lse, dsarl_error *err) {
+                                             const dsarl_dsa_headwise_inputs *in, const int32_t *indices, int32_t topk,
+                                             void *out, float *lse, dsarl_error *err)
+{
     DSARL_TRY(dsa_ref_check_batch("headwise_attention_forward", batch, err));
     DSARL_TRY(dsa_ref_check_headwise("headwise_attention_forward", batch, in, err));
     if (indices != NULL)
@@ -25,15 +26,15 @@ int dsa_reference_headwise_attention_forward(dsarl_dsa_context *ctx, const dsarl
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference headwise_attention_forward: out and lse must be set");
     const int32_t n_heads = in->n_heads, d_qk = in->d_qk, d_v = in->d_v;
     const double scale = in->softmax_scale;
-    const float *q = in->q;  // (Tq, H, d_qk)
-    const float *k = in->k;  // (Tk, H, d_qk)
-    const float *v = in->v;  // (Tk, H, d_v)
-    float *o = out;          // (Tq, H, d_v)
+    const float *q = in->q; // (Tq, H, d_qk)
+    const float *k = in->k; // (Tk, H, d_qk)
+    const float *v = in->v; // (Tk, H, d_v)
+    float *o = out;         // (Tq, H, d_v)
 
     const int32_t width = dsa_ref_row_keys_capacity(batch, indices, topk);
-    int32_t *keys = malloc((size_t)width * sizeof(int32_t));  // (width) S(t) as absolute key indices
-    double *weight = malloc((size_t)width * sizeof(double));  // (width) logits, then probabilities, of one head
-    double *acc = malloc((size_t)d_v * sizeof(double));       // (d_v) output of one head
+    int32_t *keys = malloc((size_t)width * sizeof(int32_t)); // (width) S(t) as absolute key indices
+    double *weight = malloc((size_t)width * sizeof(double)); // (width) logits, then probabilities, of one head
+    double *acc = malloc((size_t)d_v * sizeof(double));      // (d_v) output of one head
     if (keys == NULL || weight == NULL || acc == NULL) {
         free(keys);
         free(weight);

@@ -22,17 +22,18 @@
 #include <string.h>
 #include "dsa_reference.h"
 
-// Per-row workspace, sized for the largest set of the call.
+/* Per-row workspace, sized for the largest set of the call. */
 typedef struct loss_row {
-    int32_t n_set;    // |S|
-    int32_t *keys;    // (max_set) absolute key index of each entry of S
-    double *target;   // (max_set) p(s), L1-normalised
-    double *log_q;    // (max_set) log softmax_S of the indexer scores
-    double *qk_dot;   // (max_set, indexer n_heads) raw qI_j . kI_s (its sign is the ReLU gate)
-    double *logit;    // (max_set) attention logits of one head (scratch)
+    int32_t n_set;  // |S|
+    int32_t *keys;  // (max_set) absolute key index of each entry of S
+    double *target; // (max_set) p(s), L1-normalised
+    double *log_q;  // (max_set) log softmax_S of the indexer scores
+    double *qk_dot; // (max_set, indexer n_heads) raw qI_j . kI_s (its sign is the ReLU gate)
+    double *logit;  // (max_set) attention logits of one head (scratch)
 } loss_row;
 
-static void loss_row_free(loss_row *row) {
+static void loss_row_free(loss_row *row)
+{
     free(row->keys);
     free(row->target);
     free(row->log_q);
@@ -40,15 +41,15 @@ static void loss_row_free(loss_row *row) {
     free(row->logit);
 }
 
-static int loss_row_alloc(loss_row *row, int64_t max_set, int32_t indexer_heads, dsarl_error *err) {
+static int loss_row_alloc(loss_row *row, int64_t max_set, int32_t indexer_heads, dsarl_error *err)
+{
     size_t n = (size_t)(max_set > 0 ? max_set : 1);
     row->keys = malloc(n * sizeof(int32_t));
     row->target = malloc(n * sizeof(double));
     row->log_q = malloc(n * sizeof(double));
     row->qk_dot = malloc(n * (size_t)indexer_heads * sizeof(double));
     row->logit = malloc(n * sizeof(double));
-    if (row->keys == NULL || row->target == NULL || row->log_q == NULL || row->qk_dot == NULL ||
-        row->logit == NULL) {
+    if (row->keys == NULL || row->target == NULL || row->log_q == NULL || row->qk_dot == NULL || row->logit == NULL) {
         loss_row_free(row);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsa reference indexer loss: cannot allocate buffers for %lld keys",
                           (long long)max_set);
@@ -56,8 +57,9 @@ static int loss_row_alloc(loss_row *row, int64_t max_set, int32_t indexer_heads,
     return DSARL_OK;
 }
 
-// log sum_i exp(x[i]) over n > 0 values, shifted by the maximum.
-static double log_sum_exp(const double *x, int32_t n) {
+/* log sum_i exp(x[i]) over n > 0 values, shifted by the maximum. */
+static double log_sum_exp(const double *x, int32_t n)
+{
     double max = -INFINITY;
     for (int32_t i = 0; i < n; i++)
         if (x[i] > max)
@@ -70,10 +72,11 @@ static double log_sum_exp(const double *x, int32_t n) {
     return max + log(sum);
 }
 
-// Fills S, the target p and log q of query t.
+/* Fills S, the target p and log q of query t. */
 static void loss_row_compute(loss_row *row, const dsarl_dsa_batch *batch, const dsarl_dsa_attention_inputs *attn,
                              const float *lse, const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices,
-                             int32_t topk, int64_t t) {
+                             int32_t topk, int64_t t)
+{
     row->n_set = 0;
     if (indices != NULL) {
         const int32_t *sel = indices + t * topk;
@@ -89,16 +92,16 @@ static void loss_row_compute(loss_row *row, const dsarl_dsa_batch *batch, const 
         return;
 
     // Target: head-summed attention probabilities over S, L1-normalised.
-    const float *q = attn->q;    // (Tq, H, d_qk)
-    const float *kv = attn->kv;  // (Tk, d_qk)
+    const float *q = attn->q;   // (Tq, H, d_qk)
+    const float *kv = attn->kv; // (Tk, d_qk)
     memset(row->target, 0, (size_t)n * sizeof(double));
     for (int32_t h = 0; h < attn->n_heads; h++) {
         const float *q_th = q + (t * attn->n_heads + h) * attn->d_qk;
         for (int32_t i = 0; i < n; i++)
-            row->logit[i] = (double)attn->softmax_scale * dsa_ref_dot(q_th, kv + (int64_t)row->keys[i] * attn->d_qk,
-                                                                      attn->d_qk);
-        double head_lse = (indices != NULL && lse != NULL) ? (double)lse[t * attn->n_heads + h]
-                                                           : log_sum_exp(row->logit, n);
+            row->logit[i] =
+                (double)attn->softmax_scale * dsa_ref_dot(q_th, kv + (int64_t)row->keys[i] * attn->d_qk, attn->d_qk);
+        double head_lse =
+            (indices != NULL && lse != NULL) ? (double)lse[t * attn->n_heads + h] : log_sum_exp(row->logit, n);
         for (int32_t i = 0; i < n; i++)
             row->target[i] += exp(row->logit[i] - head_lse);
     }
@@ -110,9 +113,9 @@ static void loss_row_compute(loss_row *row, const dsarl_dsa_batch *batch, const 
         row->target[i] /= norm;
 
     // Indexer distribution: log softmax over S of the weighted-ReLU scores.
-    const float *q_index = indexer->q;        // (Tq, n_heads, head_dim)
-    const float *k_index = indexer->k;        // (Tk, head_dim)
-    const float *w = indexer->weights;        // (Tq, n_heads)
+    const float *q_index = indexer->q; // (Tq, n_heads, head_dim)
+    const float *k_index = indexer->k; // (Tk, head_dim)
+    const float *w = indexer->weights; // (Tq, n_heads)
     const int32_t heads = indexer->n_heads, dim = indexer->head_dim;
     for (int32_t i = 0; i < n; i++) {
         const float *k_s = k_index + (int64_t)row->keys[i] * dim;
@@ -130,10 +133,11 @@ static void loss_row_compute(loss_row *row, const dsarl_dsa_batch *batch, const 
         row->log_q[i] -= score_lse;
 }
 
-// Checks shared by forward and backward; sets *max_set to the largest |S| of the call.
+/* Checks shared by forward and backward; sets *max_set to the largest |S| of the call. */
 static int check_loss_args(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_attention_inputs *attn,
                            const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
-                           int64_t *max_set, dsarl_error *err) {
+                           int64_t *max_set, dsarl_error *err)
+{
     DSARL_TRY(dsa_ref_check_batch(op, batch, err));
     DSARL_TRY(dsa_ref_check_attention(op, batch, attn, err));
     DSARL_TRY(dsa_ref_check_indexer(op, batch, indexer, err));
@@ -145,8 +149,9 @@ static int check_loss_args(const char *op, const dsarl_dsa_batch *batch, const d
 
 int dsa_reference_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                        const dsarl_dsa_attention_inputs *attn, const float *lse,
-                                       const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices,
-                                       int32_t topk, float *loss, dsarl_error *err) {
+                                       const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                                       float *loss, dsarl_error *err)
+{
     int64_t max_set = 0;
     DSARL_TRY(check_loss_args("indexer_loss_forward", batch, attn, indexer, indices, topk, &max_set, err));
     if (batch->n_queries > 0 && loss == NULL)
@@ -167,24 +172,25 @@ int dsa_reference_indexer_loss_forward(dsarl_dsa_context *ctx, const dsarl_dsa_b
 
 int dsa_reference_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                         const dsarl_dsa_attention_inputs *attn, const float *lse,
-                                        const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices,
-                                        int32_t topk, const float *dloss, void *dq_index, void *dk_index,
-                                        float *dweights, dsarl_error *err) {
+                                        const dsarl_dsa_indexer_inputs *indexer, const int32_t *indices, int32_t topk,
+                                        const float *dloss, void *dq_index, void *dk_index, float *dweights,
+                                        dsarl_error *err)
+{
     int64_t max_set = 0;
     DSARL_TRY(check_loss_args("indexer_loss_backward", batch, attn, indexer, indices, topk, &max_set, err));
     if (batch->n_queries > 0 && (dloss == NULL || dq_index == NULL || dk_index == NULL || dweights == NULL))
         return DSARL_FAIL(err, DSARL_E_INVALID,
                           "dsa reference indexer_loss_backward: dloss, dq_index, dk_index and dweights must be set");
     const int32_t heads = indexer->n_heads, dim = indexer->head_dim;
-    const float *q_index = indexer->q;  // (Tq, n_heads, head_dim)
-    const float *k_index = indexer->k;  // (Tk, head_dim)
-    const float *w = indexer->weights;  // (Tq, n_heads)
-    float *dq = dq_index;               // (Tq, n_heads, head_dim)
+    const float *q_index = indexer->q; // (Tq, n_heads, head_dim)
+    const float *k_index = indexer->k; // (Tk, head_dim)
+    const float *w = indexer->weights; // (Tq, n_heads)
+    float *dq = dq_index;              // (Tq, n_heads, head_dim)
 
     loss_row row;
     DSARL_TRY(loss_row_alloc(&row, max_set, heads, err));
-    dsa_ref_key_accumulator dk_acc;  // (keys touched, head_dim)
-    double *dq_acc = malloc((size_t)dim * sizeof(double));  // (head_dim) one head of dq_index
+    dsa_ref_key_accumulator dk_acc;                        // (keys touched, head_dim)
+    double *dq_acc = malloc((size_t)dim * sizeof(double)); // (head_dim) one head of dq_index
     int rc = dq_acc != NULL ? dsa_ref_key_accumulator_init(&dk_acc, batch, dim, err)
                             : DSARL_FAIL(err, DSARL_E_NOMEM, "dsa reference indexer_loss_backward: out of memory");
     if (rc < 0) {
@@ -206,7 +212,7 @@ int dsa_reference_indexer_loss_backward(dsarl_dsa_context *ctx, const dsarl_dsa_
             for (int32_t i = 0; i < row.n_set; i++) {
                 const double dot = row.qk_dot[(int64_t)i * heads + j];
                 if (dot <= 0.0)
-                    continue;  // the ReLU is closed: no gradient through this (head, key)
+                    continue; // the ReLU is closed: no gradient through this (head, key)
                 dw += dscore[i] * dot;
                 const double g = dscore[i] * w_tj;
                 const float *k_s = k_index + (int64_t)row.keys[i] * dim;

@@ -17,13 +17,15 @@ typedef struct scored_key {
     int32_t key;
 } scored_key;
 
-// True when a ranks strictly before b: higher score, or equal score and lower key index.
-static int ranks_before(scored_key a, scored_key b) {
+/* True when a ranks strictly before b: higher score, or equal score and lower key index. */
+static int ranks_before(scored_key a, scored_key b)
+{
     return a.score > b.score || (a.score == b.score && a.key < b.key);
 }
 
-// Restores the heap property below slot i of a min-heap whose root is the worst-ranked kept key.
-static void sift_down(scored_key *heap, int32_t n, int32_t i) {
+/* Restores the heap property below slot i of a min-heap whose root is the worst-ranked kept key. */
+static void sift_down(scored_key *heap, int32_t n, int32_t i)
+{
     for (;;) {
         int32_t worst = i, left = 2 * i + 1, right = 2 * i + 2;
         if (left < n && ranks_before(heap[worst], heap[left]))
@@ -39,8 +41,9 @@ static void sift_down(scored_key *heap, int32_t n, int32_t i) {
     }
 }
 
-// Moves slot i up while it ranks below its parent (it is worse, so it belongs nearer the root).
-static void sift_up(scored_key *heap, int32_t i) {
+/* Moves slot i up while it ranks below its parent (it is worse, so it belongs nearer the root). */
+static void sift_up(scored_key *heap, int32_t i)
+{
     while (i > 0) {
         int32_t parent = (i - 1) / 2;
         if (!ranks_before(heap[parent], heap[i]))
@@ -52,9 +55,10 @@ static void sift_up(scored_key *heap, int32_t i) {
     }
 }
 
-// I(t,s) for one query row and one key, in double.
+/* I(t,s) for one query row and one key, in double. */
 static double indexer_score(const float *q_row, const float *weights_row, const float *k_row, int32_t n_heads,
-                            int32_t head_dim) {
+                            int32_t head_dim)
+{
     double score = 0.0;
     for (int32_t j = 0; j < n_heads; j++) {
         double dot = dsa_ref_dot(q_row + (int64_t)j * head_dim, k_row, head_dim);
@@ -64,17 +68,17 @@ static double indexer_score(const float *q_row, const float *weights_row, const 
     return score;
 }
 
-int dsa_reference_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
-                               const dsarl_dsa_indexer_inputs *in, int32_t topk, int32_t *indices, float *scores,
-                               dsarl_error *err) {
+int dsa_reference_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
+                               int32_t topk, int32_t *indices, float *scores, dsarl_error *err)
+{
     DSARL_TRY(dsa_ref_check_batch("indexer_topk", batch, err));
     DSARL_TRY(dsa_ref_check_indexer("indexer_topk", batch, in, err));
     if (topk <= 0 || (batch->n_queries > 0 && indices == NULL))
         return DSARL_FAIL(err, DSARL_E_INVALID,
                           "dsa reference indexer_topk: topk = %d must be positive and indices (Tq, topk) set", topk);
-    const float *q = in->q;        // (Tq, n_heads, head_dim)
-    const float *k = in->k;        // (Tk, head_dim)
-    const float *w = in->weights;  // (Tq, n_heads)
+    const float *q = in->q;       // (Tq, n_heads, head_dim)
+    const float *k = in->k;       // (Tk, head_dim)
+    const float *w = in->weights; // (Tq, n_heads)
     scored_key *heap = malloc((size_t)topk * sizeof(*heap));
     if (heap == NULL)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsa reference indexer_topk: cannot allocate a heap of %d keys", topk);
@@ -84,8 +88,8 @@ int dsa_reference_indexer_topk(dsarl_dsa_context *ctx, const dsarl_dsa_batch *ba
         const float *w_row = w + t * in->n_heads;
         int32_t kept = 0;
         for (int32_t s = batch->key_start[t]; s < batch->key_end[t]; s++) {
-            scored_key cand = {indexer_score(q_row, w_row, k + (int64_t)s * in->head_dim, in->n_heads,
-                                             in->head_dim), s};
+            scored_key cand = {indexer_score(q_row, w_row, k + (int64_t)s * in->head_dim, in->n_heads, in->head_dim),
+                               s};
             if (kept < topk) {
                 heap[kept] = cand;
                 sift_up(heap, kept++);

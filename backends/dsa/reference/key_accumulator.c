@@ -5,8 +5,9 @@
 #include "dsa_reference.h"
 
 int dsa_ref_key_accumulator_init(dsa_ref_key_accumulator *acc, const dsarl_dsa_batch *batch, int64_t width,
-                                 dsarl_error *err) {
-    int64_t first = batch->n_keys, last = 0;  // [first, last) spans every non-empty range
+                                 dsarl_error *err)
+{
+    int64_t first = batch->n_keys, last = 0; // [first, last) spans every non-empty range
     for (int64_t t = 0; t < batch->n_queries; t++) {
         if (batch->key_start[t] == batch->key_end[t])
             continue;
@@ -28,7 +29,8 @@ int dsa_ref_key_accumulator_init(dsa_ref_key_accumulator *acc, const dsarl_dsa_b
     return DSARL_OK;
 }
 
-void dsa_ref_key_accumulator_flush(dsa_ref_key_accumulator *acc, float *dst, int64_t dst_stride) {
+void dsa_ref_key_accumulator_flush(dsa_ref_key_accumulator *acc, float *dst, int64_t dst_stride)
+{
     for (int64_t r = 0; r < acc->n_rows; r++) {
         float *out = dst + (acc->first_key + r) * dst_stride;
         const double *sum = acc->rows + r * acc->width;
@@ -38,7 +40,8 @@ void dsa_ref_key_accumulator_flush(dsa_ref_key_accumulator *acc, float *dst, int
     dsa_ref_key_accumulator_free(acc);
 }
 
-void dsa_ref_key_accumulator_free(dsa_ref_key_accumulator *acc) {
+void dsa_ref_key_accumulator_free(dsa_ref_key_accumulator *acc)
+{
     free(acc->rows);
     acc->rows = NULL;
     acc->n_rows = 0;

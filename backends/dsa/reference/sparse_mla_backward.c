@@ -18,7 +18,8 @@
 int dsa_reference_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                       const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
                                       const void *out, const float *lse, const void *dout, void *dq, void *dkv,
-                                      dsarl_error *err) {
+                                      dsarl_error *err)
+{
     DSARL_TRY(dsa_ref_check_batch("sparse_mla_backward", batch, err));
     DSARL_TRY(dsa_ref_check_attention("sparse_mla_backward", batch, in, err));
     DSARL_TRY(dsa_ref_check_indices("sparse_mla_backward", batch, indices, topk, err));
@@ -27,18 +28,18 @@ int dsa_reference_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_ba
                           "dsa reference sparse_mla_backward: out, lse, dout, dq and dkv must all be set");
     const int32_t n_heads = in->n_heads, d_qk = in->d_qk, d_v = in->d_v;
     const double scale = in->softmax_scale;
-    const float *q = in->q;        // (Tq, H, d_qk)
-    const float *kv = in->kv;      // (Tk, d_qk)
-    const float *o = out;          // (Tq, H, d_v)
-    const float *d_o = dout;       // (Tq, H, d_v)
-    float *d_q = dq;               // (Tq, H, d_qk)
+    const float *q = in->q;   // (Tq, H, d_qk)
+    const float *kv = in->kv; // (Tk, d_qk)
+    const float *o = out;     // (Tq, H, d_v)
+    const float *d_o = dout;  // (Tq, H, d_v)
+    float *d_q = dq;          // (Tq, H, d_qk)
 
-    dsa_ref_key_accumulator dkv_acc;  // (keys touched, d_qk)
+    dsa_ref_key_accumulator dkv_acc; // (keys touched, d_qk)
     DSARL_TRY(dsa_ref_key_accumulator_init(&dkv_acc, batch, d_qk, err));
     const size_t per_query = (size_t)n_heads * (size_t)topk;
-    double *prob = malloc(per_query * sizeof(double));                     // (H, topk) p(s)
-    double *dlogit = malloc(per_query * sizeof(double));                   // (H, topk) dP(s)
-    double *dq_acc = malloc((size_t)n_heads * d_qk * sizeof(double));      // (H, d_qk)
+    double *prob = malloc(per_query * sizeof(double));                // (H, topk) p(s)
+    double *dlogit = malloc(per_query * sizeof(double));              // (H, topk) dP(s)
+    double *dq_acc = malloc((size_t)n_heads * d_qk * sizeof(double)); // (H, d_qk)
     if (prob == NULL || dlogit == NULL || dq_acc == NULL) {
         free(prob);
         free(dlogit);
@@ -48,8 +49,8 @@ int dsa_reference_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_ba
     }
     for (int64_t t = 0; t < batch->n_queries; t++) {
         const int32_t *sel = indices + t * topk;
-        const float *q_t = q + t * n_heads * d_qk;     // (H, d_qk)
-        const float *do_t = d_o + t * n_heads * d_v;   // (H, d_v)
+        const float *q_t = q + t * n_heads * d_qk;   // (H, d_qk)
+        const float *do_t = d_o + t * n_heads * d_v; // (H, d_v)
         // Pass 1, head by head: p, dP and dq (the key row is in cache from its dot products).
         memset(dq_acc, 0, (size_t)n_heads * d_qk * sizeof(double));
         for (int32_t h = 0; h < n_heads; h++) {
@@ -77,12 +78,12 @@ int dsa_reference_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_ba
             for (int32_t h = 0; h < n_heads; h++) {
                 const double p = prob[(size_t)h * topk + i], dp = dlogit[(size_t)h * topk + i];
                 if (p == 0.0 && dp == 0.0)
-                    continue;  // an empty row (lse = +inf) or an underflowed probability: nothing to add
+                    continue; // an empty row (lse = +inf) or an underflowed probability: nothing to add
                 const double key_coef = scale * dp;
                 const float *q_th = q_t + h * d_qk, *do_th = do_t + h * d_v;
-                for (int32_t c = 0; c < d_v; c++)  // key role and value role
+                for (int32_t c = 0; c < d_v; c++) // key role and value role
                     dkv_s[c] += key_coef * (double)q_th[c] + p * (double)do_th[c];
-                for (int32_t c = d_v; c < d_qk; c++)  // key role only (the rope columns)
+                for (int32_t c = d_v; c < d_qk; c++) // key role only (the rope columns)
                     dkv_s[c] += key_coef * (double)q_th[c];
             }
         }

@@ -13,7 +13,8 @@
 
 int dsa_reference_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                      const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
-                                     void *out, float *lse, dsarl_error *err) {
+                                     void *out, float *lse, dsarl_error *err)
+{
     DSARL_TRY(dsa_ref_check_batch("sparse_mla_forward", batch, err));
     DSARL_TRY(dsa_ref_check_attention("sparse_mla_forward", batch, in, err));
     DSARL_TRY(dsa_ref_check_indices("sparse_mla_forward", batch, indices, topk, err));
@@ -21,9 +22,9 @@ int dsa_reference_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_bat
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference sparse_mla_forward: out and lse must be set");
     const int32_t n_heads = in->n_heads, d_qk = in->d_qk, d_v = in->d_v;
     const double scale = in->softmax_scale;
-    const float *q = in->q;    // (Tq, H, d_qk)
-    const float *kv = in->kv;  // (Tk, d_qk)
-    float *o = out;            // (Tq, H, d_v)
+    const float *q = in->q;   // (Tq, H, d_qk)
+    const float *kv = in->kv; // (Tk, d_qk)
+    float *o = out;           // (Tq, H, d_v)
 
     double *weight = malloc((size_t)topk * sizeof(double)); // (topk) logits, then probabilities, of one head
     double *acc = malloc((size_t)d_v * sizeof(double));     // (d_v) output of one head
@@ -63,7 +64,7 @@ int dsa_reference_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_bat
                 if (sel[i] < 0)
                     continue;
                 const double p = weight[i] / denom;
-                const float *v = kv + (int64_t)sel[i] * d_qk;  // V(s) = kv[s, :d_v]
+                const float *v = kv + (int64_t)sel[i] * d_qk; // V(s) = kv[s, :d_v]
                 for (int32_t c = 0; c < d_v; c++)
                     acc[c] += p * (double)v[c];
             }

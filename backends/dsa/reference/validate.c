@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include "dsa_reference.h"
 
-int dsa_ref_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_error *err) {
+int dsa_ref_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_error *err)
+{
     if (batch == NULL)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: batch is NULL; pass the query ranges", op);
     if (batch->n_queries < 0 || batch->n_keys < 0 || batch->n_keys > INT32_MAX)
@@ -15,8 +16,8 @@ int dsa_ref_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_erro
                           op, (long long)batch->n_queries, (long long)batch->n_keys);
     if (batch->n_queries > 0 && (batch->key_start == NULL || batch->key_end == NULL))
         return DSARL_FAIL(err, DSARL_E_INVALID,
-                          "dsa reference %s: batch.key_start and batch.key_end must both be set for %lld queries",
-                          op, (long long)batch->n_queries);
+                          "dsa reference %s: batch.key_start and batch.key_end must both be set for %lld queries", op,
+                          (long long)batch->n_queries);
     for (int64_t t = 0; t < batch->n_queries; t++) {
         int64_t start = batch->key_start[t], end = batch->key_end[t];
         if (start < 0 || start > end || end > batch->n_keys)
@@ -34,7 +35,8 @@ int dsa_ref_check_batch(const char *op, const dsarl_dsa_batch *batch, dsarl_erro
 }
 
 int dsa_ref_check_attention(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_attention_inputs *in,
-                            dsarl_error *err) {
+                            dsarl_error *err)
+{
     if (in == NULL)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: the attention inputs are NULL", op);
     if (in->n_heads <= 0 || in->d_qk <= 0 || in->d_v <= 0 || in->d_v > in->d_qk)
@@ -52,7 +54,8 @@ int dsa_ref_check_attention(const char *op, const dsarl_dsa_batch *batch, const 
 }
 
 int dsa_ref_check_headwise(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_headwise_inputs *in,
-                           dsarl_error *err) {
+                           dsarl_error *err)
+{
     if (in == NULL)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: the headwise attention inputs are NULL", op);
     if (in->n_heads <= 0 || in->d_qk <= 0 || in->d_v <= 0)
@@ -69,7 +72,8 @@ int dsa_ref_check_headwise(const char *op, const dsarl_dsa_batch *batch, const d
 }
 
 int dsa_ref_check_indexer(const char *op, const dsarl_dsa_batch *batch, const dsarl_dsa_indexer_inputs *in,
-                          dsarl_error *err) {
+                          dsarl_error *err)
+{
     if (in == NULL)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: the indexer inputs are NULL", op);
     if (in->n_heads <= 0 || in->head_dim <= 0)
@@ -82,7 +86,8 @@ int dsa_ref_check_indexer(const char *op, const dsarl_dsa_batch *batch, const ds
 }
 
 int dsa_ref_check_indices(const char *op, const dsarl_dsa_batch *batch, const int32_t *indices, int32_t topk,
-                          dsarl_error *err) {
+                          dsarl_error *err)
+{
     if (topk <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsa reference %s: topk = %d must be positive", op, topk);
     if (batch->n_queries > 0 && indices == NULL)
@@ -96,8 +101,7 @@ int dsa_ref_check_indices(const char *op, const dsarl_dsa_batch *batch, const in
                 return DSARL_FAIL(err, DSARL_E_INVALID,
                                   "dsa reference %s: indices[%lld][%d] = %d is outside query %lld's key range "
                                   "[%d, %d); a slot holds -1 or an absolute key index of that range",
-                                  op, (long long)t, i, row[i], (long long)t, batch->key_start[t],
-                                  batch->key_end[t]);
+                                  op, (long long)t, i, row[i], (long long)t, batch->key_start[t], batch->key_end[t]);
         }
     }
     return DSARL_OK;
