@@ -451,7 +451,7 @@ START_TEST(test_ops_table_complete)
         ck_assert_msg(slot != NULL, "device cuda: slot at byte %td is NULL", p - (const char *)ops);
     }
     ck_assert_int_eq(ops->storage_dtype(gpu), storage);
-    ck_assert_int_eq(ops->common.n_keys, 1);
+    ck_assert_int_eq(ops->common.n_keys, 2); // runtime.cuda_storage_dtype, runtime.cuda_profile
     void *buf = NULL;
     ck_assert_int_eq(ops->alloc(gpu, 1000, &buf, &err), 0);
     ck_assert_int_eq((uintptr_t)buf % 256, 0);

@@ -338,14 +338,15 @@ START_TEST(test_chunks)
     // query rows in chunks of 100 (not a multiple of any query tile) and of 64
     const int32_t lengths[] = {300, 250, 1, 77};
     const int32_t topks[] = {64};
-    dsarl_dsa_context *keep = tl;
-    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 100\n");
+    // the chunked context stands in for the default configuration (check_case switches tl between tl_configs)
+    dsarl_dsa_context *keep = tl_configs[0];
+    tl = tl_configs[0] = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 100\n");
     check_packed(lengths, 4, 32, 128, 1, topks, 1, "exact pack, chunks of 100 rows");
-    tilelang_destroy(tl);
-    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 64\n");
+    tilelang_destroy(tl_configs[0]);
+    tl = tl_configs[0] = tilelang_with_keys(gpu, "runtime:\n  tilelang_indexer_chunk: 64\n");
     check_packed(lengths, 4, 64, 64, 0, topks, 1, "float pack, chunks of 64 rows");
-    tilelang_destroy(tl);
-    tl = keep;
+    tilelang_destroy(tl_configs[0]);
+    tl = tl_configs[0] = keep;
     const int32_t one[] = {1};
     check_packed(one, 1, 32, 128, 0, topks, 1, "single query");
 }
