@@ -1,7 +1,7 @@
 /* grpo.h: the math of GRPO as NeMo RL implements it, on host float arrays, plus its recipe keys and config.
  *
- * Semantics follow ../shared/reference/nemo_rl_grpo.md (sections 1.5 and 3.1-3.5), which paraphrases
- * nemo_rl/algorithms/{grpo.py, utils.py, reward_functions.py, advantage_estimator.py, loss/loss_functions.py}.
+ * Semantics follow NeMo RL's nemo_rl/algorithms/{grpo.py, utils.py, reward_functions.py, advantage_estimator.py,
+ * loss/loss_functions.py}, written out in docs/conventions.md section 2.
  * Everything here is a pure function over caller-owned arrays: no globals, no allocation that outlives a call.
  * The loss runs on the host over per-token log-probabilities (only T floats cross the bus), so one
  * implementation serves the CPU and the GPU model: the model computes lp_theta, this file returns

@@ -35,7 +35,7 @@ int cli_take_global_options(int argc, char **argv, cli_options *opts);
 /* Loads RECIPE, applies the overrides (argv entries that are not options) and resolves interpolations. */
 int cli_load_recipe(const char *path, int n_overrides, char **overrides, dsarl_recipe **out, dsarl_error *err);
 
-/* A registry with the search path of DESIGN.md: recipe plugins.path (root may be NULL), --plugin-path,
+/* A registry with the search path of docs/plugins.md ("Loading"): recipe plugins.path (root may be NULL), --plugin-path,
  * DSARL_PLUGIN_PATH, beside libdsarl; every plugin found is loaded. */
 int cli_open_registry(const dsarl_node *root, const cli_options *opts, dsarl_registry **out, dsarl_error *err);
 

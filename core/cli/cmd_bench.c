@@ -8,7 +8,7 @@
  * blocking streams are ordered with; without it (a CPU device) the wall clock around a synchronize is used. The
  * L2 cache is flushed (a 256 MiB write) before every timed iteration, outside the timed interval.
  *
- * FLOP conventions (shared/reference/glm5_dsa.md 2.8): sparse MLA forward 2 * Tq * k * H * (d_qk + d_v)
+ * FLOP conventions (docs/conventions.md section 1): sparse MLA forward 2 * Tq * k * H * (d_qk + d_v)
  * (FlashMLA); backward 2 * Tq * k * H * (3 d_qk + 2 d_v) (TileLang's sparse_mla_bwd: five products of a tile);
  * indexer scores 2 * H_I * d_I per causal (query, key) pair (DeepGEMM). */
 #include <dlfcn.h>
