@@ -33,12 +33,12 @@ typedef struct model_bench_opts {
     double lr, indexer_loss_coeff;
 } model_bench_opts;
 
-// What the model's tensors say about the work of one token (the summary line and generate's matmul FLOPs).
-typedef struct flop_shape {
-    int64_t heads, qk_head_dim, v_head_dim, index_topk, index_heads, index_dim, layers, full_layers;
-    int64_t experts, top_k, vocab, hidden;
-    int64_t trainable, lm_params, index_params, embed_params, weight_bytes;
-} flop_shape;
+// What the model ops say of the model (sizes for the token data and the decode floor) and what its flops slot
+// says of the work (the plugin's own count: the core knows no family's formula or tensor names).
+typedef struct model_shape {
+    int64_t vocab, trainable, weight_bytes;
+    dsarl_model_flops flops;
+} model_shape;
 
 // Everything one benchmark holds; closed in reverse order.
 typedef struct model_bench {
@@ -372,70 +372,39 @@ static int measure_ceilings(model_bench *m, int iters, dsarl_error *err)
 
 /* --- FLOPs ------------------------------------------------------------------------------------------------------- */
 
-static int64_t cfg_int(const json_t *c, const char *key, int64_t def)
+// The model's sizes from its ops and the FLOPs of batch from its flops slot.
+static int model_shape_of(model_bench *m, const model_bench_opts *o, const dsarl_token_batch *batch, model_shape *f,
+                          dsarl_error *err)
 {
-    const json_t *v = json_object_get(c, key);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : def;
-}
-
-// Classifies the model's tensors (names and shapes from the model ops) into the FLOP counts' parameter groups;
-// the per-head and indexer sizes come from the config (transformers' defaults when a key is absent).
-static int flop_shape_of(model_bench *m, flop_shape *f, dsarl_error *err)
-{
-    const json_t *c = m->config;
     memset(f, 0, sizeof(*f));
-    int64_t nope = cfg_int(c, "qk_nope_head_dim", 192), rope = cfg_int(c, "qk_rope_head_dim", 64);
-    f->heads = cfg_int(c, "num_attention_heads", 64);
-    f->qk_head_dim = nope + rope;
-    f->v_head_dim = cfg_int(c, "v_head_dim", 256);
-    f->index_topk = cfg_int(c, "index_topk", 2048);
-    f->index_heads = cfg_int(c, "index_n_heads", 32);
-    f->index_dim = cfg_int(c, "index_head_dim", 128);
-    f->layers = cfg_int(c, "num_hidden_layers", 78);
-    f->experts = cfg_int(c, "n_routed_experts", cfg_int(c, "num_experts", 256));
-    f->top_k = cfg_int(c, "num_experts_per_tok", 8);
+    if (!DSARL_MODEL_HAS(m->mo, flops))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsarl bench: model %s does not count its FLOPs (flops, ABI 1.2)",
+                          m->family);
     f->vocab = m->mo->vocab_size(m->model);
     int64_t buffers = 0;
     DSARL_TRY(m->mo->parameter_count(m->model, &f->trainable, &buffers, err));
     size_t elem = dsarl_dtype_size(m->b.d->storage_dtype(m->b.dev));
-    int64_t n = m->mo->parameter_tensors(m->model), last_indexer_layer = -1;
+    int64_t n = m->mo->parameter_tensors(m->model);
     for (int64_t i = 0; i < n; i++) {
         const char *name = NULL;
         int32_t ndim = 0;
         int64_t shape[3] = {1, 1, 1};
         int trainable = 0;
         DSARL_TRY(m->mo->parameter_info(m->model, i, &name, &ndim, shape, &trainable, err));
-        int64_t numel = shape[0] * (ndim > 1 ? shape[1] : 1) * (ndim > 2 ? shape[2] : 1);
-        f->weight_bytes += numel * (int64_t)elem;
-        if (!trainable || ndim < 2)
-            continue; // norms, biases and buffers: no matmul
-        if (!strcmp(name, "model.embed_tokens.weight")) {
-            f->embed_params = numel, f->hidden = shape[1];
-        } else if (strstr(name, ".indexer.")) {
-            f->index_params += numel;
-            int64_t layer = -1;
-            if (sscanf(name, "model.layers.%" SCNd64, &layer) == 1 && layer != last_indexer_layer)
-                f->full_layers++, last_indexer_layer = layer;
-        } else if (strstr(name, ".mlp.experts.") && ndim == 3) {
-            f->lm_params += numel / shape[0] * f->top_k; // one expert's share, times the experts a token visits
-        } else {
-            f->lm_params += numel; // attention, dense MLP, router, shared experts, LM head
-        }
+        f->weight_bytes += shape[0] * (ndim > 1 ? shape[1] : 1) * (ndim > 2 ? shape[2] : 1) * (int64_t)elem;
     }
-    if (f->experts <= 0 || f->top_k <= 0 || f->hidden <= 0)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl bench: the config has no experts, experts per token or "
-                          "embedding; a glm_moe_dsa config needs all three");
-    return DSARL_OK;
+    dsarl_model_config mc = {.struct_size = sizeof mc, .host = dsarl_registry_host(m->registry),
+                             .recipe = dsarl_recipe_root(m->recipe), .model_dir = o->model_dir};
+    f->flops.struct_size = sizeof f->flops;
+    return m->mo->flops(&mc, batch, &f->flops, err);
 }
 
-static void print_model(const model_bench *m, const flop_shape *f)
+static void print_model(const model_bench *m, const model_shape *f)
 {
-    printf("model: %s, %" PRId64 " trainable parameters (%.3f B), %" PRId64 " per token in matmuls (N_lm, %.3f B: "
-           "top %" PRId64 " of %" PRId64 " experts, embedding excluded), %" PRId64 " in %" PRId64
-           " indexers (N_idx); %" PRId64 " layers, %" PRId64 " heads x (%" PRId64 " + %" PRId64 "), index_topk %"
-           PRId64 "\n", m->family, f->trainable, f->trainable / 1e9, f->lm_params, f->lm_params / 1e9, f->top_k,
-           f->experts, f->index_params, f->full_layers, f->layers, f->heads, f->qk_head_dim, f->v_head_dim,
-           f->index_topk);
+    printf("model: %s, %" PRId64 " trainable parameters (%.3f B), %" PRId64 " per token in matmuls (N_lm, %.3f B, "
+           "embedding excluded), %" PRId64 " in the indexers (N_idx); %s\n", m->family, f->trainable,
+           f->trainable / 1e9, f->flops.matmul_params_per_token, f->flops.matmul_params_per_token / 1e9,
+           f->flops.indexer_params, f->flops.summary);
 }
 
 /* --- token batches ---------------------------------------------------------------------------------------------- */
@@ -541,27 +510,21 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
     if (!(DSARL_MODEL_HAS(m->mo, train_forward) && DSARL_MODEL_HAS(m->mo, train_backward)))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsarl bench train: model %s has no training pass "
                           "(train_forward / train_backward, ABI 1.2)", m->family);
-    flop_shape f;
-    DSARL_TRY(flop_shape_of(m, &f, err));
-    print_model(m, &f);
     dsarl_optimizer_params adam;
     DSARL_TRY(dsarl_optimizer_params_from_recipe(dsarl_recipe_root(m->recipe), &adam, err));
     token_data t;
-    DSARL_TRY(token_data_make(&t, o->batch, o->seq, f.vocab, (uint64_t)o->seed, err));
-    dsarl_model_flops mf = {.struct_size = sizeof mf};
-    if (!DSARL_MODEL_HAS(m->mo, flops))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsarl bench train: model %s does not count its FLOPs (flops, "
-                          "ABI 1.2)", m->family);
+    DSARL_TRY(token_data_make(&t, o->batch, o->seq, m->mo->vocab_size(m->model), (uint64_t)o->seed, err));
+    model_shape f;
     {
         dsarl_token_batch fb = as_batch(&t);
-        dsarl_model_config mc = {.struct_size = sizeof mc, .host = dsarl_registry_host(m->registry),
-                                 .recipe = dsarl_recipe_root(m->recipe), .model_dir = o->model_dir};
-        int frc = m->mo->flops(&mc, &fb, &mf, err);
+        int frc = model_shape_of(m, o, &fb, &f, err);
         if (frc) {
             token_data_free(&t);
             return frc;
         }
     }
+    print_model(m, &f);
+    const dsarl_model_flops mf = f.flops;
     double flops = mf.forward + mf.backward;
     stopwatch w;
     stopwatch_open(&w, m);
@@ -650,7 +613,8 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
            "\"fwdbwd_ms\": %.3f, \"opt_ms\": %.3f, \"tokens_per_s\": %.1f, \"flops_per_step\": %.0f, "
            "\"tflops\": %.6g, \"gemm_ceiling_tflops\": %.6g, \"copy_gbs\": %.6g, \"mfu\": %.6g, \"loss\": %.6f, "
            "\"first_loss\": %.6f}\n",
-           o->device, o->backend, f.trainable, f.lm_params, f.index_params, o->batch, o->seq, o->batch * o->seq,
+           o->device, o->backend, f.trainable, mf.matmul_params_per_token, mf.indexer_params, o->batch, o->seq,
+           o->batch * o->seq,
            sum.step_ms, sum.fwd_ms, sum.fwdbwd_ms, sum.opt_ms, tok_s, flops, tflops, m->gemm_tflops, m->copy_gbs,
            mfu, sum.loss, first.loss);
     return DSARL_OK;
@@ -660,8 +624,20 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
 
 static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *err)
 {
-    flop_shape f;
-    DSARL_TRY(flop_shape_of(m, &f, err));
+    // the FLOPs of generation: one forward over prompt + new tokens per sequence (what prefill and the decode
+    // steps compute together, attention over the cache included)
+    int64_t full_len = o->prompt_len + o->new_tokens;
+    int32_t *flop_cu = malloc(sizeof(int32_t) * (size_t)(o->batch + 1));
+    if (!flop_cu)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl bench generate: out of memory");
+    for (int64_t b = 0; b <= o->batch; b++)
+        flop_cu[b] = (int32_t)(b * full_len);
+    dsarl_token_batch flop_batch = {.struct_size = sizeof flop_batch, .n_tokens = o->batch * full_len,
+                                    .n_sequences = (int32_t)o->batch, .cu_seqlens = flop_cu};
+    model_shape f;
+    int src = model_shape_of(m, o, &flop_batch, &f, err);
+    free(flop_cu);
+    DSARL_TRY(src);
     print_model(m, &f);
     const dsarl_ops_common *gen_c = NULL;
     DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_GENERATION, "native", "dsarl bench generate", &gen_c,
@@ -704,21 +680,21 @@ static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *
     DSARL_TRY(rc);
     double ms = total_ms / (double)o->steps, tok_s = (double)generated / total_ms * 1e3;
     // decode reads every weight but the embedding once per step when the batch's tokens touch every expert
-    double step_bytes = (double)(f.weight_bytes - f.embed_params * (int64_t)dsarl_dtype_size(
+    double step_bytes = (double)(f.weight_bytes - f.flops.embedding_params * (int64_t)dsarl_dtype_size(
                                      m->b.d->storage_dtype(m->b.dev)));
     double floor_ms = step_bytes / (m->copy_gbs * 1e6), floor_tok_s = (double)o->batch / floor_ms * 1e3;
-    double flops = (double)o->batch * (2.0 * (double)(f.lm_params + f.index_params) *
-                                       (double)(o->prompt_len + o->new_tokens));
+    double flops = f.flops.forward;
     printf("generate (batch %" PRId64 ", prompt %" PRId64 ", %" PRId64 " new tokens, greedy, mean of %" PRId64 "): "
            "%.1f ms, %.1f tokens/s; decode floor %.3f ms/step (%.2f GB of weights at %.0f GB/s) = %.0f tokens/s at "
-           "batch %" PRId64 "; matmul FLOPs %.3g (%.2f TFLOP/s, ceiling %.1f)\n",
+           "batch %" PRId64 "; model FLOPs %.3g (one forward over prompt + new tokens; %.2f TFLOP/s, ceiling %.1f)\n",
            o->batch, o->prompt_len, o->new_tokens, o->steps, ms, tok_s, floor_ms, step_bytes / 1e9, m->copy_gbs,
            floor_tok_s, o->batch, flops, flops / ms / 1e9, m->gemm_tflops);
     printf("json: {\"impl\": \"dsarl\", \"op\": \"generate\", \"device\": \"%s\", \"backend\": \"%s\", "
            "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"batch\": %" PRId64 ", \"prompt_len\": %" PRId64
            ", \"new_tokens\": %" PRId64 ", \"ms\": %.6f, \"tokens_per_s\": %.1f, \"floor_tokens_per_s\": %.0f, "
            "\"tflops\": %.6g, \"gemm_ceiling_tflops\": %.6g, \"copy_gbs\": %.6g}\n",
-           o->device, o->backend, f.trainable, f.lm_params, o->batch, o->prompt_len, o->new_tokens, ms, tok_s,
+           o->device, o->backend, f.trainable, f.flops.matmul_params_per_token, o->batch, o->prompt_len, o->new_tokens,
+           ms, tok_s,
            floor_tok_s, flops / ms / 1e9, m->gemm_tflops, m->copy_gbs);
     return DSARL_OK;
 }

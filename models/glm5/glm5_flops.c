@@ -12,6 +12,8 @@
  *   backward = 4 * N_lm * T + 2 * L * 2 * H * (d_qk + d_v) * sum_t sel(t)
  *                                    twice the LM and attention matmuls; the indexer is not differentiated by the LM
  *                                    loss (its KL loss is not counted) */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "glm5_ops.h"
@@ -37,9 +39,11 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
     glm5_param *specs = NULL;
     int64_t n_params = 0, n_weights = 0;
     DSARL_TRY(glm5_param_specs(&cfg, &specs, &n_params, &n_weights, err));
-    double lm = 0.0, idx = 0.0;
+    double lm = 0.0, idx = 0.0, embed = 0.0;
     for (int64_t i = 0; i < n_params; i++) {
         const glm5_param *p = &specs[i];
+        if (strcmp(p->name, "model.embed_tokens.weight") == 0)
+            embed = (double)p->numel;
         if (!p->trainable || p->ndim < 2 || strcmp(p->name, "model.embed_tokens.weight") == 0)
             continue; // norms, biases, buffers and the embedding lookup: no matmul
         if (strstr(p->name, ".indexer."))
@@ -62,6 +66,16 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
     out->forward = 2.0 * lm * T + 2.0 * idx * T + attn + scores;
     out->backward = 4.0 * lm * T + 2.0 * attn;
     out->formula = formula;
+    if (out->struct_size >= offsetof(dsarl_model_flops, summary) + sizeof(out->summary)) {
+        out->matmul_params_per_token = (int64_t)lm;
+        out->indexer_params = (int64_t)idx;
+        out->embedding_params = (int64_t)embed;
+        snprintf(out->summary, sizeof out->summary, "%" PRId64 " layers (%" PRId64 " running their indexer), %" PRId64
+                 " heads x (%" PRId64 " + %" PRId64 "), top %" PRId64 " of %" PRId64 " experts, index_topk %" PRId64,
+                 (int64_t)cfg.num_hidden_layers, (int64_t)glm5_config_full_layers(&cfg),
+                 (int64_t)cfg.num_attention_heads, (int64_t)cfg.qk_head_dim, (int64_t)cfg.v_head_dim,
+                 (int64_t)cfg.num_experts_per_tok, (int64_t)cfg.n_routed_experts, (int64_t)cfg.index_topk);
+    }
     return DSARL_OK;
 }
 

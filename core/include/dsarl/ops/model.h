@@ -80,6 +80,10 @@ typedef struct dsarl_model_flops {
     double forward;           /* one forward over the batch */
     double backward;          /* its backward (about twice the forward's matmuls, plus the indexer loss) */
     const char *formula;      /* static text: how the plugin counts, printed by benchmarks */
+    int64_t matmul_params_per_token; /* weights a token passes through in the LM's matmuls (MoE: its experts' share) */
+    int64_t indexer_params;   /* weights of the sparse-attention indexer projections (0 for a dense model) */
+    int64_t embedding_params; /* the input embedding: looked up, not multiplied (generation does not read it all) */
+    char summary[256];        /* one line on the model's shape for benchmark output ("12 layers, 16 heads ...") */
 } dsarl_model_flops;
 
 typedef struct dsarl_model_ops {
