@@ -25,6 +25,7 @@
 #include "dsarl/ops/generation.h"
 #include "dsarl/ops/model.h"
 #include "dsarl/optimizer.h"
+#include "dsarl/trainer.h"
 
 typedef struct model_bench_opts {
     const char *config, *model_dir, *device, *backend;
@@ -42,7 +43,8 @@ typedef struct model_shape {
 
 // Everything one benchmark holds; closed in reverse order.
 typedef struct model_bench {
-    bench b;                     // device, events, flush buffer, error
+    bench b;                     // device, events, flush buffer, error (device and DSA context: the session's)
+    dsarl_session session;       // the trainer session: device -> DSA backend, the model added after the ceilings
     dsarl_registry *registry;
     dsarl_recipe *recipe;
     json_t *config;              // the HF config (model_config of the recipe)
@@ -60,10 +62,7 @@ static void model_bench_close(model_bench *m)
         m->mo->destroy(m->model);
     if (m->b.flush)
         m->b.d->free(m->b.dev, m->b.flush);
-    if (m->b.dsa)
-        m->b.dsa_ops->destroy(m->b.dsa);
-    if (m->b.dev)
-        m->b.d->destroy(m->b.dev);
+    dsarl_session_close(&m->session); // the DSA backend, then the device
     dsarl_registry_free(m->registry);
     dsarl_recipe_free(m->recipe);
     json_decref(m->config);
@@ -277,7 +276,6 @@ static int open_model(model_bench *m, model_bench_opts *o, const cli_options *op
     DSARL_TRY(make_recipe(m, o, err));
     const dsarl_node *root = dsarl_recipe_root(m->recipe);
     const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
-    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     char where[64];
     DSARL_TRY(cli_open_registry(NULL, opts, &m->registry, err));
     // the choices a run makes where the recipe leaves them open: the highest-ranked available device, the
@@ -310,23 +308,25 @@ static int open_model(model_bench *m, model_bench_opts *o, const cli_options *op
     m->family = model_c->name;
     m->b.d = (const dsarl_device_ops *)dev_c;
     m->b.dsa_ops = (const dsarl_dsa_ops *)dsa_c;
-    dsarl_device_config dc = {.struct_size = sizeof(dc), .recipe = root, .parallel = &single,
-                              .threads = (int32_t)o->threads, .seed = (uint64_t)o->seed};
-    DSARL_TRY(m->b.d->create(&dc, &m->b.dev, err));
-    DSARL_TRY(m->b.dsa_ops->create(m->b.d, m->b.dev, root, &m->b.dsa, err));
+    // the session opens device -> DSA here; the model joins it in create_model, after the ceilings
+    dsarl_session_config sc = {.struct_size = sizeof sc, .host = dsarl_registry_host(m->registry), .recipe = root,
+                               .seed = (uint64_t)o->seed, .threads = (int32_t)o->threads, .device_ops = m->b.d,
+                               .dsa_ops = m->b.dsa_ops, .model_dir = o->model_dir};
+    int rc = dsarl_session_open(&sc, &m->session, err);
+    m->b.dev = m->session.device;
+    m->b.dsa = m->session.dsa;
+    DSARL_TRY(rc);
     load_events(&m->b.ev);
     return DSARL_OK;
 }
 
-// Builds the model after the ceilings (so their buffers are gone), with the table open_model chose.
-static int create_model(model_bench *m, const model_bench_opts *o, dsarl_error *err)
+// Builds the model after the ceilings (so their buffers are gone), with the table open_model chose, through the
+// session (the same model_config a run's session builds).
+static int create_model(model_bench *m, dsarl_error *err)
 {
-    static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
-    dsarl_model_config mc = {.struct_size = sizeof(mc), .host = dsarl_registry_host(m->registry),
-                             .recipe = dsarl_recipe_root(m->recipe), .model_dir = o->model_dir,
-                             .device_ops = m->b.d, .device = m->b.dev, .dsa_ops = m->b.dsa_ops, .dsa = m->b.dsa,
-                             .parallel = &single, .seed = (uint64_t)o->seed};
-    return m->mo->create(&mc, &m->model, err);
+    m->session.config.model_ops = m->mo;
+    m->session.model_ops = m->mo;
+    return dsarl_session_create_model(&m->session, &m->model, err);
 }
 
 /* --- ceilings ---------------------------------------------------------------------------------------------------- */
@@ -720,7 +720,7 @@ static int bench_model(int argc, char **argv, const cli_options *opts, bool gene
         rc = measure_ceilings(&m, (int)o.ceiling_iters, &err);
     double t0 = now_ms();
     if (rc == 0)
-        rc = create_model(&m, &o, &err);
+        rc = create_model(&m, &err);
     if (rc == 0)
         printf("model built in %.1f s (%s)\n", (now_ms() - t0) / 1e3, o.model_dir ? "loaded" : "random init");
     if (rc == 0)
