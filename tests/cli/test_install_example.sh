@@ -23,13 +23,19 @@ for h in $(cd "$prefix/include" && find dsarl -name '*.h' | sort); do
     { echo "FAIL: installed $h does not compile alone" >&2; exit 1; }
 done
 
+# Programs that link an ASan+UBSan libdsarl must carry the same runtime (it has to come first): in a sanitizer
+# build the example and its test are compiled with the build's sanitizer flags, as an out-of-tree user of that
+# build would.
+san=()
+grep -q '^DSARL_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null && san=(-fsanitize=address,undefined)
 # 1. CMake package.
-cmake -S "$src/plugins/examples/keyword_environment" -B "$tmp/ex" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake -S "$src/plugins/examples/keyword_environment" -B "$tmp/ex" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_FLAGS="${san[*]:-}" >/dev/null
 cmake --build "$tmp/ex" >/dev/null
 ctest --test-dir "$tmp/ex" --output-on-failure >/dev/null || { echo "FAIL: the example's ctest failed" >&2; exit 1; }
 # 2. pkg-config, the one-line build from the example's header comment.
 mkdir -p "$tmp/pc"
-PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden \
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c11 -Wall -Wextra -Werror ${san[@]+"${san[@]}"} -shared -fPIC -fvisibility=hidden \
   "$src/plugins/examples/keyword_environment/keyword_environment.c" \
   $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs dsarl) -Wl,--no-undefined \
   -o "$tmp/pc/dsarl-environment-keyword.so"
@@ -37,7 +43,7 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c11 -Wall -Wextra -Werror -share
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs dsarl | grep -qw -- -lm ||
   { echo "FAIL: pkg-config --libs dsarl lacks -lm" >&2; exit 1; }
 # 3. The example's unit test, built against the installed test kit only, passes against the installed plugins.
-cc -std=c11 -Wall -Wextra -Werror "$src/plugins/examples/keyword_environment/test_keyword_environment.c" \
+cc -std=c11 -Wall -Wextra -Werror ${san[@]+"${san[@]}"} "$src/plugins/examples/keyword_environment/test_keyword_environment.c" \
   $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs dsarl) -o "$tmp/test_keyword"
 "$tmp/test_keyword" "$tmp/pc" || { echo "FAIL: the example's testkit unit test failed" >&2; exit 1; }
 
