@@ -171,3 +171,34 @@ void cli_close_session(cli_session *s)
     s->registry = NULL;
     s->recipe = NULL;
 }
+
+int cli_choose_device(const dsarl_registry *reg, const char *cmd, uint64_t required_caps, const char **name,
+                      const dsarl_ops_common **out, dsarl_error *err)
+{
+    if (!*name) {
+        const dsarl_ops_common *best = dsarl_select_default_device(reg, required_caps);
+        if (!best)
+            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: no loaded device plugin%s can run on this machine; load "
+                              "one or name it with --device", cmd, required_caps & DSARL_DEVICE_CAP_CUDA
+                              ? " with CUDA (the command times with CUDA events)" : "");
+        *name = best->name;
+    }
+    char where[96];
+    snprintf(where, sizeof where, "%s --device", cmd);
+    return dsarl_registry_require(reg, DSARL_KIND_DEVICE, *name, where, out, err);
+}
+
+int cli_choose_dsa(const dsarl_registry *reg, const char *cmd, const dsarl_ops_common *device, const char **name,
+                   const dsarl_ops_common **out, dsarl_error *err)
+{
+    if (!*name) {
+        const dsarl_ops_common *best = dsarl_select_default_dsa(reg, (const dsarl_device_ops *)device);
+        if (!best)
+            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: no loaded DSA backend runs on device %s; name one with "
+                              "--backend", cmd, device->name);
+        *name = best->name;
+    }
+    char where[96];
+    snprintf(where, sizeof where, "%s --backend", cmd);
+    return dsarl_registry_require(reg, DSARL_KIND_DSA, *name, where, out, err);
+}

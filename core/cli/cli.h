@@ -39,6 +39,15 @@ int cli_load_recipe(const char *path, int n_overrides, char **overrides, dsarl_r
  * DSARL_PLUGIN_PATH, beside libdsarl; every plugin found is loaded. */
 int cli_open_registry(const dsarl_node *root, const cli_options *opts, dsarl_registry **out, dsarl_error *err);
 
+/* The device a command runs on: *name when set (its --device), else the highest-ranked device table with every
+ * required_caps flag that this machine can run (*name is set to it). cmd names the command in errors. */
+int cli_choose_device(const dsarl_registry *reg, const char *cmd, uint64_t required_caps, const char **name,
+                      const dsarl_ops_common **out, dsarl_error *err);
+
+/* The DSA backend on device: *name when set (its --backend), else the highest-ranked backend that runs on it. */
+int cli_choose_dsa(const dsarl_registry *reg, const char *cmd, const dsarl_ops_common *device, const char **name,
+                   const dsarl_ops_common **out, dsarl_error *err);
+
 /* A recipe resolved with its overrides, the plugins found for it, and what it selects. */
 typedef struct cli_session {
     dsarl_recipe *recipe;

@@ -520,23 +520,12 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
         rc = cli_open_registry(NULL, opts, &reg, &b.err);
     // defaults by capability and rank: the highest-ranked CUDA device that runs here (timing uses CUDA events),
     // and the highest-ranked backend that runs on it
-    if (rc == 0 && !o.device) {
-        dev_c = dsarl_select_default_device(reg, DSARL_DEVICE_CAP_CUDA);
-        if (!dev_c)
-            rc = DSARL_FAIL(&b.err, DSARL_E_NOT_FOUND, "dsarl bench dsa: no loaded CUDA device plugin can run here "
-                            "(it times with CUDA events); name one with --device");
-        else
-            o.device = dev_c->name;
-    }
     if (rc == 0)
-        rc = dsarl_registry_require(reg, DSARL_KIND_DEVICE, o.device, "dsarl bench dsa --device", &dev_c, &b.err);
+        rc = cli_choose_device(reg, "dsarl bench dsa", DSARL_DEVICE_CAP_CUDA, &o.device, &dev_c, &b.err);
     if (rc == 0 && o.n_backends == 0) {
-        const dsarl_ops_common *best = dsarl_select_default_dsa(reg, (const dsarl_device_ops *)dev_c);
-        if (!best)
-            rc = DSARL_FAIL(&b.err, DSARL_E_NOT_FOUND, "dsarl bench dsa: no loaded DSA backend runs on device '%s'; "
-                            "name one with --backend", o.device);
-        else
-            o.backends[o.n_backends++] = best->name;
+        const dsarl_ops_common *best = NULL;
+        rc = cli_choose_dsa(reg, "dsarl bench dsa", dev_c, &o.backends[0], &best, &b.err);
+        o.n_backends = rc == 0;
     }
     for (int i = 0; rc == 0 && i < o.n_backends; i++) {
         const dsarl_ops_common *dsa_c = NULL;

@@ -276,28 +276,13 @@ static int open_model(model_bench *m, model_bench_opts *o, const cli_options *op
     DSARL_TRY(make_recipe(m, o, err));
     const dsarl_node *root = dsarl_recipe_root(m->recipe);
     const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
-    char where[64];
     DSARL_TRY(cli_open_registry(NULL, opts, &m->registry, err));
     // the choices a run makes where the recipe leaves them open: the highest-ranked available device, the
     // highest-ranked DSA backend that runs on it, the model table whose accepts takes the config
-    if (!o->device) {
-        dev_c = dsarl_select_default_device(m->registry, 0);
-        if (!dev_c)
-            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl bench %s: no loaded device plugin can run on this "
-                              "machine; load one or name it with --device", cmd);
-        o->device = dev_c->name;
-    }
-    snprintf(where, sizeof where, "dsarl bench %s --device", cmd);
-    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_DEVICE, o->device, where, &dev_c, err));
-    if (!o->backend) {
-        dsa_c = dsarl_select_default_dsa(m->registry, (const dsarl_device_ops *)dev_c);
-        if (!dsa_c)
-            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl bench %s: no loaded DSA backend runs on device %s; "
-                              "name one with --backend", cmd, o->device);
-        o->backend = dsa_c->name;
-    }
-    snprintf(where, sizeof where, "dsarl bench %s --backend", cmd);
-    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_DSA, o->backend, where, &dsa_c, err));
+    char cmd_name[48];
+    snprintf(cmd_name, sizeof cmd_name, "dsarl bench %s", cmd);
+    DSARL_TRY(cli_choose_device(m->registry, cmd_name, 0, &o->device, &dev_c, err));
+    DSARL_TRY(cli_choose_dsa(m->registry, cmd_name, dev_c, &o->backend, &dsa_c, err));
     dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = o->model_dir ? o->model_dir : m->config_path,
                                .config_path = m->config_path, .recipe = root};
     DSARL_TRY(dsarl_select_model_for(m->registry, &probe, &model_c, err));
