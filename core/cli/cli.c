@@ -20,7 +20,13 @@ int cli_exit_status(int code)
 
 int cli_fail(const dsarl_error *err)
 {
-    fprintf(stderr, "dsarl: error: %s\n", err->message[0] ? err->message : dsarl_status_name(err->code));
+    int rank = 0, world = 1;
+    dsarl_log_get_rank(&rank, &world);
+    if (world > 1) // which rank failed is the first thing a multi-process job's user needs
+        fprintf(stderr, "dsarl: rank %d: error: %s\n", rank,
+                err->message[0] ? err->message : dsarl_status_name(err->code));
+    else
+        fprintf(stderr, "dsarl: error: %s\n", err->message[0] ? err->message : dsarl_status_name(err->code));
     if (dsarl_log_get_level() >= DSARL_LOG_DEBUG && err->file)
         fprintf(stderr, "dsarl: (raised at %s:%d)\n", err->file, err->line);
     return cli_exit_status(err->code);

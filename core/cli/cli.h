@@ -18,8 +18,11 @@ enum {
 };
 
 /* Options every subcommand accepts (before or after the subcommand name). */
+typedef struct dsarl_comm dsarl_comm;
+
 typedef struct cli_options {
     const char *plugin_path;   /* --plugin-path DIR[:DIR...] */
+    dsarl_comm *comm;          /* MPI when mpirun/srun started this process, else NULL (one process) */
 } cli_options;
 
 /* Prints "dsarl: error: <message>" on stderr and returns the exit status that fits err->code. */

@@ -7,6 +7,8 @@
 #include "cli.h"
 #include "dsarl/log.h"
 #include "dsarl/ops/algorithm.h"
+#include "comm_internal.h"
+#include "layout.h"
 #include "selection.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -98,7 +100,22 @@ int cmd_run(int argc, char **argv, const cli_options *opts)
         env_ops[i] = (const dsarl_environment_ops *)sel.environments[i].ops;
         env_names[i] = sel.environments[i].name;
     }
-    dsarl_parallel parallel = DSARL_PARALLEL_SINGLE;
+    /* The parallel layout: checked against the processes launched before any model is built, then the groups. */
+    dsarl_layout layout;
+    dsarl_parallel parallel;
+    bool log_all_ranks = false;
+    if (dsarl_layout_from_recipe(root, dsarl_comm_world_size(opts->comm), &layout, &err) < 0 ||
+        dsarl_recipe_bool_or(root, "runtime.log_all_ranks", false, &log_all_ranks, &err) < 0 ||
+        dsarl_comm_build(opts->comm, &layout, &parallel, &err) < 0) {
+        status = cli_fail(&err);
+        goto done;
+    }
+    dsarl_log_set_all_ranks(log_all_ranks);
+    if (layout.world > 1) {
+        char text[256];
+        dsarl_layout_describe(&layout, text, sizeof text);
+        dsarl_log(DSARL_LOG_INFO, "parallel layout: %s", text);
+    }
     dsarl_run_context ctx = {
         .struct_size = sizeof ctx,
         .host = dsarl_registry_host(reg),

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "cmd_bench.h"
+#include "comm_internal.h"
 #include "dsarl/build_config.h"
 #include "dsarl/plugin.h"
 #if __has_include("cmd_model.h")
@@ -47,9 +48,29 @@ static void print_usage(FILE *out)
             "override, model directory, data); 4 a selected plugin is missing or refused; 130 interrupted.\n");
 }
 
+static int dispatch(int argc, char **argv, const cli_options *opts);
+
+/* One rank of an mpirun/srun job starts MPI before anything else; a rank whose command fails ends the whole job
+ * (it printed why, naming itself), so no peer waits forever in a collective. */
 int main(int argc, char **argv)
 {
     cli_options opts = {0};
+    if (dsarl_comm_launched()) {
+        dsarl_error err;
+        dsarl_error_clear(&err);
+        if (dsarl_comm_init(&opts.comm, &err) < 0)
+            return cli_fail(&err);
+    }
+    int status = dispatch(argc, argv, &opts);
+    if (opts.comm && status != CLI_EXIT_OK && dsarl_comm_world_size(opts.comm) > 1)
+        dsarl_comm_abort(opts.comm, status);
+    dsarl_comm_finalize(opts.comm);
+    return status;
+}
+
+static int dispatch(int argc, char **argv, const cli_options *global)
+{
+    cli_options opts = *global;
     argc = cli_take_global_options(argc - 1, argv + 1, &opts);
     argv++;
     if (argc < 0)

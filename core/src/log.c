@@ -2,6 +2,7 @@
 #include "dsarl/log.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <strings.h>
@@ -13,8 +14,9 @@
 static struct {
     dsarl_log_level level;
     int rank, world_size;
+    bool all_ranks; /* ranks other than 0 log below WARN too */
     pthread_mutex_t lock;
-} logger = {DSARL_LOG_INFO, 0, 1, PTHREAD_MUTEX_INITIALIZER};
+} logger = {DSARL_LOG_INFO, 0, 1, false, PTHREAD_MUTEX_INITIALIZER};
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
 
@@ -26,6 +28,14 @@ void dsarl_log_set_rank(int rank, int world_size)
 {
     logger.rank = rank;
     logger.world_size = world_size;
+}
+
+void dsarl_log_set_all_ranks(bool all_ranks) { logger.all_ranks = all_ranks; }
+
+void dsarl_log_get_rank(int *rank, int *world_size)
+{
+    *rank = logger.rank;
+    *world_size = logger.world_size;
 }
 
 int dsarl_log_level_parse(const char *name, dsarl_log_level *out)
@@ -55,6 +65,8 @@ void dsarl_log(dsarl_log_level level, const char *fmt, ...)
 void dsarl_logv(dsarl_log_level level, const char *fmt, va_list args)
 {
     if (level > logger.level || level < DSARL_LOG_ERROR)
+        return;
+    if (logger.rank != 0 && !logger.all_ranks && level > DSARL_LOG_WARN) // one rank tells the story
         return;
     struct timeval tv;
     gettimeofday(&tv, NULL);

@@ -55,6 +55,12 @@ static const slot_rule device_rules[] = {
     D(logprobs_backward), D(sum_squares), D(scale), D(sample_tokens), D(adamw_update),
     SLOT(dsarl_device_ops, gemm_f32out, 1, HOST_NEEDS), SLOT(dsarl_device_ops, convert, 1, HOST_NEEDS),
     SLOT(dsarl_device_ops, capabilities, 2, OPTIONAL), SLOT(dsarl_device_ops, stream, 2, OPTIONAL),
+    /* the collectives are optional as a set: dsarl_session_open refuses a multi-rank layout on a device without
+     * them, naming the slot */
+    SLOT(dsarl_device_ops, all_reduce, 3, OPTIONAL), SLOT(dsarl_device_ops, all_gather, 3, OPTIONAL),
+    SLOT(dsarl_device_ops, reduce_scatter, 3, OPTIONAL), SLOT(dsarl_device_ops, all_to_all, 3, OPTIONAL),
+    SLOT(dsarl_device_ops, broadcast, 3, OPTIONAL), SLOT(dsarl_device_ops, send, 3, OPTIONAL),
+    SLOT(dsarl_device_ops, recv, 3, OPTIONAL),
 };
 #undef D
 

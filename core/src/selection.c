@@ -1,5 +1,6 @@
 /* selection.c: mapping recipe keys to plugin names (rules in selection.h). */
 #include "selection.h"
+#include "layout.h"
 
 #include "dsarl/ops/dsa.h"
 #include "dsarl/ops/model.h"
@@ -280,9 +281,12 @@ size_t dsarl_selection_schema_tables(dsarl_selection *sel, dsarl_schema_table *t
     tables[0].owner = "host/dsarl";
     tables[0].keys = host_keys;
     tables[0].n_keys = DSARL_ARRAY_LEN(host_keys);
+    tables[1].owner = "host/dsarl parallel layout";
+    tables[1].keys = dsarl_layout_keys;
+    tables[1].n_keys = dsarl_layout_n_keys;
     dsarl_choice *all[DSARL_SELECTION_MAX_TABLES] = {&sel->algorithm, &sel->model, &sel->device, &sel->dsa,
                                                      &sel->generation};
-    size_t n = 5, used = 1;
+    size_t n = 5, used = 2;
     for (int i = 0; i < sel->n_environments; i++)
         all[n++] = &sel->environments[i];
     for (size_t i = 0; i < n; i++) {

@@ -57,6 +57,6 @@ DSARL_API int dsarl_selection_require(const dsarl_selection *sel, const dsarl_re
  * the declared keys of every selected plugin that is available; returns how many. */
 DSARL_API size_t dsarl_selection_schema_tables(dsarl_selection *sel, dsarl_schema_table *tables);
 
-#define DSARL_SELECTION_MAX_TABLES (6 + DSARL_MAX_ENVIRONMENTS)
+#define DSARL_SELECTION_MAX_TABLES (7 + DSARL_MAX_ENVIRONMENTS)
 
 #endif /* DSARL_SELECTION_H */

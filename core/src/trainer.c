@@ -28,6 +28,10 @@ int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsa
     dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = c->recipe,
                               .parallel = c->parallel ? c->parallel : &single, .threads = c->threads,
                               .seed = c->seed};
+    if (dc.parallel->world_size > 1 && !dsarl_device_has_collectives(c->device_ops))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "device '%s' has no collectives (the ABI 1.3 slots all_reduce ... "
+                          "recv), so it runs one process only, but this run has %d ranks", c->device_ops->common.name,
+                          dc.parallel->world_size);
     DSARL_TRY(c->device_ops->create(&dc, &s->device, err));
     if (!c->dsa_ops)
         return DSARL_OK;

@@ -100,4 +100,20 @@ int cpu_adamw_update(dsarl_device *dev, float *master, void *weight, const void 
 int cpu_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                       float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
 
+/* Collectives on a process group (cpu_comm.c): the core's MPI host collectives. */
+int cpu_all_reduce(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype,
+                   dsarl_reduce_op op, dsarl_error *err);
+int cpu_all_gather(dsarl_device *dev, const dsarl_group *g, void *out, const void *in, int64_t n, dsarl_dtype dtype,
+                   dsarl_error *err);
+int cpu_reduce_scatter(dsarl_device *dev, const dsarl_group *g, void *out, const void *in, int64_t n,
+                       dsarl_dtype dtype, dsarl_reduce_op op, dsarl_error *err);
+int cpu_all_to_all(dsarl_device *dev, const dsarl_group *g, void *out, const int64_t *recv_counts, const void *in,
+                   const int64_t *send_counts, dsarl_dtype dtype, dsarl_error *err);
+int cpu_broadcast(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype, int32_t root,
+                  dsarl_error *err);
+int cpu_send(dsarl_device *dev, const dsarl_group *g, const void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
+             dsarl_error *err);
+int cpu_recv(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
+             dsarl_error *err);
+
 #endif /* DSARL_CPU_DEVICE_H */

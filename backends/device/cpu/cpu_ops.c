@@ -50,4 +50,11 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .adamw_update = cpu_adamw_update,
     .gemm_f32out = cpu_gemm_f32out,
     .convert = cpu_convert,
+    .all_reduce = cpu_all_reduce,
+    .all_gather = cpu_all_gather,
+    .reduce_scatter = cpu_reduce_scatter,
+    .all_to_all = cpu_all_to_all,
+    .broadcast = cpu_broadcast,
+    .send = cpu_send,
+    .recv = cpu_recv,
 };

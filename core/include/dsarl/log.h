@@ -6,6 +6,7 @@
 #define DSARL_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include "dsarl/export.h"
 
 DSARL_BEGIN_DECLS
@@ -35,6 +36,12 @@ DSARL_API int dsarl_log_level_parse(const char *name, dsarl_log_level *out);
 
 /* Sets the rank shown in the prefix; world_size <= 1 hides it. */
 DSARL_API void dsarl_log_set_rank(int rank, int world_size);
+
+/* Whether ranks other than 0 log below WARN (runtime.log_all_ranks); by default only rank 0 does. */
+DSARL_API void dsarl_log_set_all_ranks(bool all_ranks);
+
+/* This process's rank and the world size as the logger knows them (0 and 1 in a single process). */
+DSARL_API void dsarl_log_get_rank(int *rank, int *world_size);
 
 #define DSARL_LOG_ERR(...) dsarl_log(DSARL_LOG_ERROR, __VA_ARGS__)
 #define DSARL_LOG_WRN(...) dsarl_log(DSARL_LOG_WARN, __VA_ARGS__)

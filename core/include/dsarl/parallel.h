@@ -3,11 +3,15 @@
  *
  * Every size is 1 and every rank 0 in a single-process run. Models shard parameters by these ranks (column/row
  * for TP, by expert for EP, by layer for PP, by token for CP); the product tp*pp*cp*dp is the world size and ep
- * divides dp*cp*tp as in Megatron's expert-data-parallel layout. */
+ * divides dp*cp*tp as in Megatron's expert-data-parallel layout (expert tensor parallelism is 1, so the expert grid
+ * is ep x edp x pp with edp = world / (ep * pp)). Ranks follow Megatron's order tp-cp-ep-dp-pp: tp varies fastest
+ * (docs/parallel.md). The core fills every field; plugins only read it. */
 #ifndef DSARL_PARALLEL_H
 #define DSARL_PARALLEL_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include "dsarl/comm.h"
 
 typedef struct dsarl_parallel {
     uint32_t struct_size;
@@ -19,13 +23,25 @@ typedef struct dsarl_parallel {
     int32_t ep_rank, ep_size;        /* expert parallel */
     int32_t dp_rank, dp_size;        /* data parallel */
     int32_t sequence_parallel;       /* 1 when TP also splits the sequence in norms/dropout regions */
-    void *comm;                      /* host-owned communicator handle (MPI/NCCL), NULL in a single process */
+    void *comm;                      /* the world group (a dsarl_group *), NULL in a single process */
+    /* ABI 1.3: the process groups (dsarl/comm.h), each NULL in a single process. Data is split over dp (context
+     * peers share samples); dense gradients and optimizer shards use dp_cp; expert weights are replicated only
+     * over edp; tp_dp_cp is every rank of one pipeline stage (router expert-load counts). */
+    const dsarl_group *world, *tp, *pp, *cp, *dp, *dp_cp, *ep, *edp, *tp_dp_cp;
+    int32_t edp_rank, edp_size;      /* ABI 1.3: expert data parallel (the replicas of one expert shard) */
+    int32_t distributed_optimizer;   /* ABI 1.3: 1 when AdamW state is sharded over dp_cp (use_distributed_optimizer) */
+    int32_t overlap_grad_reduce;     /* ABI 1.3: 1 when gradient buckets are reduced as the backward produces them */
+    int64_t grad_bucket_elements;    /* ABI 1.3: elements per gradient bucket (0: one bucket) */
 } dsarl_parallel;
+
+/* Whether the layout struct p (from any 1.x core) carries the ABI 1.3 groups. */
+#define DSARL_PARALLEL_HAS_GROUPS(p) ((p)->struct_size >= offsetof(dsarl_parallel, grad_bucket_elements) + 8)
 
 /* A single-process layout. */
 #define DSARL_PARALLEL_SINGLE                                                                               \
     { .struct_size = sizeof(dsarl_parallel), .world_rank = 0, .world_size = 1, .local_rank = 0,            \
       .local_size = 1, .tp_rank = 0, .tp_size = 1, .pp_rank = 0, .pp_size = 1, .cp_rank = 0, .cp_size = 1,  \
-      .ep_rank = 0, .ep_size = 1, .dp_rank = 0, .dp_size = 1, .sequence_parallel = 0, .comm = 0 }
+      .ep_rank = 0, .ep_size = 1, .dp_rank = 0, .dp_size = 1, .sequence_parallel = 0, .comm = 0,        \
+      .edp_rank = 0, .edp_size = 1 }
 
 #endif /* DSARL_PARALLEL_H */

@@ -43,9 +43,10 @@ DSARL_BEGIN_DECLS
  * ABI minor: bumped whenever a slot is added (at a struct's end or in reserved space); the host accepts plugins
  * built against an older or equal minor and reads newer ops slots only when struct_size covers them and they are
  * set. 1.1: token_batch.logit_scale, dsa preferred_form/headwise/routes, device gemm_f32out/convert. 1.2: model
- * accepts/flops/train_forward/train_backward, ops_common.rank, device capabilities/stream, dsa device_requires. */
+ * accepts/flops/train_forward/train_backward, ops_common.rank, device capabilities/stream, dsa device_requires.
+ * 1.3: device collectives (all_reduce ... recv) on the process groups of dsarl/comm.h, dsarl_parallel's groups. */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 2
+#define DSARL_ABI_MINOR 3
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "dsarl/comm.h"
 #include "dsarl/parallel.h"
 #include "dsarl/plugin.h"
 #include "dsarl/tensor.h"
@@ -209,7 +210,85 @@ typedef struct dsarl_device_ops {
     bool (*available)(char *why, size_t why_size);
 
     void *reserved[3];
+
+    /* --- ABI 1.3: collectives on a process group (dsarl/comm.h), on device memory ---------------------------- */
+    /* Optional as a set: a device without them runs single-process layouts only (a layout with any group larger
+     * than one is refused when the session opens, naming the slot). Each is collective over the group, ordered on
+     * the device's queue like its other calls; ranks are group-local; counts are in values of dtype. Call them
+     * through the dsarl_device_* helpers below, which make a NULL group or a group of one a local copy. */
+    /* In place: buf (n) = the reduction of every member's buf. */
+    int (*all_reduce)(dsarl_device *dev, const dsarl_group *group, void *buf, int64_t n, dsarl_dtype dtype,
+                      dsarl_reduce_op op, dsarl_error *err);
+    /* out (size * n, rank-major) = every member's in (n). */
+    int (*all_gather)(dsarl_device *dev, const dsarl_group *group, void *out, const void *in, int64_t n,
+                      dsarl_dtype dtype, dsarl_error *err);
+    /* out (n) = the reduction of block `rank` of every member's in (size * n). */
+    int (*reduce_scatter)(dsarl_device *dev, const dsarl_group *group, void *out, const void *in, int64_t n,
+                          dsarl_dtype dtype, dsarl_reduce_op op, dsarl_error *err);
+    /* in holds send_counts[p] values per peer p (rank order, packed); out receives recv_counts[p] from each peer p
+     * (rank order, packed). Both count arrays are host memory with size entries (exchange them first). */
+    int (*all_to_all)(dsarl_device *dev, const dsarl_group *group, void *out, const int64_t *recv_counts,
+                      const void *in, const int64_t *send_counts, dsarl_dtype dtype, dsarl_error *err);
+    /* buf (n) = root's buf on every member. */
+    int (*broadcast)(dsarl_device *dev, const dsarl_group *group, void *buf, int64_t n, dsarl_dtype dtype,
+                     int32_t root, dsarl_error *err);
+    /* Point to point with one peer (pipeline stages); a send is matched by the peer's recv of the same n. */
+    int (*send)(dsarl_device *dev, const dsarl_group *group, const void *buf, int64_t n, dsarl_dtype dtype,
+                int32_t peer, dsarl_error *err);
+    int (*recv)(dsarl_device *dev, const dsarl_group *group, void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
+                dsarl_error *err);
 } dsarl_device_ops;
+
+/* Whether a device ops table (any 1.x) fills the ABI 1.3 collective set. */
+static inline bool dsarl_device_has_collectives(const dsarl_device_ops *ops)
+{
+    return ops->common.struct_size >= offsetof(dsarl_device_ops, recv) + sizeof(ops->recv) && ops->all_reduce &&
+           ops->all_gather && ops->reduce_scatter && ops->all_to_all && ops->broadcast && ops->send && ops->recv;
+}
+
+/* The collectives as a model or algorithm calls them: a NULL group or a group of one needs no device slot (a
+ * copy where out and in differ), a larger group one that dsarl_device_has_collectives confirmed. */
+static inline int dsarl_device_all_reduce(const dsarl_device_ops *ops, dsarl_device *dev, const dsarl_group *g,
+                                          void *buf, int64_t n, dsarl_dtype dtype, dsarl_reduce_op op,
+                                          dsarl_error *err)
+{
+    return dsarl_group_size(g) <= 1 || n == 0 ? DSARL_OK : ops->all_reduce(dev, g, buf, n, dtype, op, err);
+}
+static inline int dsarl_device_all_gather(const dsarl_device_ops *ops, dsarl_device *dev, const dsarl_group *g,
+                                          void *out, const void *in, int64_t n, dsarl_dtype dtype, dsarl_error *err)
+{
+    if (dsarl_group_size(g) <= 1)
+        return out == in || n == 0 ? DSARL_OK
+                                   : ops->copy(dev, out, in, (size_t)n * dsarl_dtype_size(dtype),
+                                               DSARL_COPY_DEVICE_TO_DEVICE, err);
+    return ops->all_gather(dev, g, out, in, n, dtype, err);
+}
+static inline int dsarl_device_reduce_scatter(const dsarl_device_ops *ops, dsarl_device *dev, const dsarl_group *g,
+                                              void *out, const void *in, int64_t n, dsarl_dtype dtype,
+                                              dsarl_reduce_op op, dsarl_error *err)
+{
+    if (dsarl_group_size(g) <= 1)
+        return out == in || n == 0 ? DSARL_OK
+                                   : ops->copy(dev, out, in, (size_t)n * dsarl_dtype_size(dtype),
+                                               DSARL_COPY_DEVICE_TO_DEVICE, err);
+    return ops->reduce_scatter(dev, g, out, in, n, dtype, op, err);
+}
+static inline int dsarl_device_all_to_all(const dsarl_device_ops *ops, dsarl_device *dev, const dsarl_group *g,
+                                          void *out, const int64_t *recv_counts, const void *in,
+                                          const int64_t *send_counts, dsarl_dtype dtype, dsarl_error *err)
+{
+    if (dsarl_group_size(g) <= 1)
+        return out == in || send_counts[0] == 0
+                   ? DSARL_OK
+                   : ops->copy(dev, out, in, (size_t)send_counts[0] * dsarl_dtype_size(dtype),
+                               DSARL_COPY_DEVICE_TO_DEVICE, err);
+    return ops->all_to_all(dev, g, out, recv_counts, in, send_counts, dtype, err);
+}
+static inline int dsarl_device_broadcast(const dsarl_device_ops *ops, dsarl_device *dev, const dsarl_group *g,
+                                         void *buf, int64_t n, dsarl_dtype dtype, int32_t root, dsarl_error *err)
+{
+    return dsarl_group_size(g) <= 1 || n == 0 ? DSARL_OK : ops->broadcast(dev, g, buf, n, dtype, root, err);
+}
 
 /* dsarl_device_ops.capabilities flags (ABI 1.2). */
 #define DSARL_DEVICE_CAP_HOST_MEMORY 0x1u  /* device pointers are host pointers (plain C kernels can run on them) */
