@@ -48,9 +48,10 @@ cc -std=c11 -Wall -Wextra -Werror ${san[@]+"${san[@]}"} "$src/plugins/examples/k
 "$tmp/test_keyword" "$tmp/pc" || { echo "FAIL: the example's testkit unit test failed" >&2; exit 1; }
 
 installed="$prefix/bin/dsarl"
+abi=$("$installed" --version | sed -n 's/.*plugin ABI \([0-9.]*\).*/\1/p') # the example is built against it
 for dir in "$tmp/ex" "$tmp/pc"; do
   out=$("$installed" plugins --plugin-path "$dir")
-  echo "$out" | grep -E "^environment +keyword +1.0.0 +1.2 +0 +$dir/dsarl-environment-keyword.so" >/dev/null ||
+  echo "$out" | grep -E "^environment +keyword +1.0.0 +${abi//./\\.} +0 +$dir/dsarl-environment-keyword.so" >/dev/null ||
     { echo "FAIL: $dir: plugin not listed:"; echo "$out"; exit 1; } >&2
   echo "$out" | grep -q "refused: 0" || { echo "FAIL: refusals:"; echo "$out"; exit 1; } >&2
   # DSARL_PLUGIN_PATH works the same way.
