@@ -164,7 +164,7 @@ START_TEST(test_param_specs_sharding)
                            "1}", &cfg), 0);
     glm5_param *p = NULL;
     int64_t n = 0, total = 0;
-    ck_assert_int_eq(glm5_param_specs(&cfg, &p, &n, &total, &err), 0);
+    ck_assert_int_eq(glm5_param_specs(&cfg, NULL, &p, &n, &total, &err), 0);
     int found = 0;
     for (int64_t i = 0; i < n; i++) {
         ck_assert_msg(strstr(p[i].name, "layers.1.self_attn.indexer") == NULL, "shared layer has %s", p[i].name);

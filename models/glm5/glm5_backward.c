@@ -10,25 +10,8 @@
 #include <string.h>
 #include "glm5_pass.h"
 
-// Backward scratch, sized once per call.
-typedef struct grad_bufs {
-    float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *idloss;
-    float *ilosses;                                     // (layers, T) per-token indexer KL, summed after the loop
-    int32_t *targets;
-    void *dx, *dh, *dh2, *dtmp;                         // (T,C)
-    void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention (dout_latent, dq_abs: absorbed form only)
-    void *dk_heads, *dv_heads, *dkv_heads, *dk_sum;     // headwise form: (T,H,qk), (T,H,v), (T,H*(nope+v)), (T,qk)
-    void *ones;                                         // headwise form: (T,H) ones, the head-sum GEMM's left side
-    void *q_abs;                                        // headwise form with the indexer loss: (T,H,d_qk)
-    void *dqr, *dqa, *dlat, *dlatn, *dckv;
-    void *s1, *s2, *s3;                                 // head-major staging (s1, s2: the pass's head_in, head_out)
-    void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
-    void *diq, *dik, *dik_raw, *diw;                    // indexer
-    void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
-} grad_bufs;
-
 // targets (T) int32 and dlogprobs (T) float32 in one block (the log-probs are computed into dlogprobs' room).
-static int alloc_targets(glm5_pass *p, grad_bufs *g, dsarl_error *err)
+static int alloc_targets(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 {
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * p->T) * sizeof(int32_t), (void **)&g->targets, err));
     g->dlogprobs = (float *)(g->targets + p->T);
@@ -36,7 +19,7 @@ static int alloc_targets(glm5_pass *p, grad_bufs *g, dsarl_error *err)
 }
 
 // Everything of grad_bufs but the targets block (alloc_targets, which the training forward allocates first).
-static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
+static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
     int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, H = c->num_attention_heads;
@@ -89,7 +72,7 @@ static int alloc_grad_bufs(glm5_pass *p, grad_bufs *g, dsarl_error *err)
 }
 
 // A float32 gradient (n) as a storage-dtype GEMM operand: itself on float32 storage, else converted into tmp.
-static const void *storage_operand(dsarl_model *m, const float *g32, void *tmp, int64_t n, dsarl_error *err,
+const void *glm5_storage_operand(dsarl_model *m, const float *g32, void *tmp, int64_t n, dsarl_error *err,
                                    int *rc)
 {
     if (m->storage == DSARL_DTYPE_F32)
@@ -99,99 +82,46 @@ static const void *storage_operand(dsarl_model *m, const float *g32, void *tmp, 
 }
 
 // dW (out,in) += dy^T x for y = x W^T over n rows.
-static int linear_dweight(dsarl_model *m, const void *w, const void *dy, const void *x, int64_t n, int64_t in,
+int glm5_linear_dweight(dsarl_model *m, const void *w, const void *dy, const void *x, int64_t n, int64_t in,
                           int64_t out, dsarl_error *err)
 {
     return m->dev_ops->gemm(m->dev, true, false, out, in, n, 1.0f, dy, x, 1.0f, glm5_grad_of(m, w), err);
 }
 
 // dx (n,in) = dy W (beta 0: overwrite, 1: accumulate).
-static int linear_dinput(dsarl_model *m, void *dx, const void *dy, const void *w, int64_t n, int64_t in,
+int glm5_linear_dinput(dsarl_model *m, void *dx, const void *dy, const void *w, int64_t n, int64_t in,
                          int64_t out, float beta, dsarl_error *err)
 {
     return m->dev_ops->gemm(m->dev, false, false, n, in, out, 1.0f, dy, w, beta, dx, err);
 }
 
 // Backward of the SwiGLU MLP y = down(swiglu(x gate_up^T)); dx (n,C) accumulated.
-static int mlp_backward(dsarl_model *m, grad_bufs *g, void *dx, const void *dy, const void *x, const void *gu,
+static int mlp_backward(dsarl_model *m, glm5_grad_bufs *g, void *dx, const void *dy, const void *x, const void *gu,
                         const void *act, const void *w_gate_up, const void *w_down, int64_t n, int64_t inner,
                         dsarl_error *err)
 {
     int64_t C = m->cfg.hidden_size;
-    DSARL_TRY(linear_dinput(m, g->dact, dy, w_down, n, inner, C, 0.0f, err));
-    DSARL_TRY(linear_dweight(m, w_down, dy, act, n, inner, C, err));
+    DSARL_TRY(glm5_linear_dinput(m, g->dact, dy, w_down, n, inner, C, 0.0f, err));
+    DSARL_TRY(glm5_linear_dweight(m, w_down, dy, act, n, inner, C, err));
     DSARL_TRY(m->dev_ops->swiglu_backward(m->dev, g->dgu, g->dact, gu, n, inner, err));
-    DSARL_TRY(linear_dweight(m, w_gate_up, g->dgu, x, n, C, 2 * inner, err));
-    return linear_dinput(m, dx, g->dgu, w_gate_up, n, C, 2 * inner, 1.0f, err);
+    DSARL_TRY(glm5_linear_dweight(m, w_gate_up, g->dgu, x, n, C, 2 * inner, err));
+    return glm5_linear_dinput(m, dx, g->dgu, w_gate_up, n, C, 2 * inner, 1.0f, err);
 }
 
-static int moe_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+// MoE layer backward: the shared experts, then the routed experts and the router (glm5_moe.c); dh2 accumulates.
+static int moe_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                         const void *dy, void *dh2, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    const dsarl_device_ops *d = m->dev_ops;
-    const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
-    int64_t I = c->moe_intermediate_size, N = T * K;
     if (L->mlp_gate_up)
-        DSARL_TRY(mlp_backward(m, g, dh2, dy, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, T,
+        DSARL_TRY(mlp_backward(m, g, dh2, dy, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, p->T,
                                L->mlp_inner, err));
-    // routed rows: y[t] += w_r * expert_out_r  ->  d expert_out_r = w_r dy[t], d w_r = <dy[t], expert_out_r>;
-    // padding rows (a->moe_pad: one batched GEMM per product) have w_r = 0, so their gradients are zero and add
-    // nothing to the weight gradients or to dh2
-    int64_t R = a->moe_rows, pad = a->moe_pad;
-    DSARL_TRY(d->gather_rows(m->dev, g->dexp, dy, a->rows, R, C, err));
-    DSARL_TRY(d->row_dot(m->dev, g->dscale, g->dexp, a->expert_out, R, C, err));
-    DSARL_TRY(d->scale_rows(m->dev, g->dexp, a->row_scale, R, C, err));
-    if (pad) {
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, I, C, 1.0f, g->dexp, pad * C, L->experts_down,
-                                          C * I, 0.0f, g->dact, pad * I, E, err));
-        DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, C, I, pad, 1.0f, g->dexp, pad * C, a->act, pad * I,
-                                          1.0f, glm5_grad_of(m, L->experts_down), C * I, E, err));
-    }
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
-        if (n == 0)
-            continue;
-        const void *w_down = glm5_at(m, L->experts_down, e * C * I);
-        DSARL_TRY(d->gemm(m->dev, false, false, n, I, C, 1.0f, glm5_at(m, g->dexp, first * C), w_down, 0.0f,
-                          glm5_at(m, g->dact, first * I), err));
-        DSARL_TRY(d->gemm(m->dev, true, false, C, I, n, 1.0f, glm5_at(m, g->dexp, first * C),
-                          glm5_at(m, a->act, first * I), 1.0f, glm5_grad_of(m, w_down), err));
-    }
-    DSARL_TRY(d->swiglu_backward(m->dev, g->dgu, g->dact, a->gate_up, R, I, err));
-    if (pad) {
-        DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, 2 * I, C, pad, 1.0f, g->dgu, pad * 2 * I, a->expert_in,
-                                          pad * C, 1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C, E, err));
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, C, 2 * I, 1.0f, g->dgu, pad * 2 * I,
-                                          L->experts_gate_up, 2 * I * C, 0.0f, g->dxin, pad * C, E, err));
-    }
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
-        if (n == 0)
-            continue;
-        const void *w_gu = glm5_at(m, L->experts_gate_up, e * 2 * I * C);
-        DSARL_TRY(d->gemm(m->dev, true, false, 2 * I, C, n, 1.0f, glm5_at(m, g->dgu, first * 2 * I),
-                          glm5_at(m, a->expert_in, first * C), 1.0f, glm5_grad_of(m, w_gu), err));
-        DSARL_TRY(d->gemm(m->dev, false, false, n, C, 2 * I, 1.0f, glm5_at(m, g->dgu, first * 2 * I), w_gu, 0.0f,
-                          glm5_at(m, g->dxin, first * C), err));
-    }
-    DSARL_TRY(d->scatter_add_rows(m->dev, dh2, g->dxin, a->rows, NULL, R, C, err));
-    // routing weights back to their (token, slot), then through the router: droute_w[t*K + k] = dscale[its row],
-    // a gather of float32 values on the device (no round trip through the host)
-    DSARL_TRY(d->gather_rows(m->dev, g->droute_w, g->dscale, a->slot_inv, N, glm5_f32_units(m), err));
-    DSARL_TRY(d->moe_route_backward(m->dev, g->drouter, g->droute_w, a->route_idx, a->router_probs, T, E,
-                                    (int32_t)K, c->norm_topk_prob, (float)c->routed_scaling_factor, err));
-    int rc = 0;
-    const void *drouter = storage_operand(m, g->drouter, g->drouter_s, T * E, err, &rc);
-    DSARL_TRY(rc);
-    DSARL_TRY(linear_dweight(m, L->router, drouter, a->h2, T, C, E, err));
-    return linear_dinput(m, dh2, drouter, L->router, T, C, E, 1.0f, err);
+    return glm5_moe_backward(p, g, a, L, dy, dh2, err);
 }
 
 // Absorbed form, from dattn (T, H*v): dq (T, H*qk), dlatn (T, kv_lora) = d rmsnorm(c_kv), the rope key's gradient in
 // dkv[:, kv_lora:], and the kv_b_proj gradients (W_UV through the latent output, W_UK through q_abs).
-static int absorbed_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+static int absorbed_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                              dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -234,7 +164,7 @@ static int absorbed_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *
 // Headwise form, from dattn (T, H*v): the backend's dq (T, H*qk) directly; dk, dv back through
 // [k_nope_h | v_h] = latent_norm kv_b_proj_h^T (kv_b_proj's gradient, dlatn) and k_h[nope:] = k_rope (the sum over
 // heads goes to dkv[:, kv_lora:]).
-static int headwise_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+static int headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                              dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -252,8 +182,8 @@ static int headwise_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *
     // back to kv_b_proj's output layout (T, H, nope + v): rows (t, h) of T*H
     DSARL_TRY(d->copy_2d(m->dev, g->dkv_heads, nope + v, g->dk_heads, qk, T * H, nope, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_heads, nope), nope + v, g->dv_heads, v, T * H, v, err));
-    DSARL_TRY(linear_dweight(m, L->kv_b_proj, g->dkv_heads, a->latent_norm, T, kvr, H * (nope + v), err));
-    DSARL_TRY(linear_dinput(m, g->dlatn, g->dkv_heads, L->kv_b_proj, T, kvr, H * (nope + v), 0.0f, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->kv_b_proj, g->dkv_heads, a->latent_norm, T, kvr, H * (nope + v), err));
+    DSARL_TRY(glm5_linear_dinput(m, g->dlatn, g->dkv_heads, L->kv_b_proj, T, kvr, H * (nope + v), 0.0f, err));
     // the shared rope key: per token, ones (1,H) x dk (H,qk), a GEMM so the head sum accumulates in float32
     DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, 1, qk, H, 1.0f, g->ones, H, g->dk_heads, H * qk, 0.0f,
                                       g->dk_sum, qk, T, err));
@@ -261,7 +191,7 @@ static int headwise_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *
 }
 
 // d of attention output dy (T,C) -> dh1 (T,C) overwritten, weight gradients accumulated.
-static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+static int attention_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                               const void *dy, void *dh1, dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -271,20 +201,20 @@ static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope, qr = c->q_lora_rank;
     float rs = (float)c->attention_scaling;
-    DSARL_TRY(linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
-    DSARL_TRY(linear_dweight(m, L->o_proj, dy, a->attn, T, H * v, C, err));
+    DSARL_TRY(glm5_linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->o_proj, dy, a->attn, T, H * v, C, err));
     if (p->form == DSARL_DSA_FORM_HEADWISE)
         DSARL_TRY(headwise_backward(p, g, a, L, err));
     else
         DSARL_TRY(absorbed_backward(p, g, a, L, err));
     DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dq, nope), glm5_at(m, g->dq, nope), p->positions, m->inv_freq,
                                rs, T, H, H * qk, qk, rope, err));
-    DSARL_TRY(linear_dweight(m, L->q_b_proj, g->dq, a->q_resid, T, qr, H * qk, err));
-    DSARL_TRY(linear_dinput(m, g->dqr, g->dq, L->q_b_proj, T, qr, H * qk, 0.0f, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->q_b_proj, g->dq, a->q_resid, T, qr, H * qk, err));
+    DSARL_TRY(glm5_linear_dinput(m, g->dqr, g->dq, L->q_b_proj, T, qr, H * qk, 0.0f, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dqa, glm5_grad_of(m, L->q_a_norm), g->dqr, a->qa, L->q_a_norm,
                                   a->rstd_qa, T, qr, err));
-    DSARL_TRY(linear_dweight(m, L->q_a_proj, g->dqa, a->h1, T, C, qr, err));
-    DSARL_TRY(linear_dinput(m, dh1, g->dqa, L->q_a_proj, T, C, qr, 0.0f, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->q_a_proj, g->dqa, a->h1, T, C, qr, err));
+    DSARL_TRY(glm5_linear_dinput(m, dh1, g->dqa, L->q_a_proj, T, C, qr, 0.0f, err));
     // latent: kv = [rmsnorm(c_kv) | rope(k_rope)]; both forms left d rmsnorm(c_kv) in dlatn, d k_rope in dkv
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dlat, glm5_grad_of(m, L->kv_a_norm), g->dlatn, a->latent, L->kv_a_norm,
                                   a->rstd_kv, T, kvr, err));
@@ -292,13 +222,13 @@ static int attention_backward(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dckv, kvr), dqk, glm5_at(m, g->dkv, kvr), dqk, T, rope, err));
     DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dckv, kvr), glm5_at(m, g->dckv, kvr), p->positions, m->inv_freq,
                                rs, T, 1, dqk, 0, rope, err));
-    DSARL_TRY(linear_dweight(m, L->kv_a_proj, g->dckv, a->h1, T, C, dqk, err));
-    return linear_dinput(m, dh1, g->dckv, L->kv_a_proj, T, C, dqk, 1.0f, err);
+    DSARL_TRY(glm5_linear_dweight(m, L->kv_a_proj, g->dckv, a->h1, T, C, dqk, err));
+    return glm5_linear_dinput(m, dh1, g->dckv, L->kv_a_proj, T, C, dqk, 1.0f, err);
 }
 
 // Indexer KL loss of one full layer: its per-token losses into g->ilosses row `layer` (summed by backward_pass
 // after the loop, one download), its gradient (coeff / T for every token: g->idloss) into the indexer weights.
-static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                               dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -328,20 +258,20 @@ static int indexer_loss_layer(glm5_pass *p, grad_bufs *g, const glm5_layer_acts 
     // weights: iw_scaled = s * (h weights_proj^T); h is detached
     DSARL_TRY(d->convert(m->dev, g->diw, m->storage, g->iw_grad, DSARL_DTYPE_F32, T * nI,
                          (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), err));
-    DSARL_TRY(linear_dweight(m, L->idx_weights_proj, g->diw, a->h1, T, C, nI, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->idx_weights_proj, g->diw, a->h1, T, C, nI, err));
     // queries: iq = rope(q_resid wq_b^T); q_resid is detached
     DSARL_TRY(d->rope_backward(m->dev, g->diq, g->diq, p->positions, m->inv_freq, rs, T, nI, nI * dI, dI, rope, err));
-    DSARL_TRY(linear_dweight(m, L->idx_wq_b, g->diq, a->q_resid, T, qr, nI * dI, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->idx_wq_b, g->diq, a->q_resid, T, qr, nI * dI, err));
     // keys: ik = rope(layernorm(h wk^T))
     DSARL_TRY(d->rope_backward(m->dev, g->dik, g->dik, p->positions, m->inv_freq, rs, T, 1, dI, 0, rope, err));
     DSARL_TRY(d->layernorm_backward(m->dev, g->dik_raw, glm5_grad_of(m, L->idx_k_norm_w),
                                     glm5_grad_of(m, L->idx_k_norm_b), g->dik, a->ik_raw, L->idx_k_norm_w, a->ik_mean,
                                     a->ik_rstd, T, dI, err));
-    return linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
+    return glm5_linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
 }
 
 // Uploads the targets (T), checked against the vocabulary.
-static int upload_targets(glm5_pass *p, grad_bufs *g, const int32_t *targets, dsarl_error *err)
+static int upload_targets(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, dsarl_error *err)
 {
     int64_t T = p->T;
     for (int64_t t = 0; t < T; t++)
@@ -356,7 +286,7 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
                           dsarl_error *err)
 {
     glm5_pass p;
-    grad_bufs g = {0};
+    glm5_grad_bufs g = {0};
     int rc = glm5_pass_forward(m, batch, false, &p, err);
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
@@ -387,7 +317,7 @@ static int upload_constant(dsarl_model *m, float *dst, float value, int64_t n, d
 
 // *loss = sum over full layers (last to first, as the backward visits them) of coeff * mean_t KL(t), from the
 // per-layer rows of g->ilosses in one download.
-static int sum_indexer_losses(dsarl_model *m, const grad_bufs *g, int64_t T, double *loss, dsarl_error *err)
+static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T, double *loss, dsarl_error *err)
 {
     int64_t L = m->cfg.num_hidden_layers;
     float *host = malloc((size_t)(L * T) * sizeof(float));
@@ -408,7 +338,7 @@ static int sum_indexer_losses(dsarl_model *m, const grad_bufs *g, int64_t T, dou
 }
 
 // The backward of a saved pass whose targets are on the device (g->targets), from dlogprobs (T) host.
-static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
+static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
                          dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
@@ -420,10 +350,10 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const float
         DSARL_TRY(d->convert(m->dev, g->dlogits, DSARL_DTYPE_F32, g->dlogits, DSARL_DTYPE_F32, T * V, p->logit_scale,
                              err));
     int rc = 0;
-    const void *dlogits = storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
+    const void *dlogits = glm5_storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
     DSARL_TRY(rc);
-    DSARL_TRY(linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
-    DSARL_TRY(linear_dinput(m, g->dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
+    DSARL_TRY(glm5_linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
+    DSARL_TRY(glm5_linear_dinput(m, g->dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, T, C, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
@@ -468,7 +398,7 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, grad_bufs *g, const float
  * device, the rest allocated by the backward), one per model. */
 struct glm5_train {
     glm5_pass p;
-    grad_bufs g;
+    glm5_grad_bufs g;
 };
 
 void glm5_train_release(dsarl_model *m)

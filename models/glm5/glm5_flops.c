@@ -38,7 +38,7 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
     DSARL_TRY(glm5_family_config(family, config, &cfg, err));
     glm5_param *specs = NULL;
     int64_t n_params = 0, n_weights = 0;
-    DSARL_TRY(glm5_param_specs(&cfg, &specs, &n_params, &n_weights, err));
+    DSARL_TRY(glm5_param_specs(&cfg, NULL, &specs, &n_params, &n_weights, err));
     double lm = 0.0, idx = 0.0, embed = 0.0;
     for (int64_t i = 0; i < n_params; i++) {
         const glm5_param *p = &specs[i];

@@ -33,7 +33,7 @@ int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
     return DSARL_OK;
 }
 
-static int host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
+int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err)
 {
     DSARL_TRY(reserve(&p->host_bufs, p->n_host, &p->cap_host, err));
     if (!(*out = calloc(1, bytes ? bytes : 1)))
@@ -97,7 +97,7 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     a->slot = a->rows + R, a->slot_inv = a->rows + 2 * R; // one block: one upload per MoE layer
     // route_w[N] = 0: the routing weight of padding rows (moe_route_forward writes the first N)
     DSARL_TRY(p->m->dev_ops->zero(p->m->dev, a->route_w + N, sizeof(float), err));
-    DSARL_TRY(host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
     return DSARL_OK;
 }
 
@@ -117,84 +117,15 @@ static int swiglu_mlp(dsarl_model *m, void *y, const void *x, void *gu, void *ac
     return glm5_linear(m, y, act, down, n, inner, C, err);
 }
 
+// MoE layer: the routed experts (glm5_moe.c) plus the shared experts, which see the same normed input.
 static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    const dsarl_device_ops *d = m->dev_ops;
-    const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
-    int64_t I = c->moe_intermediate_size, N = T * K;
-    // router logits, bias and weights in float32 whatever the storage (transformers routes in fp32): a bf16 logit
-    // or bias would move top-k near-ties
-    DSARL_TRY(d->gemm_f32out(m->dev, false, true, T, E, C, 1.0f, a->h2, L->router, 0.0f, a->router_logits, err));
-    DSARL_TRY(d->moe_route_forward(m->dev, a->route_idx, a->route_w, a->router_probs, a->router_logits,
-                                   L->router_bias32, T, E, (int32_t)K, c->n_group, c->topk_group, c->norm_topk_prob,
-                                   (float)c->routed_scaling_factor, err));
-    // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes. One download (the expert
-    // ids) and one upload (rows, slot, slot_inv: one block) per layer, each a wait for the device.
-    int64_t R = glm5_moe_rows_cap(c, T);
-    int32_t *idx, *rows;
-    int64_t *fill;
-    DSARL_TRY(host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&idx, err));
-    DSARL_TRY(host_alloc(p, (size_t)(2 * R + N) * sizeof(int32_t), (void **)&rows, err));
-    DSARL_TRY(host_alloc(p, (size_t)E * sizeof(int64_t), (void **)&fill, err));
-    DSARL_TRY(d->copy(m->dev, idx, a->route_idx, (size_t)N * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
-    int32_t *slot = rows + R, *slot_inv = rows + 2 * R;
-    int64_t *count = a->count, largest = 0;
-    memset(count, 0, (size_t)(E + 1) * sizeof(int64_t));
-    for (int64_t i = 0; i < N; i++)
-        count[idx[i] + 1]++;
-    for (int64_t e = 0; e < E; e++) {
-        largest = count[e + 1] > largest ? count[e + 1] : largest;
-        count[e + 1] += count[e]; // count[e] = first row of expert e
-    }
-    // small or balanced groups (glm5_moe_pad): expert e's rows at e * pad, the rest of its pad rows read token 0
-    // with weight 0 (route_w[N]), so one batched GEMM covers every expert
-    a->moe_pad = glm5_moe_pad(m, T, largest);
-    a->moe_rows = a->moe_pad ? E * a->moe_pad : N;
-    for (int64_t e = 0; e < E; e++)
-        fill[e] = a->moe_pad ? e * a->moe_pad : count[e];
-    for (int64_t r = 0; r < a->moe_rows; r++)
-        rows[r] = 0, slot[r] = (int32_t)N;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t k = 0; k < K; k++) {
-            int64_t r = fill[idx[t * K + k]]++;
-            rows[r] = (int32_t)t;
-            slot[r] = (int32_t)(t * K + k);
-            slot_inv[t * K + k] = (int32_t)r;
-        }
-    DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)(2 * R + N) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE,
-                      err));
-    // row_scale[r] = route_w[slot[r]] on the device: a gather of float32 values moved as rows of 4 bytes (one or
-    // two storage elements), a bit copy
-    int64_t rows_used = a->moe_rows, pad = a->moe_pad;
-    DSARL_TRY(d->gather_rows(m->dev, a->row_scale, a->route_w, a->slot, rows_used, glm5_f32_units(m), err));
-    DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, rows_used, C, err));
-    if (pad)
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, 2 * I, C, 1.0f, a->expert_in, pad * C,
-                                          L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, pad * 2 * I, E, err));
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = count[e], n = count[e + 1] - count[e];
-        if (n > 0)
-            DSARL_TRY(glm5_linear(m, glm5_at(m, a->gate_up, first * 2 * I), glm5_at(m, a->expert_in, first * C),
-                                  glm5_at(m, L->experts_gate_up, e * 2 * I * C), n, C, 2 * I, err));
-    }
-    DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, rows_used, I, err));
-    if (pad)
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, C, I, 1.0f, a->act, pad * I, L->experts_down,
-                                          C * I, 0.0f, a->expert_out, pad * C, E, err));
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = count[e], n = count[e + 1] - count[e];
-        if (n > 0)
-            DSARL_TRY(glm5_linear(m, glm5_at(m, a->expert_out, first * C), glm5_at(m, a->act, first * I),
-                                  glm5_at(m, L->experts_down, e * C * I), n, I, C, err));
-    }
-    DSARL_TRY(d->zero(m->dev, y, (size_t)(T * C) * m->elem, err));
-    DSARL_TRY(d->scatter_add_rows(m->dev, y, a->expert_out, a->rows, a->row_scale, rows_used, C, err));
-    if (L->mlp_gate_up) { // shared experts see the same normed input and add to the routed sum
-        DSARL_TRY(swiglu_mlp(m, p->tmp, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, T,
+    DSARL_TRY(glm5_moe_forward(p, a, L, y, err));
+    if (L->mlp_gate_up) {
+        DSARL_TRY(swiglu_mlp(m, p->tmp, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, p->T,
                              L->mlp_inner, err));
-        DSARL_TRY(d->add(m->dev, y, y, p->tmp, T * C, err));
+        DSARL_TRY(m->dev_ops->add(m->dev, y, y, p->tmp, p->T * m->cfg.hidden_size, err));
     }
     return DSARL_OK;
 }
@@ -352,7 +283,7 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
                           (long long)T);
     // ids, positions and key ranges: one host block in the layout of the device block p->tokens, one upload
     int32_t *host;
-    DSARL_TRY(host_alloc(p, (size_t)(4 * T) * sizeof(int32_t), (void **)&host, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(4 * T) * sizeof(int32_t), (void **)&host, err));
     memcpy(host, b->tokens, (size_t)T * sizeof(int32_t));
     int32_t *pos = host + T, *ks = host + 2 * T, *ke = host + 3 * T, max_len = 0;
     for (int32_t s = 0; s < b->n_sequences; s++) {
@@ -369,7 +300,7 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
     // the segments on the host for backends that plan per segment shape (ABI 1.1): the pass's own copy, alive
     // until glm5_pass_free, so the backward sees the same array
     int32_t *cu;
-    DSARL_TRY(host_alloc(p, (size_t)(b->n_sequences + 1) * sizeof(int32_t), (void **)&cu, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(b->n_sequences + 1) * sizeof(int32_t), (void **)&cu, err));
     memcpy(cu, b->cu_seqlens, (size_t)(b->n_sequences + 1) * sizeof(int32_t));
     p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = T,
                                  .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_len,
@@ -449,8 +380,8 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     for (int i = 0; i < p->n_acts; i++)
         DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[i], err));
     if (p->recompute) {
-        DSARL_TRY(host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
-        DSARL_TRY(host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
         for (int32_t i = 0; i < c->num_hidden_layers; i++) {
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &p->x_saved[i], err));
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * p->topk_width) * sizeof(int32_t), (void **)&p->topk_saved[i],

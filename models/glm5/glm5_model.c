@@ -92,6 +92,7 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
 {
     if (!dev_ops || !dev || !dsa_ops)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a device (ops and instance) and a DSA backend");
+    DSARL_TRY(glm5_check_layout(cfg, parallel, err));
     if (parallel && (parallel->tp_size > 1 || parallel->ep_size > 1 || parallel->pp_size > 1 ||
                      parallel->cp_size > 1))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: tensor/expert/pipeline/context parallel sizes > 1 are "
@@ -103,11 +104,13 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
     m->cfg = *cfg;
     m->dev_ops = dev_ops, m->dev = dev, m->dsa_ops = dsa_ops, m->dsa = dsa;
     m->parallel = parallel ? *parallel : (dsarl_parallel)DSARL_PARALLEL_SINGLE;
+    m->shards = (glm5_shards){.tp_rank = m->parallel.tp_rank, .tp_size = m->parallel.tp_size,
+                              .ep_rank = m->parallel.ep_rank, .ep_size = m->parallel.ep_size};
     // the host device runs each call's arithmetic at once; a GPU device queues kernels, each with a fixed cost
     m->launch_bound = (dsarl_device_capabilities(dev_ops) & DSARL_DEVICE_CAP_LAUNCH_BOUND) != 0;
     m->storage = dev_ops->storage_dtype(dev);
     m->elem = dsarl_dtype_size(m->storage);
-    int rc = glm5_param_specs(cfg, &m->params, &m->n_params, &m->n_weights, err);
+    int rc = glm5_param_specs(cfg, &m->shards, &m->params, &m->n_params, &m->n_weights, err);
     if (rc == 0 && !(m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(glm5_layer))))
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the layer table");
     if (rc == 0)
@@ -189,14 +192,20 @@ int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_ran
 {
     for (int64_t i = 0; i < m->n_params; i++) {
         const glm5_param *p = &m->params[i];
-        float *host = malloc((size_t)p->numel * sizeof(float));
+        // the whole tensor's values, then this rank's shard of them: every layout starts from the same weights
+        float *host = malloc((size_t)(p->full_numel + (p->shard_dim >= 0 ? p->numel : 0)) * sizeof(float));
         if (!host)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory initialising %s", p->name);
         uint64_t s = seed ^ (0xA24BAED4963EE407ull * (uint64_t)(i + 1)); // one stream per tensor
         bool is_bias = strstr(p->name, "bias") != NULL, is_norm = p->ndim == 1 && !is_bias;
-        for (int64_t j = 0; j < p->numel; j++)
+        for (int64_t j = 0; j < p->full_numel; j++)
             host[j] = is_bias ? 0.0f : is_norm ? 1.0f : (float)(normal01(&s) * initializer_range);
-        int rc = glm5_upload_param(m, p, 0, host, (size_t)p->numel, err);
+        float *local = host;
+        if (p->shard_dim >= 0) {
+            local = host + p->full_numel;
+            glm5_param_take_shard(p, host, local);
+        }
+        int rc = glm5_upload_param(m, p, 0, local, (size_t)p->numel, err);
         free(host);
         DSARL_TRY(rc);
     }

@@ -9,7 +9,9 @@
 #include "dsarl/ops/model.h"
 #include "glm5_config.h"
 
-/* How a parameter is split across ranks (Megatron semantics); every size is 1 today. */
+/* How a parameter is split across ranks (Megatron semantics): the shard kind decides the split dimension and the
+ * group (docs/parallel.md). Heads and intermediate features split contiguously, so a rank's rows (or columns) are
+ * one block of the full tensor. */
 typedef enum glm5_shard {
     GLM5_SHARD_REPLICATED = 0, /* norms, router, indexer: every TP rank holds it whole */
     GLM5_SHARD_COLUMN = 1,     /* output features split over TP (q_b, kv_b, gate/up projections) */
@@ -36,11 +38,23 @@ static inline bool glm5_dsa_has_headwise(const dsarl_dsa_ops *dsa)
     return DSARL_DSA_HAS(dsa, headwise_attention_forward) && DSARL_DSA_HAS(dsa, headwise_attention_backward);
 }
 
+/* This rank's place in the tensor- and expert-parallel splits (all 0 of 1 in a single process). */
+typedef struct glm5_shards {
+    int32_t tp_rank, tp_size;
+    int32_t ep_rank, ep_size;
+} glm5_shards;
+
+#define GLM5_SHARDS_SINGLE ((glm5_shards){.tp_rank = 0, .tp_size = 1, .ep_rank = 0, .ep_size = 1})
+
 typedef struct glm5_param {
     char name[96];     /* Hugging Face key, e.g. "model.layers.3.mlp.experts.gate_up_proj" (fused experts) */
     int32_t ndim;
-    int64_t shape[3];
-    int64_t numel;
+    int64_t shape[3];  /* this rank's shard */
+    int64_t numel;     /* elements of the shard */
+    int64_t full_shape[3]; /* the whole tensor (the Hugging Face shape) */
+    int64_t full_numel;
+    int32_t shard_dim;     /* the split dimension (0 or 1), or -1 when this rank holds the whole tensor */
+    int64_t shard_start;   /* first index of this rank's block along shard_dim */
     int64_t offset;    /* elements into glm5_model.weights */
     glm5_shard shard;
     bool trainable;    /* false for e_score_correction_bias (a buffer updated by load balancing) */
@@ -67,6 +81,7 @@ struct dsarl_model {
     const dsarl_dsa_ops *dsa_ops;
     dsarl_dsa_context *dsa;
     dsarl_parallel parallel;
+    glm5_shards shards;          /* this rank's tensor/expert shard (from parallel) */
     glm5_param *params;
     int64_t n_params, n_weights; /* specs, and float elements in weights */
     void *weights;               /* device buffer holding every parameter */
@@ -104,9 +119,17 @@ int glm5_upload_param(dsarl_model *model, const glm5_param *p, int64_t at, const
 /* The float32 device copy of router-bias parameter p when the model keeps one (bf16 storage), else NULL. */
 float *glm5_param_f32_copy(const dsarl_model *model, const glm5_param *p);
 
-/* Lists every parameter of cfg in buffer order; *out is malloc'ed (caller frees). */
-int glm5_param_specs(const glm5_config *cfg, glm5_param **out, int64_t *n_params, int64_t *n_weights,
-                     dsarl_error *err);
+/* Lists every parameter of cfg in buffer order, each as this rank's shard (shards NULL: whole tensors); *out is
+ * malloc'ed (caller frees). The layout must have passed glm5_check_layout. */
+int glm5_param_specs(const glm5_config *cfg, const glm5_shards *shards, glm5_param **out, int64_t *n_params,
+                     int64_t *n_weights, dsarl_error *err);
+
+/* Refuses, in one sentence naming the sizes, a tensor/expert-parallel layout cfg cannot be split by: heads,
+ * intermediate sizes and the vocabulary by tp, routed experts by ep. */
+int glm5_check_layout(const glm5_config *cfg, const dsarl_parallel *parallel, dsarl_error *err);
+
+/* Copies this rank's shard of parameter p out of the whole tensor full (p->full_numel values) into local. */
+void glm5_param_take_shard(const glm5_param *p, const float *full, float *local);
 
 /* Trainable parameters and buffer elements of cfg, without allocating weights. */
 int glm5_count_parameters(const glm5_config *cfg, int64_t *trainable, int64_t *buffers, dsarl_error *err);

@@ -15,8 +15,23 @@ typedef struct spec_list {
     int64_t n, cap, offset;
 } spec_list;
 
-static int add(spec_list *l, int32_t layer, const char *name, glm5_shard shard, bool trainable, int32_t ndim,
-               int64_t d0, int64_t d1, int64_t d2, dsarl_error *err)
+// The split dimension and the number of parts of a shard kind under shards.
+static void split_of(glm5_shard shard, const glm5_shards *s, int32_t *dim, int32_t *parts, int32_t *index)
+{
+    *dim = -1, *parts = 1, *index = 0;
+    switch (shard) {
+    case GLM5_SHARD_COLUMN:
+    case GLM5_SHARD_VOCAB: *dim = 0, *parts = s->tp_size, *index = s->tp_rank; break;
+    case GLM5_SHARD_ROW: *dim = 1, *parts = s->tp_size, *index = s->tp_rank; break;
+    case GLM5_SHARD_EXPERT: *dim = 0, *parts = s->ep_size, *index = s->ep_rank; break;
+    default: break;
+    }
+    if (*parts <= 1)
+        *dim = -1, *parts = 1, *index = 0;
+}
+
+static int add(spec_list *l, const glm5_shards *shards, int32_t layer, const char *name, glm5_shard shard,
+               bool trainable, int32_t ndim, int64_t d0, int64_t d1, int64_t d2, dsarl_error *err)
 {
     if (l->n == l->cap) {
         int64_t cap = l->cap ? l->cap * 2 : 256;
@@ -32,8 +47,18 @@ static int add(spec_list *l, int32_t layer, const char *name, glm5_shard shard, 
     else
         snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
-    p->shape[0] = d0, p->shape[1] = d1, p->shape[2] = d2;
-    p->numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+    p->full_shape[0] = d0, p->full_shape[1] = d1, p->full_shape[2] = d2;
+    p->full_numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+    int32_t dim, parts, index;
+    split_of(shard, shards, &dim, &parts, &index);
+    memcpy(p->shape, p->full_shape, sizeof p->shape);
+    p->shard_dim = dim;
+    p->shard_start = 0;
+    if (dim >= 0) { // glm5_check_layout made every split exact
+        p->shape[dim] = p->full_shape[dim] / parts;
+        p->shard_start = p->shape[dim] * index;
+    }
+    p->numel = p->shape[0] * (ndim > 1 ? p->shape[1] : 1) * (ndim > 2 ? p->shape[2] : 1);
     p->offset = l->offset;
     p->shard = shard;
     p->trainable = trainable;
@@ -43,64 +68,67 @@ static int add(spec_list *l, int32_t layer, const char *name, glm5_shard shard, 
     return DSARL_OK;
 }
 
-int glm5_param_specs(const glm5_config *c, glm5_param **out, int64_t *n_params, int64_t *n_weights,
-                     dsarl_error *err)
+int glm5_param_specs(const glm5_config *c, const glm5_shards *shards, glm5_param **out, int64_t *n_params,
+                     int64_t *n_weights, dsarl_error *err)
 {
     spec_list l = {0};
+    const glm5_shards whole = GLM5_SHARDS_SINGLE;
+    if (!shards)
+        shards = &whole;
     int64_t C = c->hidden_size, H = c->num_attention_heads, E = c->n_routed_experts;
-    int rc = add(&l, -1, "model.embed_tokens.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
+    int rc = add(&l, shards, -1, "model.embed_tokens.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
     for (int32_t i = 0; i < c->num_hidden_layers && rc == 0; i++) {
-        rc |= add(&l, i, "input_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
-        rc |= add(&l, i, "self_attn.q_a_proj.weight", GLM5_SHARD_REPLICATED, true, 2, c->q_lora_rank, C, 0, err);
-        rc |= add(&l, i, "self_attn.q_a_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, c->q_lora_rank, 0, 0, err);
-        rc |= add(&l, i, "self_attn.q_b_proj.weight", GLM5_SHARD_COLUMN, true, 2, H * c->qk_head_dim, c->q_lora_rank,
+        rc |= add(&l, shards, i, "input_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+        rc |= add(&l, shards, i, "self_attn.q_a_proj.weight", GLM5_SHARD_REPLICATED, true, 2, c->q_lora_rank, C, 0, err);
+        rc |= add(&l, shards, i, "self_attn.q_a_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, c->q_lora_rank, 0, 0, err);
+        rc |= add(&l, shards, i, "self_attn.q_b_proj.weight", GLM5_SHARD_COLUMN, true, 2, H * c->qk_head_dim, c->q_lora_rank,
                   0, err);
-        rc |= add(&l, i, "self_attn.kv_a_proj_with_mqa.weight", GLM5_SHARD_REPLICATED, true, 2,
+        rc |= add(&l, shards, i, "self_attn.kv_a_proj_with_mqa.weight", GLM5_SHARD_REPLICATED, true, 2,
                   c->kv_lora_rank + c->qk_rope_head_dim, C, 0, err);
-        rc |= add(&l, i, "self_attn.kv_a_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, c->kv_lora_rank, 0, 0,
+        rc |= add(&l, shards, i, "self_attn.kv_a_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, c->kv_lora_rank, 0, 0,
                   err);
-        rc |= add(&l, i, "self_attn.kv_b_proj.weight", GLM5_SHARD_COLUMN, true, 2,
+        rc |= add(&l, shards, i, "self_attn.kv_b_proj.weight", GLM5_SHARD_COLUMN, true, 2,
                   H * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, 0, err);
-        rc |= add(&l, i, "self_attn.o_proj.weight", GLM5_SHARD_ROW, true, 2, C, H * c->v_head_dim, 0, err);
+        rc |= add(&l, shards, i, "self_attn.o_proj.weight", GLM5_SHARD_ROW, true, 2, C, H * c->v_head_dim, 0, err);
         if (c->indexer_full[i]) {
-            rc |= add(&l, i, "self_attn.indexer.wq_b.weight", GLM5_SHARD_REPLICATED, true, 2,
+            rc |= add(&l, shards, i, "self_attn.indexer.wq_b.weight", GLM5_SHARD_REPLICATED, true, 2,
                       (int64_t)c->index_n_heads * c->index_head_dim, c->q_lora_rank, 0, err);
-            rc |= add(&l, i, "self_attn.indexer.wk.weight", GLM5_SHARD_REPLICATED, true, 2, c->index_head_dim, C, 0,
+            rc |= add(&l, shards, i, "self_attn.indexer.wk.weight", GLM5_SHARD_REPLICATED, true, 2, c->index_head_dim, C, 0,
                       err);
-            rc |= add(&l, i, "self_attn.indexer.k_norm.weight", GLM5_SHARD_REPLICATED, true, 1, c->index_head_dim, 0,
+            rc |= add(&l, shards, i, "self_attn.indexer.k_norm.weight", GLM5_SHARD_REPLICATED, true, 1, c->index_head_dim, 0,
                       0, err);
-            rc |= add(&l, i, "self_attn.indexer.k_norm.bias", GLM5_SHARD_REPLICATED, true, 1, c->index_head_dim, 0, 0,
+            rc |= add(&l, shards, i, "self_attn.indexer.k_norm.bias", GLM5_SHARD_REPLICATED, true, 1, c->index_head_dim, 0, 0,
                       err);
-            rc |= add(&l, i, "self_attn.indexer.weights_proj.weight", GLM5_SHARD_REPLICATED, true, 2,
+            rc |= add(&l, shards, i, "self_attn.indexer.weights_proj.weight", GLM5_SHARD_REPLICATED, true, 2,
                       c->index_n_heads, C, 0, err);
         }
-        rc |= add(&l, i, "post_attention_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+        rc |= add(&l, shards, i, "post_attention_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
         const char *mlp = c->mlp_sparse[i] ? "mlp.shared_experts" : "mlp";
         int64_t inner = c->mlp_sparse[i] ? c->moe_intermediate_size * c->n_shared_experts : c->intermediate_size;
         char name[96];
         if (c->mlp_sparse[i]) {
-            rc |= add(&l, i, "mlp.gate.weight", GLM5_SHARD_REPLICATED, true, 2, E, C, 0, err);
-            rc |= add(&l, i, "mlp.gate.e_score_correction_bias", GLM5_SHARD_REPLICATED, false, 1, E, 0, 0, err);
-            rc |= add(&l, i, "mlp.experts.gate_up_proj", GLM5_SHARD_EXPERT, true, 3, E,
+            rc |= add(&l, shards, i, "mlp.gate.weight", GLM5_SHARD_REPLICATED, true, 2, E, C, 0, err);
+            rc |= add(&l, shards, i, "mlp.gate.e_score_correction_bias", GLM5_SHARD_REPLICATED, false, 1, E, 0, 0, err);
+            rc |= add(&l, shards, i, "mlp.experts.gate_up_proj", GLM5_SHARD_EXPERT, true, 3, E,
                       2 * c->moe_intermediate_size, C, err);
-            rc |= add(&l, i, "mlp.experts.down_proj", GLM5_SHARD_EXPERT, true, 3, E, C, c->moe_intermediate_size,
+            rc |= add(&l, shards, i, "mlp.experts.down_proj", GLM5_SHARD_EXPERT, true, 3, E, C, c->moe_intermediate_size,
                       err);
         }
         if (inner > 0) { // n_shared_experts = 0 means no shared expert
             // gate and up are listed back to back with no padding so they form one (2*inner, C) matrix
             snprintf(name, sizeof name, "%s.gate_proj.weight", mlp);
-            rc |= add(&l, i, name, GLM5_SHARD_COLUMN, true, 2, inner, C, 0, err);
-            l.offset = l.items[l.n - 1].offset + inner * C;
+            rc |= add(&l, shards, i, name, GLM5_SHARD_COLUMN, true, 2, inner, C, 0, err);
+            l.offset = l.items[l.n - 1].offset + l.items[l.n - 1].numel;
             snprintf(name, sizeof name, "%s.up_proj.weight", mlp);
-            rc |= add(&l, i, name, GLM5_SHARD_COLUMN, true, 2, inner, C, 0, err);
+            rc |= add(&l, shards, i, name, GLM5_SHARD_COLUMN, true, 2, inner, C, 0, err);
             snprintf(name, sizeof name, "%s.down_proj.weight", mlp);
-            rc |= add(&l, i, name, GLM5_SHARD_ROW, true, 2, C, inner, 0, err);
+            rc |= add(&l, shards, i, name, GLM5_SHARD_ROW, true, 2, C, inner, 0, err);
         }
     }
     if (rc == 0)
-        rc |= add(&l, -1, "model.norm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+        rc |= add(&l, shards, -1, "model.norm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
     if (rc == 0 && !c->tie_word_embeddings)
-        rc |= add(&l, -1, "lm_head.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
+        rc |= add(&l, shards, -1, "lm_head.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
     if (rc) {
         free(l.items);
         return err ? err->code : DSARL_E_NOMEM;
@@ -115,7 +143,7 @@ int glm5_count_parameters(const glm5_config *cfg, int64_t *trainable, int64_t *b
 {
     glm5_param *p = NULL;
     int64_t n = 0, total = 0;
-    DSARL_TRY(glm5_param_specs(cfg, &p, &n, &total, err));
+    DSARL_TRY(glm5_param_specs(cfg, NULL, &p, &n, &total, err));
     int64_t t = 0, b = 0;
     for (int64_t i = 0; i < n; i++) {
         if (p[i].trainable)
@@ -127,4 +155,41 @@ int glm5_count_parameters(const glm5_config *cfg, int64_t *trainable, int64_t *b
     *trainable = t;
     *buffers = b;
     return DSARL_OK;
+}
+
+int glm5_check_layout(const glm5_config *c, const dsarl_parallel *par, dsarl_error *err)
+{
+    int32_t tp = par ? par->tp_size : 1, ep = par ? par->ep_size : 1;
+    struct { const char *what; int64_t n; int32_t by; const char *key; } rules[] = {
+        {"attention heads (num_attention_heads)", c->num_attention_heads, tp, "tensor_model_parallel_size"},
+        {"the vocabulary (vocab_size)", c->vocab_size, tp, "tensor_model_parallel_size"},
+        {"the dense MLP width (intermediate_size)", c->intermediate_size, tp, "tensor_model_parallel_size"},
+        {"the shared-expert width (moe_intermediate_size x n_shared_experts)",
+         c->moe_intermediate_size * c->n_shared_experts, tp, "tensor_model_parallel_size"},
+        {"routed experts (n_routed_experts)", c->n_routed_experts, ep, "expert_model_parallel_size"},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (rules[i].by > 1 && rules[i].n % rules[i].by != 0)
+            return DSARL_FAIL(err, DSARL_E_INVALID,
+                              "glm5: %s = %lld is not divisible by policy.megatron_cfg.%s = %d; every rank holds an "
+                              "equal share, so pick a divisor of %lld", rules[i].what, (long long)rules[i].n,
+                              rules[i].key, rules[i].by, (long long)rules[i].n);
+    return DSARL_OK;
+}
+
+void glm5_param_take_shard(const glm5_param *p, const float *full, float *local)
+{
+    if (p->shard_dim < 0) {
+        memcpy(local, full, (size_t)p->numel * sizeof(float));
+        return;
+    }
+    // the elements after the split dimension form one contiguous row of `inner` values per index
+    int64_t outer = 1, inner = 1;
+    for (int32_t d = 0; d < p->shard_dim; d++)
+        outer *= p->full_shape[d];
+    for (int32_t d = p->shard_dim + 1; d < p->ndim; d++)
+        inner *= p->full_shape[d];
+    int64_t full_span = p->full_shape[p->shard_dim] * inner, span = p->shape[p->shard_dim] * inner;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(local + o * span, full + o * full_span + p->shard_start * inner, (size_t)span * sizeof(float));
 }

@@ -167,4 +167,46 @@ void glm5_pass_free(glm5_pass *p);
 int glm5_linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T, int64_t in, int64_t out,
                 dsarl_error *err);
 
+
+/* Host scratch freed with the pass. */
+int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
+
+/* The routed experts of MoE layer L (glm5_moe.c): y (T,C) = sum over the token's top-k experts of the routing weight
+ * times the expert's SwiGLU output of a->h2; the routing is kept in a for the backward. */
+int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err);
+
+// Backward scratch, sized once per call.
+typedef struct glm5_grad_bufs {
+    float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *idloss;
+    float *ilosses;                                     // (layers, T) per-token indexer KL, summed after the loop
+    int32_t *targets;
+    void *dx, *dh, *dh2, *dtmp;                         // (T,C)
+    void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention (dout_latent, dq_abs: absorbed form only)
+    void *dk_heads, *dv_heads, *dkv_heads, *dk_sum;     // headwise form: (T,H,qk), (T,H,v), (T,H*(nope+v)), (T,qk)
+    void *ones;                                         // headwise form: (T,H) ones, the head-sum GEMM's left side
+    void *q_abs;                                        // headwise form with the indexer loss: (T,H,d_qk)
+    void *dqr, *dqa, *dlat, *dlatn, *dckv;
+    void *s1, *s2, *s3;                                 // head-major staging (s1, s2: the pass's head_in, head_out)
+    void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
+    void *diq, *dik, *dik_raw, *diw;                    // indexer
+    void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
+} glm5_grad_bufs;
+
+
+/* Backward of glm5_moe_forward from dy (T,C): expert and router weight gradients accumulated, dh2 (T,C)
+ * accumulated with the input gradient. */
+int glm5_moe_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                      const void *dy, void *dh2, dsarl_error *err);
+
+/* Linear-layer gradients for y = x W^T over n rows: dW (out,in) += dy^T x; dx (n,in) = dy W (beta 0 overwrites,
+ * 1 accumulates). */
+int glm5_linear_dweight(dsarl_model *m, const void *w, const void *dy, const void *x, int64_t n, int64_t in,
+                        int64_t out, dsarl_error *err);
+int glm5_linear_dinput(dsarl_model *m, void *dx, const void *dy, const void *w, int64_t n, int64_t in, int64_t out,
+                       float beta, dsarl_error *err);
+
+/* A float32 gradient (n) as a storage-dtype GEMM operand: itself on float32 storage, else converted into tmp (*rc
+ * gets a conversion failure). */
+const void *glm5_storage_operand(dsarl_model *m, const float *g32, void *tmp, int64_t n, dsarl_error *err, int *rc);
+
 #endif /* DSARL_GLM5_PASS_H */
