@@ -93,11 +93,9 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
     if (!dev_ops || !dev || !dsa_ops)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a device (ops and instance) and a DSA backend");
     DSARL_TRY(glm5_check_layout(cfg, parallel, err));
-    if (parallel && (parallel->tp_size > 1 || parallel->ep_size > 1 || parallel->pp_size > 1 ||
-                     parallel->cp_size > 1))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: tensor/expert/pipeline/context parallel sizes > 1 are "
-                          "not implemented yet (tp %d, ep %d, pp %d, cp %d); the parameter specs record the sharding",
-                          parallel->tp_size, parallel->ep_size, parallel->pp_size, parallel->cp_size);
+    if (parallel && (parallel->pp_size > 1 || parallel->cp_size > 1))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline and context parallel sizes > 1 are not "
+                          "implemented yet (pp %d, cp %d)", parallel->pp_size, parallel->cp_size);
     dsarl_model *m = calloc(1, sizeof(*m));
     if (!m)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the model");

@@ -128,6 +128,15 @@ int glm5_param_specs(const glm5_config *cfg, const glm5_shards *shards, glm5_par
  * intermediate sizes and the vocabulary by tp, routed experts by ep. */
 int glm5_check_layout(const glm5_config *cfg, const dsarl_parallel *parallel, dsarl_error *err);
 
+/* The group whose members hold replicas of parameter p's gradient, summed before the optimizer step (data-parallel
+ * reduction): dp_cp for dense parameters, edp for routed experts (an expert shard is replicated only over edp; its
+ * gradient already gathered every token routed to it through the expert all-to-all). NULL in a single process. */
+const dsarl_group *glm5_param_dp_group(const dsarl_model *m, const glm5_param *p);
+
+/* Whether this rank adds parameter p's gradient to the global gradient norm's sum of squares (after the gradient
+ * reduction every replica holds the same values; each element is counted on exactly one rank of the world). */
+bool glm5_param_counts_in_norm(const dsarl_model *m, const glm5_param *p);
+
 /* Copies this rank's shard of parameter p out of the whole tensor full (p->full_numel values) into local. */
 void glm5_param_take_shard(const glm5_param *p, const float *full, float *local);
 

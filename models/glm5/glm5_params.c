@@ -193,3 +193,21 @@ void glm5_param_take_shard(const glm5_param *p, const float *full, float *local)
     for (int64_t o = 0; o < outer; o++)
         memcpy(local + o * span, full + o * full_span + p->shard_start * inner, (size_t)span * sizeof(float));
 }
+
+const dsarl_group *glm5_param_dp_group(const dsarl_model *m, const glm5_param *p)
+{
+    if (!DSARL_PARALLEL_HAS_GROUPS(&m->parallel))
+        return NULL;
+    return p->shard == GLM5_SHARD_EXPERT ? m->parallel.edp : m->parallel.dp_cp;
+}
+
+bool glm5_param_counts_in_norm(const dsarl_model *m, const glm5_param *p)
+{
+    const dsarl_parallel *par = &m->parallel;
+    if (p->shard == GLM5_SHARD_EXPERT) // one copy per expert shard: the first replica of each
+        return par->edp_rank == 0;
+    // dense parameters: the first data-parallel replica; a tensor-parallel shard on every tp rank, a tensor that
+    // every tp rank holds whole on the first of them
+    bool first_replica = par->dp_rank == 0 && par->cp_rank == 0;
+    return first_replica && (p->shard_dim >= 0 || par->tp_rank == 0);
+}
