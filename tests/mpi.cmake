@@ -31,4 +31,13 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     dsarl_add_mpi_test(comm_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_comm_mpi> TIMEOUT 120)
     dsarl_add_mpi_test(comm_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_comm_mpi> TIMEOUT 120)
   endif()
+
+  # a broken rank ends the job: the watchdog, a SIGKILLed rank, a refused layout
+  add_executable(mpi_stall_probe mpi_stall_probe.c)
+  set_target_properties(mpi_stall_probe PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  target_link_libraries(mpi_stall_probe PRIVATE dsarl dsarl_internal)
+  target_compile_definitions(mpi_stall_probe PRIVATE _GNU_SOURCE)
+  add_test(NAME mpi_failures COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_failures.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS})
+  set_tests_properties(mpi_failures PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()
