@@ -53,11 +53,13 @@ static double now_s(void)
 
 bool dsarl_comm_launched(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_STEP_ID"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i]))
             return true;
-    return false;
+    // srun: a job step of more than one task (a batch script itself, or `srun -n 1`, stays one plain process)
+    const char *step = getenv("SLURM_STEP_ID"), *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    return step && tasks && atoi(tasks) > 1;
 }
 
 int32_t dsarl_group_rank(const dsarl_group *g) { return g ? g->rank : 0; }
