@@ -287,6 +287,46 @@ START_TEST(test_alias_bomb_fails_fast)
 }
 END_TEST
 
+/* Interpolation bombs: lists of ten references to the level below (10^7 nodes at 7 levels) and strings that
+ * double at every level (2^26 copies of "x"). Both must stop within the budget in well under a second, naming
+ * where, and a modest fan-out must still resolve. */
+START_TEST(test_interpolation_bomb_fails_fast)
+{
+    char yaml[4096];
+    size_t len = (size_t)snprintf(yaml, sizeof yaml, "a0: [x, x, x, x, x, x, x, x, x, x]\n");
+    for (int level = 1; level <= 7; level++) {
+        len += (size_t)snprintf(yaml + len, sizeof yaml - len, "a%d: [", level);
+        for (int k = 0; k < 10; k++)
+            len += (size_t)snprintf(yaml + len, sizeof yaml - len, "%s\"${a%d}\"", k ? ", " : "", level - 1);
+        len += (size_t)snprintf(yaml + len, sizeof yaml - len, "]\n");
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const char *m = resolve_fails(yaml);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ck_assert_msg(seconds < 2.0, "interpolation bomb took %.3f s", seconds);
+    assert_contains(m, "interpolation expands the recipe past");
+    assert_contains(m, "t.yaml:");
+    len = (size_t)snprintf(yaml, sizeof yaml, "s0: x\n");
+    for (int level = 1; level <= 30; level++)
+        len += (size_t)snprintf(yaml + len, sizeof yaml - len, "s%d: \"${s%d}${s%d}\"\n", level, level - 1, level - 1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    m = resolve_fails(yaml);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ck_assert_msg(seconds < 2.0, "string doubling took %.3f s", seconds);
+    assert_contains(m, "MiB of text");
+    // three levels of ten (1,111 nodes) resolve
+    dsarl_recipe *r = load_ok("a: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nb: ['${a}', '${a}', '${a}', '${a}', '${a}', '${a}', "
+                              "'${a}', '${a}', '${a}', '${a}']\nc: ['${b}', '${b}', '${b}', '${b}', '${b}', '${b}', "
+                              "'${b}', '${b}', '${b}', '${b}']\n");
+    resolve_ok(r);
+    ck_assert_int_eq(int_at(r, "c.9.9.9"), 10);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 START_TEST(test_alias_cycle)
 {
     assert_contains(load_fails("a: &x [*x]\n"), "alias cycle");
@@ -993,6 +1033,7 @@ static Suite *recipe_suite(void)
     tcase_add_test(interp, test_interpolation_resolvers);
     tcase_add_test(interp, test_interpolation_after_overrides);
     tcase_add_test(interp, test_interpolation_errors);
+    tcase_add_test(interp, test_interpolation_bomb_fails_fast);
     tcase_add_test(interp, test_typed_lookups);
     suite_add_tcase(s, interp);
     TCase *write = tcase_create("write");

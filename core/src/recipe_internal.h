@@ -21,6 +21,8 @@
 /* Limits that keep hostile input cheap: nodes one document may expand to (aliases included), and nesting depth. */
 #define DSARL_RECIPE_MAX_NODES 1000000
 #define DSARL_RECIPE_MAX_DEPTH 64
+/* Text bytes interpolation may build in one recipe (strings made from ${...} pieces, copied values). */
+#define DSARL_RECIPE_MAX_TEXT_BYTES (64 << 20)
 
 /* One node of the tree. Maps keep insertion order; each child of a map carries its key. */
 struct dsarl_node {

@@ -17,6 +17,9 @@
 
 typedef struct resolver {
     dsarl_node *root;
+    /* what interpolation has made so far (copied nodes, text bytes), against one budget: a few lines that refer to
+     * each other can otherwise expand to gigabytes */
+    size_t nodes_made, bytes_made;
     dsarl_node *stack[MAX_RESOLVE_CHAIN]; /* nodes being resolved, outermost first (for cycle chains) */
     size_t depth;
     dsarl_error *err;
@@ -28,6 +31,28 @@ static int evaluate_text(resolver *rs, dsarl_node *node, const char *text, size_
 static const char *where_of(const dsarl_node *node, char *buf, size_t size)
 {
     return dsarl_node_where(node, buf, size);
+}
+
+/* Counts what copying node would make into *nodes and *bytes, stopping once either passes its limit. */
+static void tally(const dsarl_node *node, size_t *nodes, size_t *bytes)
+{
+    if (*nodes > DSARL_RECIPE_MAX_NODES || *bytes > DSARL_RECIPE_MAX_TEXT_BYTES)
+        return;
+    (*nodes)++;
+    if (node->text)
+        *bytes += strlen(node->text);
+    for (size_t i = 0; i < node->count; i++)
+        tally(node->items[i], nodes, bytes);
+}
+
+static int over_budget(resolver *rs, const dsarl_node *node)
+{
+    if (rs->nodes_made <= DSARL_RECIPE_MAX_NODES && rs->bytes_made <= DSARL_RECIPE_MAX_TEXT_BYTES)
+        return DSARL_OK;
+    char where[512];
+    return DSARL_FAIL(rs->err, DSARL_E_INVALID, "%s: interpolation expands the recipe past %d nodes or %d MiB of text "
+                      "(values that copy each other many times over?)", where_of(node, where, sizeof where),
+                      DSARL_RECIPE_MAX_NODES, DSARL_RECIPE_MAX_TEXT_BYTES >> 20);
 }
 
 /* Index just past the '}' that closes the "${" at text[start], or 0 when it is not closed. */
@@ -137,6 +162,8 @@ static int evaluate_reference(resolver *rs, dsarl_node *node, const char *ref, s
                           where_of(node, where, sizeof where), (int)len, ref, dsarl_node_path(target, path, sizeof path),
                           where_of(target, target_where, sizeof target_where));
     }
+    tally(target, &rs->nodes_made, &rs->bytes_made);
+    DSARL_TRY(over_budget(rs, node));
     if (!(*out = recipe_node_copy(target)))
         return DSARL_FAIL(rs->err, DSARL_E_NOMEM, "out of memory");
     return DSARL_OK;
@@ -317,6 +344,9 @@ static int evaluate_text(resolver *rs, dsarl_node *node, const char *text, size_
             piece_len = rc == DSARL_OK ? strlen(piece) : 0;
             next = close;
         }
+        rs->bytes_made += piece_len;
+        if (rc == DSARL_OK)
+            rc = over_budget(rs, node);
         if (rc == DSARL_OK && used + piece_len + 1 > cap) {
             cap = 2 * (used + piece_len + 1);
             char *grown = realloc(buf, cap);
