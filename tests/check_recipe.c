@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -324,6 +325,33 @@ START_TEST(test_interpolation_bomb_fails_fast)
     resolve_ok(r);
     ck_assert_int_eq(int_at(r, "c.9.9.9"), 10);
     dsarl_recipe_free(r);
+}
+END_TEST
+
+/* Only regular files are read: a FIFO would block forever, /dev/zero never ends, a directory is a mistake. Each is
+ * refused at once with what it is. */
+START_TEST(test_non_regular_files_refused)
+{
+    char dir[] = "/tmp/check_recipe_fifo.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char fifo[256], parent[256];
+    snprintf(fifo, sizeof fifo, "%s/pipe.yaml", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    snprintf(parent, sizeof parent, "%s/parent.yaml", dir);
+    FILE *f = fopen(parent, "w");
+    fprintf(f, "defaults: /dev/zero\n");
+    fclose(f);
+    struct { const char *path, *what; } cases[] = {{fifo, "(a pipe)"}, {parent, "(a device or socket)"},
+                                                   {dir, "(a directory)"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsarl_recipe *r = NULL;
+        dsarl_error err;
+        dsarl_error_clear(&err);
+        ck_assert_int_eq(dsarl_recipe_load_file(cases[i].path, &r, &err), DSARL_E_INVALID);
+        assert_contains(err.message, "is not a regular file");
+        assert_contains(err.message, cases[i].what);
+    }
+    unlink(fifo), unlink(parent), rmdir(dir);
 }
 END_TEST
 
@@ -1012,6 +1040,7 @@ static Suite *recipe_suite(void)
     tcase_add_test(yaml, test_alias_expands_to_copies);
     tcase_add_test(yaml, test_alias_bomb_fails_fast);
     tcase_add_test(yaml, test_alias_cycle);
+    tcase_add_test(yaml, test_non_regular_files_refused);
     tcase_add_test(yaml, test_nesting_depth);
     suite_add_tcase(s, yaml);
     TCase *defaults = tcase_create("defaults");

@@ -23,6 +23,8 @@
 #define DSARL_RECIPE_MAX_DEPTH 64
 /* Text bytes interpolation may build in one recipe (strings made from ${...} pieces, copied values). */
 #define DSARL_RECIPE_MAX_TEXT_BYTES (64 << 20)
+/* Bytes of one recipe file (the largest seed recipe is a few KB). */
+#define DSARL_RECIPE_MAX_FILE_BYTES (16 << 20)
 
 /* One node of the tree. Maps keep insertion order; each child of a map carries its key. */
 struct dsarl_node {

@@ -7,9 +7,12 @@
 #include "recipe_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 /* ---- libyaml errors -------------------------------------------------------------------------------------- */
@@ -399,36 +402,40 @@ typedef struct include_chain {
     size_t n;
 } include_chain;
 
-/* Parses the file at open_path; origins and messages name it path. */
+/* Parses the file at open_path; origins and messages name it path. Only a regular file of at most
+ * DSARL_RECIPE_MAX_FILE_BYTES is read: a FIFO would block forever and a device (/dev/zero) never ends. */
 static int load_tree_file(const char *open_path, const char *path, dsarl_node **out, dsarl_error *err)
 {
-    FILE *f = fopen(open_path, "rb");
-    if (!f)
+    int fd = open(open_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
                           strerror(errno));
-    // Recipes are small: read the whole file, since the nesting check and the loader each need a pass.
-    size_t len = 0, cap = 1 << 16;
-    char *data = malloc(cap);
-    int rc = data ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory reading '%s'", path);
-    while (rc == DSARL_OK) {
-        if (len == cap) {
-            char *grown = cap < ((size_t)1 << 30) ? realloc(data, cap * 2) : NULL;
-            if (!grown) {
-                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "recipe '%s' is too large to read (over %zu bytes)", path, cap);
-                break;
-            }
-            data = grown;
-            cap *= 2;
-        }
-        size_t got = fread(data + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = DSARL_FAIL(err, DSARL_E_IO, "cannot read recipe '%s': %s", path, strerror(errno));
-            break;
-        }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return DSARL_FAIL(err, DSARL_E_INVALID, "recipe '%s' is not a regular file (%s); give a YAML file", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a pipe" : "a device or socket");
     }
-    fclose(f);
+    if (st.st_size > DSARL_RECIPE_MAX_FILE_BYTES) {
+        close(fd);
+        return DSARL_FAIL(err, DSARL_E_INVALID, "recipe '%s' is %lld bytes, more than the %d a recipe may have", path,
+                          (long long)st.st_size, DSARL_RECIPE_MAX_FILE_BYTES);
+    }
+    // Recipes are small: read the whole file, since the nesting check and the loader each need a pass.
+    size_t cap = (size_t)st.st_size, len = 0;
+    char *data = malloc(cap + 1);
+    int rc = data ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory reading '%s'", path);
+    while (rc == DSARL_OK && len < cap) {
+        ssize_t got = read(fd, data + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = DSARL_FAIL(err, DSARL_E_IO, "cannot read recipe '%s': %s", path, strerror(errno));
+        if (got <= 0)
+            break; // a file that shrank while read: parse what is there
+        len += (size_t)got;
+    }
+    close(fd);
     if (rc == DSARL_OK)
         rc = parse_text(data, len, path, NULL, out, err);
     free(data);
