@@ -253,6 +253,8 @@ START_TEST(test_loader_refusals)
         {"\"merges\": [", "\"merges\": [7, ", "merges[0]", "\"a b\"", DSARL_E_INVALID},
         {"\"vocab\": {", "\"vocab\": [], \"vocab_was\": {", "vocab", "object", DSARL_E_INVALID},
         {"\"decoder\": {", "\"decoder\": 5, \"d\": {", "decoder", "ByteLevel", DSARL_E_UNSUPPORTED},
+        // one added token with a huge id would size the id tables (gigabytes) before the vocabulary check
+        {"\"id\": 0,", "\"id\": 1073741823,", "added_tokens[0]", "far past the", DSARL_E_INVALID},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
         write_variant(path, rows[i].from, rows[i].to);

@@ -276,6 +276,18 @@ static int ensure_id(dsarl_tokenizer *tok, int32_t id, int32_t *cap)
     return 0;
 }
 
+// Ids may leave gaps (released tokenizers have a few reserved ranges), but not more than this many past the entries.
+#define ID_GAP_ALLOWANCE 65536
+
+static int check_id(const dsarl_tokenizer *tok, int64_t id, const char *where, dsarl_error *err)
+{
+    if (id >= tok->id_limit)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: id %lld is far past the %lld tokens the file defines (ids must stay "
+                          "below %lld); a corrupt or hostile tokenizer.json?", where, (long long)id,
+                          (long long)(tok->id_limit - ID_GAP_ALLOWANCE), (long long)tok->id_limit);
+    return DSARL_OK;
+}
+
 static int parse_vocab(const json_t *model, const char *file, dsarl_tokenizer *tok, int32_t *cap, dsarl_error *err)
 {
     json_t *vocab;
@@ -292,6 +304,7 @@ static int parse_vocab(const json_t *model, const char *file, dsarl_tokenizer *t
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s.vocab: key '%s' must map to an id in [0, 2^30), got %s",
                               where, token, dsarl_json_type_name(value));
         int32_t id = (int32_t)json_integer_value(value);
+        DSARL_TRY(check_id(tok, id, where, err));
         if (ensure_id(tok, id, cap) < 0)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "%s: out of memory reading the vocab", file);
         if (tok->tokens[id])
@@ -392,6 +405,7 @@ static int parse_added_tokens(const json_t *root, const char *file, dsarl_tokeni
                               lstrip ? "lstrip" : rstrip ? "rstrip" : "single_word");
         if (id < 0 || id >= (1 << 30) || content[0] == '\0')
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s: needs an id in [0, 2^30) and a non-empty content", where);
+        DSARL_TRY(check_id(tok, id, where, err));
         if (ensure_id(tok, (int32_t)id, cap) < 0)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "%s: out of memory", file);
         if (tok->tokens[id] && strcmp(tok->tokens[id], content) != 0)
@@ -509,6 +523,8 @@ static int load_root(dsarl_tokenizer *tok, const json_t *root, const char *file,
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: type '%s' is not supported; dsarl needs ByteLevel", where,
                           dtype);
     DSARL_TRY(parse_pre_tokenizer(root, file, tok, err));
+    const json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");
+    tok->id_limit = (int64_t)json_object_size(vocab) + (int64_t)json_array_size(added) + ID_GAP_ALLOWANCE;
     DSARL_TRY(parse_vocab(model, file, tok, cap, err));
     DSARL_TRY(parse_merges(model, file, tok, err));
     DSARL_TRY(parse_added_tokens(root, file, tok, cap, err));

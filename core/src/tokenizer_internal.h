@@ -50,6 +50,8 @@ typedef struct added_token {
 struct dsarl_tokenizer {
     tokenizer_kind kind;
     int32_t vocab_size;
+    int64_t id_limit;   /* ids must be below it while loading: the entries the file has plus room for gaps, so a
+                         * huge id in a small file is refused before its tables are sized */
     int32_t bos, eos, pad;
     char **tokens;            /* [vocab_size] token strings (owned), NULL for unused ids */
     uint8_t *flags;           /* [vocab_size] TOKEN_ADDED | TOKEN_SPECIAL */
