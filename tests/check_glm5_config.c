@@ -123,6 +123,21 @@ START_TEST(test_refusals)
     ck_assert_int_eq(parse("{\"rope_parameters\": {\"rope_type\": \"dynamic\", \"rope_theta\": 1.0}}", &cfg),
                      DSARL_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "dynamic"), "%s", err.message);
+    // sizes that would wrap int64 products (the 37-byte v_head_dim config, a 2^62 vocabulary) are refused by name
+    ck_assert_int_eq(parse("{ \"v_head_dim\": 9223372036854775807 }", &cfg), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "'v_head_dim'") && strstr(err.message, "more than the 4096"), "%s", err.message);
+    ck_assert_int_eq(parse("{\"vocab_size\": 4611686018427387904}", &cfg), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "'vocab_size'"), "%s", err.message);
+    ck_assert_int_eq(parse("{\"n_shared_experts\": -3}", &cfg), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "n_shared_experts"), "%s", err.message);
+    // each within its bound, but 1024 layers of 2^16 experts x 2^21 x 2^16: the parameter total is refused, not wrapped
+    ck_assert_int_eq(parse("{\"num_hidden_layers\": 1024, \"first_k_dense_replace\": 0, \"n_routed_experts\": "
+                           "65536, \"moe_intermediate_size\": 1048576, \"hidden_size\": 65536}", &cfg), 0);
+    glm5_param *specs = NULL;
+    int64_t n_specs = 0, n_elems = 0;
+    ck_assert_int_eq(glm5_param_specs(&cfg, NULL, &specs, &n_specs, &n_elems, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "exceed"), "%s", err.message);
+    ck_assert_ptr_null(specs);
     // glm5.1 takes only all-full configs and names glm5.2
     ck_assert_int_eq(parse("{\"num_hidden_layers\": 4, \"index_topk_freq\": 2}", &cfg), 0);
     ck_assert_int_eq(glm5_check_family(GLM5_FAMILY_51, &cfg, "x", &err), DSARL_E_UNSUPPORTED);

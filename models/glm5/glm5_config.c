@@ -225,18 +225,30 @@ int glm5_config_from_json(glm5_config *cfg, const json_t *root, const char *wher
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: attention_bias true is not supported; GLM-5 checkpoints "
                           "use false", where);
 
-    struct { const char *key; int64_t v; } positive[] = {
-        {"vocab_size", cfg->vocab_size}, {"hidden_size", cfg->hidden_size},
-        {"intermediate_size", cfg->intermediate_size}, {"moe_intermediate_size", cfg->moe_intermediate_size},
-        {"num_hidden_layers", cfg->num_hidden_layers}, {"num_attention_heads", cfg->num_attention_heads},
-        {"q_lora_rank", cfg->q_lora_rank}, {"kv_lora_rank", cfg->kv_lora_rank},
-        {"qk_nope_head_dim", cfg->qk_nope_head_dim}, {"qk_rope_head_dim", cfg->qk_rope_head_dim},
-        {"v_head_dim", cfg->v_head_dim}, {"n_routed_experts", cfg->n_routed_experts},
-        {"num_experts_per_tok", cfg->num_experts_per_tok}, {"n_group", cfg->n_group},
-        {"topk_group", cfg->topk_group}, {"index_topk", cfg->index_topk}, {"index_head_dim", cfg->index_head_dim},
-        {"index_n_heads", cfg->index_n_heads}};
-    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
-        DSARL_TRY(check_positive(positive[i].v, positive[i].key, where, err));
+    // every dimension in (0, max]: the bounds keep each tensor's element count far inside int64 (the largest product,
+    // experts x 2 x moe_intermediate x hidden, stays below 2^54) and a hostile config.json cannot wrap a size
+    struct { const char *key; int64_t v, max; } dims[] = {
+        {"vocab_size", cfg->vocab_size, 1 << 24}, {"hidden_size", cfg->hidden_size, 1 << 16},
+        {"intermediate_size", cfg->intermediate_size, 1 << 20},
+        {"moe_intermediate_size", cfg->moe_intermediate_size, 1 << 20},
+        {"num_hidden_layers", cfg->num_hidden_layers, GLM5_MAX_LAYERS},
+        {"num_attention_heads", cfg->num_attention_heads, 1 << 10}, {"q_lora_rank", cfg->q_lora_rank, 1 << 16},
+        {"kv_lora_rank", cfg->kv_lora_rank, 1 << 16}, {"qk_nope_head_dim", cfg->qk_nope_head_dim, 1 << 12},
+        {"qk_rope_head_dim", cfg->qk_rope_head_dim, 1 << 12}, {"v_head_dim", cfg->v_head_dim, 1 << 12},
+        {"n_routed_experts", cfg->n_routed_experts, 1 << 16}, {"num_experts_per_tok", cfg->num_experts_per_tok, 1 << 10},
+        {"n_group", cfg->n_group, 1 << 16}, {"topk_group", cfg->topk_group, 1 << 16},
+        {"index_topk", cfg->index_topk, 1 << 20}, {"index_head_dim", cfg->index_head_dim, 1 << 12},
+        {"index_n_heads", cfg->index_n_heads, 1 << 10},
+        {"max_position_embeddings", cfg->max_position_embeddings, 1 << 24}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        DSARL_TRY(check_positive(dims[i].v, dims[i].key, where, err));
+        if (dims[i].v > dims[i].max)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key '%s' is %lld, more than the %lld this model supports", where,
+                              dims[i].key, (long long)dims[i].v, (long long)dims[i].max);
+    }
+    if (cfg->n_shared_experts < 0 || cfg->n_shared_experts > 1 << 10)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'n_shared_experts' must be in [0, 1024], got %d", where,
+                          cfg->n_shared_experts);
     if (cfg->num_hidden_layers > GLM5_MAX_LAYERS)
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: num_hidden_layers %d exceeds the supported %d", where,
                           cfg->num_hidden_layers, GLM5_MAX_LAYERS);

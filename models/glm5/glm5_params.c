@@ -10,6 +10,8 @@ const char *glm5_shard_name(glm5_shard shard)
     return (unsigned)shard < sizeof names / sizeof names[0] ? names[shard] : "unknown";
 }
 
+#define GLM5_MAX_ELEMENTS ((int64_t)1 << 42)
+
 typedef struct spec_list {
     glm5_param *items;
     int64_t n, cap, offset;
@@ -63,8 +65,12 @@ static int add(spec_list *l, const glm5_shards *shards, int32_t layer, const cha
     p->shard = shard;
     p->trainable = trainable;
     p->layer = layer;
-    // keep every tensor 64-element aligned so device kernels can vectorise
-    l->offset += (p->numel + 63) / 64 * 64;
+    // keep every tensor 64-element aligned so device kernels can vectorise; the config's bounds keep each tensor
+    // small enough, the sum is checked (a model past 2^42 elements is refused rather than wrapped)
+    int64_t padded = (p->numel + 63) / 64 * 64;
+    if (__builtin_add_overflow(l->offset, padded, &l->offset) || l->offset > GLM5_MAX_ELEMENTS)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: the model's parameters exceed %lld elements at %s; the config's "
+                          "sizes are too large", (long long)GLM5_MAX_ELEMENTS, p->name);
     return DSARL_OK;
 }
 
