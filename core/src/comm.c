@@ -26,6 +26,9 @@ struct dsarl_group {
     int32_t rank, size;
     int32_t *world_ranks; /* (size) */
     struct dsarl_comm *owner;
+    /* time this process spent waiting in this group's collectives (watched calls), for the communication share */
+    double busy_s;
+    int64_t calls;
 #ifdef DSARL_HAVE_MPI
     MPI_Comm comm;
 #endif
@@ -90,8 +93,25 @@ void dsarl_group_watch_end(const dsarl_group *g)
 {
     if (!g || !g->owner || !g->owner->watchdog_running)
         return;
+    dsarl_comm *c = g->owner;
+    pthread_mutex_lock(&c->lock);
+    if (c->busy_since > 0) {
+        // the group is the caller's own (const to plugins); its counters belong to this process
+        dsarl_group *mine = (dsarl_group *)g;
+        mine->busy_s += now_s() - c->busy_since;
+        mine->calls++;
+    }
+    c->busy_since = 0;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void dsarl_group_time(const dsarl_group *g, double *seconds, int64_t *calls)
+{
+    *seconds = 0, *calls = 0;
+    if (!g || !g->owner)
+        return;
     pthread_mutex_lock(&g->owner->lock);
-    g->owner->busy_since = 0;
+    *seconds = g->busy_s, *calls = g->calls;
     pthread_mutex_unlock(&g->owner->lock);
 }
 

@@ -71,6 +71,10 @@ DSARL_API int dsarl_group_barrier(const dsarl_group *g, dsarl_error *err);
 DSARL_API void dsarl_group_watch_begin(const dsarl_group *g, const char *what);
 DSARL_API void dsarl_group_watch_end(const dsarl_group *g);
 
+/* Seconds this process has spent inside g's watched collectives (host calls, and device waits a plugin bracketed),
+ * and how many: the communication share of a step is the difference over the step divided by its time. */
+DSARL_API void dsarl_group_time(const dsarl_group *g, double *seconds, int64_t *calls);
+
 DSARL_END_DECLS
 
 #endif /* DSARL_COMM_H */
