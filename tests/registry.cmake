@@ -44,3 +44,8 @@ set_target_properties(check_testkit PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE
 target_link_libraries(check_testkit PRIVATE dsarl PkgConfig::CHECK m)
 add_test(NAME check_testkit COMMAND check_testkit)
 set_tests_properties(check_testkit PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# World-writable plugins and directories are refused before dlopen, bad search-path entries are reported, and a
+# relative plugins.path is found beside its recipe (tests/cli/test_plugin_trust.sh).
+add_test(NAME plugin_trust COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_plugin_trust.sh" "${CMAKE_BINARY_DIR}")
+set_tests_properties(plugin_trust PROPERTIES LABELS unit TIMEOUT 60)

@@ -112,6 +112,35 @@ int cli_load_recipe(const char *path, int n_overrides, char **overrides, dsarl_r
     return 0;
 }
 
+/* Adds one plugins.path entry (a directory, or ':'-separated directories) written at item: a relative directory
+ * written in a recipe file is found beside that file (as `defaults:` are), one given on the command line from the
+ * current directory. */
+static int add_recipe_dirs(dsarl_registry *reg, const dsarl_node *item, dsarl_error *err)
+{
+    const dsarl_origin *o = dsarl_node_origin(item);
+    const char *text = dsarl_node_text(item), *slash = o && o->kind == DSARL_ORIGIN_FILE && o->file
+                                                            ? strrchr(o->file, '/') : NULL;
+    if (!slash)
+        return dsarl_registry_add_search_path(reg, text, "recipe plugins.path", err);
+    char *copy = strdup(text);
+    if (!copy)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory");
+    int rc = DSARL_OK;
+    char *save = NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir && rc == DSARL_OK; dir = strtok_r(NULL, ":", &save)) {
+        char joined[4096];
+        if (dir[0] == '/')
+            snprintf(joined, sizeof joined, "%s", dir);
+        else if ((size_t)snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - o->file), o->file, dir) >=
+                 sizeof joined)
+            rc = DSARL_FAIL(err, DSARL_E_INVALID, "plugins.path entry '%s' is too long", dir);
+        if (rc == DSARL_OK)
+            rc = dsarl_registry_add_search_path(reg, joined, "recipe plugins.path", err);
+    }
+    free(copy);
+    return rc;
+}
+
 /* Adds plugins.path from the recipe: a string (':'-separated) or a list of strings. */
 static int add_recipe_plugin_path(dsarl_registry *reg, const dsarl_node *root, dsarl_error *err)
 {
@@ -121,7 +150,7 @@ static int add_recipe_plugin_path(dsarl_registry *reg, const dsarl_node *root, d
     char where[256];
     dsarl_node_where(node, where, sizeof where);
     if (dsarl_node_kind(node) == DSARL_NODE_STRING)
-        return dsarl_registry_add_search_path(reg, dsarl_node_text(node), "recipe plugins.path", err);
+        return add_recipe_dirs(reg, node, err);
     if (dsarl_node_kind(node) != DSARL_NODE_LIST)
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: plugins.path must be a directory or a list of directories", where);
     for (size_t i = 0; i < dsarl_node_count(node); i++) {
@@ -129,7 +158,7 @@ static int add_recipe_plugin_path(dsarl_registry *reg, const dsarl_node *root, d
         if (dsarl_node_kind(item) != DSARL_NODE_STRING)
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s: plugins.path item %zu must be a directory (a string)",
                               dsarl_node_where(item, where, sizeof where), i);
-        DSARL_TRY(dsarl_registry_add_search_path(reg, dsarl_node_text(item), "recipe plugins.path", err));
+        DSARL_TRY(add_recipe_dirs(reg, item, err));
     }
     return 0;
 }

@@ -3,11 +3,14 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dsarl/ops/algorithm.h"
 #include "dsarl/ops/device.h"
@@ -269,6 +272,16 @@ int dsarl_registry_load_file(dsarl_registry *reg, const char *path, dsarl_error 
         return refuse(reg, path, err, DSARL_E_NOT_FOUND, "%s: no such file", path);
     if (!S_ISREG(st.st_mode))
         return refuse(reg, path, err, DSARL_E_INVALID, "%s: not a regular file", path);
+    // dlopen runs the file's constructors before any check of ours: refuse a file someone else could have written
+    if (st.st_mode & S_IWOTH)
+        return refuse(reg, path, err, DSARL_E_INVALID, "%s: writable by every user (mode %04o), so anyone could have "
+                      "put code in it; not loaded (chmod o-w)", path, (unsigned)(st.st_mode & 07777));
+    if (st.st_uid != geteuid() && st.st_uid != 0)
+        return refuse(reg, path, err, DSARL_E_INVALID, "%s: owned by another user (uid %u); not loaded (plugins must "
+                      "belong to you or root)", path, (unsigned)st.st_uid);
+    if (st.st_mode & S_IWGRP)
+        dsarl_log(DSARL_LOG_WARN, "plugin %s is writable by its group (mode %04o): anyone in it can change what dsarl "
+                  "runs", path, (unsigned)(st.st_mode & 07777));
     if (!realpath(path, real_path))
         snprintf(real_path, sizeof real_path, "%s", path);
     if (already_seen(reg, real_path))
@@ -364,8 +377,22 @@ int dsarl_registry_load_all(dsarl_registry *reg, dsarl_error *err)
     for (size_t d = 0; d < reg->n_dirs; d++) {
         DIR *dir = opendir(reg->dirs[d].path);
         if (!dir) {
-            dsarl_log(DSARL_LOG_DEBUG, "plugin directory %s (from %s) cannot be read; skipped", reg->dirs[d].path,
-                      reg->dirs[d].source);
+            // a directory the user named that is not there is most likely a typo: say so; the built-in one is quiet
+            bool builtin = strcmp(reg->dirs[d].source, "beside libdsarl") == 0;
+            dsarl_log(builtin ? DSARL_LOG_DEBUG : DSARL_LOG_WARN, "plugin directory %s (from %s) %s; skipped",
+                      reg->dirs[d].path, reg->dirs[d].source, errno == ENOTDIR ? "is not a directory"
+                                                              : errno == ENOENT ? "does not exist"
+                                                                                : "cannot be read");
+            continue;
+        }
+        struct stat dst;
+        if (fstat(dirfd(dir), &dst) == 0 && (dst.st_mode & S_IWOTH) && !(dst.st_mode & S_ISVTX)) {
+            // anyone could drop a .so here and have it run inside dsarl
+            dsarl_log(DSARL_LOG_WARN, "plugin directory %s (from %s) is writable by every user (mode %04o); nothing "
+                      "in it is loaded (chmod o-w)", reg->dirs[d].path, reg->dirs[d].source,
+                      (unsigned)(dst.st_mode & 07777));
+            add_refusal(reg, reg->dirs[d].path, "directory writable by every user; nothing in it is loaded");
+            closedir(dir);
             continue;
         }
         char **names = NULL;
