@@ -1,11 +1,16 @@
 # Run logger (core/src/metrics*.c) and the GRPO training loop (algorithms/grpo/grpo_train*.c).
 dsarl_add_check_test(check_metrics SOURCES check_metrics.c LABELS unit LIBS PkgConfig::JANSSON TIMEOUT 60)
 # TensorBoard's own reader loads what the logger wrote (skipped, exit 77, without the tensorboard package).
+# tools/install-deps installs tensorboard into .venv-tools; a Python that has it already works too.
 find_package(Python3 COMPONENTS Interpreter QUIET)
-if(Python3_Interpreter_FOUND)
+set(DSARL_TOOLS_PYTHON ${Python3_EXECUTABLE})
+if(EXISTS "${PROJECT_SOURCE_DIR}/.venv-tools/bin/python")
+  set(DSARL_TOOLS_PYTHON "${PROJECT_SOURCE_DIR}/.venv-tools/bin/python")
+endif()
+if(DSARL_TOOLS_PYTHON)
   add_test(NAME tensorboard_reader COMMAND sh -c
     "d=$(mktemp -d) && \"$0\" --write-fixture \"$d/exp\" && \"$1\" \"$2\" \"$d/exp\"; rc=$?; rm -rf \"$d\"; exit $rc"
-    $<TARGET_FILE:check_metrics> ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard_check.py)
+    $<TARGET_FILE:check_metrics> ${DSARL_TOOLS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard_check.py)
   set_tests_properties(tensorboard_reader PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()
 # tools/plot: PNG curves from metrics.jsonl (skipped without matplotlib).

@@ -1,7 +1,9 @@
 #!/bin/sh
 # tools/plot turns a metrics.jsonl (with a torn last line) into valid PNG files; skipped (77) without matplotlib.
 set -e
-python3 -c "import matplotlib" 2>/dev/null || { echo "matplotlib not installed; skipped"; exit 77; }
+# matplotlib from this Python or from tools/install-deps' .venv-tools (tools/plot switches to it by itself)
+python3 -c "import matplotlib" 2>/dev/null || [ -x "$1/.venv-tools/bin/python" ] ||
+  { echo "matplotlib not installed (tools/install-deps sets up .venv-tools); skipped"; exit 77; }
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 for s in 1 2 3 4 5; do
