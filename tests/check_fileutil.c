@@ -77,7 +77,8 @@ START_TEST(test_errors_leave_nothing_behind)
     char *missing = dsarl_path_join(tmpdir, "missing.txt");
     ck_assert_int_eq(dsarl_read_file(missing, &data, &n, &err), DSARL_E_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err.message, missing));
-    ck_assert_int_eq(dsarl_read_file(tmpdir, &data, &n, &err), DSARL_E_IO); /* a directory */
+    ck_assert_int_eq(dsarl_read_file(tmpdir, &data, &n, &err), DSARL_E_INVALID); /* a directory */
+    ck_assert_ptr_nonnull(strstr(err.message, "not a regular file (a directory)"));
     char *nodir = dsarl_path_join(tmpdir, "no/such/dir/file.txt");
     ck_assert_int_eq(dsarl_write_file_atomic(nodir, "a", 1, &err), DSARL_E_IO);
     ck_assert_ptr_nonnull(strstr(err.message, nodir));

@@ -91,7 +91,16 @@ START_TEST(test_errors)
     ck_assert_ptr_nonnull(strstr(out, "--greedy"));
     ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir /nonexistent --prompt-ids 1,2 --max-new-tokens 2 "
                          "--greedy 2>&1", out, sizeof out), 3);
-    ck_assert_ptr_nonnull(strstr(out, "/nonexistent/config.json"));
+    ck_assert_ptr_nonnull(strstr(out, "--model-dir '/nonexistent' is missing"));
+    // a file as the model directory, and thread counts outside [1, 1024], are named as such
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.1-tiny/config.json --prompt-ids 1,2 "
+                         "--max-new-tokens 2 --greedy 2>&1", out, sizeof out), 3);
+    ck_assert_ptr_nonnull(strstr(out, "is not a directory"));
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.1-tiny --prompt-ids 1,2 "
+                         "--max-new-tokens 2 --greedy --threads -1 2>&1", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--threads needs an integer in [1, 1024], got '-1'"));
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.1-tiny --prompt-ids 1,2 "
+                         "--max-new-tokens 2 --greedy --threads 99999 2>&1", out, sizeof out), 2);
     ck_assert_int_eq(run("'" DSARL_BIN "' logits --help", out, sizeof out), 0);
     ck_assert_ptr_nonnull(strstr(out, "--input-ids"));
 }

@@ -128,6 +128,11 @@ static int config_show(int argc, char **argv, const cli_options *opts)
     printf("\n# problems (`dsarl run` stops at the first): %zu\n", report.n_problems);
     for (size_t i = 0; i < report.n_problems; i++)
         printf("#   %s\n", report.problems[i].detail);
+    if (report.n_problems) { // the recipe printed is one `dsarl run` would refuse: say so in the exit status too
+        fprintf(stderr, "dsarl config show: %zu problem(s) in the recipe (listed at the end); `dsarl run` would stop "
+                "at the first\n", report.n_problems);
+        status = CLI_EXIT_INVALID;
+    }
     dsarl_schema_report_free(&report);
 done:
     cli_close_session(&session);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "cli.h"
 #include "cmd_model.h"
@@ -29,9 +30,27 @@ static void session_close(model_session *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* --threads N: an integer in [1, 1024] (a negative or huge count used to reach the BLAS unchecked). */
+static int parse_threads(const char *cmd, const char *text, int *out)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < 1 || v > 1024) {
+        fprintf(stderr, "dsarl %s: error: --threads needs an integer in [1, 1024], got '%s'\n", cmd, text);
+        return CLI_EXIT_USAGE;
+    }
+    *out = (int)v;
+    return CLI_EXIT_OK;
+}
+
 static int session_open(model_session *s, const char *model_dir, int threads, dsarl_error *err)
 {
     memset(s, 0, sizeof(*s));
+    struct stat st;
+    if (stat(model_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_INVALID,
+                          "--model-dir '%s' is %s; it takes a Hugging Face model directory (config.json and "
+                          "model.safetensors)", model_dir, errno == ENOENT ? "missing" : "not a directory");
     cli_options none = {0};
     const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
     int rc = cli_open_registry(NULL, &none, &s->registry, err);
@@ -213,8 +232,11 @@ int dsarl_cmd_logits(int argc, char **argv)
     free(text);
     if (rc < 0)
         return cli_fail(&err);
+    int threads = 1;
+    if (parse_threads("logits", threads_s, &threads) != CLI_EXIT_OK)
+        return CLI_EXIT_USAGE;
     model_session s;
-    rc = session_open(&s, dir, atoi(threads_s), &err);
+    rc = session_open(&s, dir, threads, &err);
     float *logits = NULL;
     int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t));
     if (rc == 0) {
@@ -323,9 +345,14 @@ int dsarl_cmd_generate(int argc, char **argv)
         free(ids);
         return usage_error("generate", "--stop-ids must be comma-separated non-negative integers");
     }
+    int threads = 1;
+    if (parse_threads("generate", threads_s, &threads) != CLI_EXIT_OK) {
+        free(ids), free(stop_ids);
+        return CLI_EXIT_USAGE;
+    }
     dsarl_error err = {0};
     model_session s;
-    int rc = session_open(&s, dir, atoi(threads_s), &err);
+    int rc = session_open(&s, dir, threads, &err);
     const dsarl_ops_common *gen_c = NULL;
     const dsarl_generation_ops *gen_ops = NULL;
     dsarl_generator *gen = NULL;

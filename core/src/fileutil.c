@@ -16,16 +16,21 @@ int dsarl_read_file(const char *path, void **out_data, size_t *out_size, dsarl_e
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_read_file: path, out_data and out_size must not be NULL");
     *out_data = NULL;
     *out_size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer before the check below refuses it
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "%s: cannot open for reading: %s",
                           path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int saved = errno;
         close(fd);
-        return DSARL_FAIL(err, DSARL_E_IO, "%s: not a regular file%s%s", path, saved ? ": " : "",
-                          saved ? strerror(saved) : "");
+        return DSARL_FAIL(err, DSARL_E_IO, "%s: cannot stat: %s", path, strerror(saved));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: not a regular file (%s)", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a pipe" : "a device or socket");
     }
     size_t size = (size_t)st.st_size;
     char *data = malloc(size + 1);

@@ -130,7 +130,7 @@ contains err "command line argument 1" owned-unknown-key
 one_error_line owned-unknown-key
 expect 3 owned-wrong-type -- "$dsarl" run "$tiny" runtime.threads=many
 contains err "runtime.threads" owned-wrong-type
-expect 0 show-lists-problem -- "$dsarl" config show "$tiny" +runtime.devise=cpu
+expect 3 show-lists-problem -- "$dsarl" config show "$tiny" +runtime.devise=cpu
 contains out "# problems (\`dsarl run\` stops at the first): 1" show-lists-problem
 # Keys the host reads are not reported unused; keys nobody reads are.
 grep -E "^#   runtime\.device " "$tmp/out" >/dev/null && fail "runtime.device reported unused"
