@@ -404,7 +404,7 @@ static int bench_case(bench *b, const dsarl_parallel *par, const comm_case *c, i
         char ratio[16] = "-";
         if (ceiling > 0)
             snprintf(ratio, sizeof ratio, "%.1f%%", 100.0 * busbw / ceiling);
-        printf("%-15s %-36s %-5s %12.0f %10.3f %11.2f %11.2f %9.1f %7s\n", op_names[c->op], c->what,
+        printf("%-15s %-38s %-5s %12.0f %10.3f %11.2f %11.2f %9.1f %7s\n", op_names[c->op], c->what,
                dsarl_dtype_name(c->dtype), size_bytes, ms, algbw, busbw, ceiling, ratio);
         printf("json: {\"impl\": \"dsarl\", \"op\": \"%s\", \"case\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, "
                "\"bytes\": %.0f, \"ms\": %.6g, \"algbw_gbs\": %.6g, \"busbw_gbs\": %.6g, \"ceiling_gbs\": %.6g}\n",
@@ -513,7 +513,7 @@ int cmd_bench_comm(int argc, char **argv, const cli_options *opts)
         printf("ceiling: %s\n", ceiling_text);
         printf("json: {\"impl\": \"dsarl\", \"op\": \"ceilings\", \"device\": \"%s\", \"ranks\": %d, "
                "\"link_gbs\": %.6g}\n", o.device, world, ceiling);
-        printf("%-15s %-36s %-5s %12s %10s %11s %11s %9s %7s\n", "collective", "case", "dtype", "bytes", "ms",
+        printf("%-15s %-38s %-5s %12s %10s %11s %11s %9s %7s\n", "collective", "case", "dtype", "bytes", "ms",
                "algbw GB/s", "busbw GB/s", "ceiling", "ratio");
         fflush(stdout);
     }
