@@ -12,7 +12,9 @@
  * Bandwidths follow nccl-tests (doc/PERFORMANCE.md there): size S is the all-reduce and broadcast buffer, the
  * gathered output of an all-gather, the input of a reduce-scatter and the send buffer of an all-to-all (the ranks'
  * mean, as the routed counts differ); algbw = S / t; busbw = algbw * 2(n-1)/n (all-reduce), * (n-1)/n (all-gather,
- * reduce-scatter, all-to-all), * 1 (broadcast): the bytes each rank's link carries, comparable to its peak. */
+ * reduce-scatter, all-to-all), * 1 (broadcast): the bytes each rank's link carries, comparable to its peak. In a
+ * world of one the copying collectives still report their algbw (a local copy's rate); the in-place ones
+ * (all_reduce, broadcast) move nothing and report 0. */
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
@@ -400,15 +402,23 @@ static int bench_case(bench *b, const dsarl_parallel *par, const comm_case *c, i
     free(r.send_counts);
     DSARL_TRY(rc);
     double algbw = size_bytes / ms / 1e6, busbw = algbw * bus_factor(c->op, n);
+    // in a world of one an in-place collective moves nothing (NCCL returns at once): its time is a launch, not a
+    // bandwidth, so both figures are 0 and the row says why
+    bool nothing_moves = n == 1 && (c->op == OP_ALL_REDUCE || c->op == OP_BROADCAST);
+    if (nothing_moves)
+        algbw = busbw = 0.0;
     if (rank == 0) {
         char ratio[16] = "-";
-        if (ceiling > 0)
+        if (nothing_moves)
+            snprintf(ratio, sizeof ratio, "in place");
+        else if (ceiling > 0)
             snprintf(ratio, sizeof ratio, "%.1f%%", 100.0 * busbw / ceiling);
         printf("%-15s %-38s %-5s %12.0f %10.3f %11.2f %11.2f %9.1f %7s\n", op_names[c->op], c->what,
                dsarl_dtype_name(c->dtype), size_bytes, ms, algbw, busbw, ceiling, ratio);
         printf("json: {\"impl\": \"dsarl\", \"op\": \"%s\", \"case\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, "
-               "\"bytes\": %.0f, \"ms\": %.6g, \"algbw_gbs\": %.6g, \"busbw_gbs\": %.6g, \"ceiling_gbs\": %.6g}\n",
-               op_names[c->op], c->what, dsarl_dtype_name(c->dtype), n, size_bytes, ms, algbw, busbw, ceiling);
+               "\"bytes\": %.0f, \"ms\": %.6g, \"algbw_gbs\": %.6g, \"busbw_gbs\": %.6g, \"ceiling_gbs\": %.6g%s}\n",
+               op_names[c->op], c->what, dsarl_dtype_name(c->dtype), n, size_bytes, ms, algbw, busbw, ceiling,
+               nothing_moves ? ", \"note\": \"in place in a world of one: nothing moves\"" : "");
         fflush(stdout);
     }
     return DSARL_OK;
