@@ -169,6 +169,8 @@ static void release_cached(dsarl_device *dev)
 {
     if (!dev->n_cached)
         return;
+    dsarl_error ignored; // a failure surfaces at the next call; the wait itself is watched if collectives are queued
+    cuda_comm_wait(dev, dev->compute, &ignored);
     cudaDeviceSynchronize();
     for (size_t i = 0; i < dev->n_cached; i++)
         cudaFree(dev->cached[i].ptr);
@@ -240,7 +242,7 @@ int cuda_scratch(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
 {
     if (bytes > dev->scratch_bytes) {
         size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
-        cudaCheck(cudaStreamSynchronize(CUDA_STREAM(dev)), err); /* queued kernels may still use the old one */
+        DSARL_TRY(cuda_comm_wait(dev, dev->compute, err)); /* queued kernels may still use the old one */
         cudaFree(dev->scratch);
         dev->scratch = NULL;
         dev->scratch_bytes = 0;
