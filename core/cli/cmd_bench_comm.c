@@ -333,7 +333,7 @@ static int link_ceiling(bench *b, const comm_opts *o, const dsarl_parallel *par,
     *gbs = 0.0;
     char name[128] = "";
     if (cuda)
-        gpu_name(par->local_rank, name, sizeof name);
+        gpu_name(0, name, sizeof name); // the hosts of one job hold one kind of GPU
     if (n == 1) { // no ceiling: nothing crosses a link
         snprintf(what, size, "none: a world of one (%s) has no link; its collectives are local copies (in place: "
                  "nothing to do) and the bus bandwidth is 0 by definition", cuda ? (name[0] ? name : "one GPU")
@@ -349,10 +349,12 @@ static int link_ceiling(bench *b, const comm_opts *o, const dsarl_parallel *par,
         return DSARL_OK;
     }
     const char *span = par->local_size < n ? "; the ranks span hosts, so the network bounds it first" : "";
-    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800")) {
+    // SXM parts only: the PCIe and NVL boards have bridges or no NVLink, with other peaks
+    bool sxm = !strstr(name, "PCIe") && !strstr(name, "NVL");
+    if (sxm && (strstr(name, "H100") || strstr(name, "H200"))) {
         snprintf(what, size, "NVLink 4 peak 450 GB/s per direction (%s: 18 links x 25 GB/s)%s", name, span);
         *gbs = 450.0;
-    } else if (strstr(name, "A100") || strstr(name, "A800")) {
+    } else if (sxm && strstr(name, "A100")) {
         snprintf(what, size, "NVLink 3 peak 300 GB/s per direction (%s: 12 links x 25 GB/s)%s", name, span);
         *gbs = 300.0;
     } else {
