@@ -56,3 +56,17 @@ if(TARGET dsarl-dsa-tilelang-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_dsa_mla_bwd_sm90 SOURCES check_dsa_mla_bwd_sm90.c LABELS gpu NOFORK TIMEOUT 600
     LIBS dsarl-dsa-tilelang-objects dsarl-device-cuda-objects dsarl-dsa-reference-objects)
 endif()
+
+# The CUDA device's collectives on NCCL (bf16 and f32, every slot). Started alone it runs on the NULL group (a
+# communicator of one); under mpirun -np 1 on the world group of a real layout (MPI bootstrap of the NCCL id). Both
+# exit 77 without a GPU. With more GPUs, `mpirun -np <GPUs> tests/check_device_cuda_comm` runs it across them.
+if(TARGET dsarl-device-cuda-objects)
+  dsarl_add_check_test(check_device_cuda_comm SOURCES check_device_cuda_comm.c LABELS gpu NOFORK TIMEOUT 300
+    LIBS dsarl-device-cuda-objects)
+  if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
+    add_test(NAME device_cuda_comm_mpi_np1
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:check_device_cuda_comm>)
+    set_tests_properties(device_cuda_comm_mpi_np1 PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;CK_FORK=no;CK_DEFAULT_TIMEOUT=300")
+  endif()
+endif()

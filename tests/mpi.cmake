@@ -41,3 +41,11 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
            "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS})
   set_tests_properties(mpi_failures PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()
+
+# `mpirun -np 2 dsarl bench comm --device cpu --sizes small`: every collective timed, bandwidths by nccl-tests'
+# definitions (tests/cli/test_bench_comm.sh); needs the binary and the cpu device plugin.
+if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-device-cpu)
+  add_test(NAME bench_comm_mpi_np2 COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_bench_comm.sh"
+           "${CMAKE_BINARY_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS})
+  set_tests_properties(bench_comm_mpi_np2 PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+endif()

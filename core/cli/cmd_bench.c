@@ -398,7 +398,8 @@ static void print_help(void)
            "prints a table (backend, op, ms, TFLOP/s, ceiling, ratio, target) and one `json:` line per figure.\n"
            "--set passes a recipe key to the device and the backends (runtime.tilelang_sparse_mla=wmma, ...).\n"
            "\n"
-           "dsarl bench train|generate --help: a whole training step / greedy generation of a model config.\n");
+           "dsarl bench train|generate --help: a whole training step / greedy generation of a model config.\n"
+           "dsarl bench comm --help: the device's collectives (under mpirun) against the link's ceiling.\n");
 }
 
 static int parse_int(const char *flag, const char *value, int64_t lo, int64_t hi, int64_t *out)
@@ -424,8 +425,10 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
         return cmd_bench_train(argc, argv, opts);
     if (strcmp(argv[1], "generate") == 0)
         return cmd_bench_generate(argc, argv, opts);
+    if (strcmp(argv[1], "comm") == 0)
+        return cmd_bench_comm(argc, argv, opts);
     if (strcmp(argv[1], "dsa") != 0) {
-        fprintf(stderr, "dsarl bench: error: unknown benchmark '%s' (known: dsa, train, generate)\n", argv[1]);
+        fprintf(stderr, "dsarl bench: error: unknown benchmark '%s' (known: dsa, train, generate, comm)\n", argv[1]);
         return CLI_EXIT_USAGE;
     }
     bench_opts o = {.device = NULL, .n_backends = 0, .tokens = {8192}, .n_tokens = 1,

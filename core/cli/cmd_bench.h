@@ -1,6 +1,6 @@
-/* cmd_bench.h: `dsarl bench` (cmd_bench.c: dsa; cmd_bench_model.c: train, generate) and the timing helpers the
- * benchmarks share: CUDA driver events (dlopen'ed libcuda), the L2 flush, random device inputs and the GEMM/copy
- * ceilings every benchmark measures in its own run. */
+/* cmd_bench.h: `dsarl bench` (cmd_bench.c: dsa; cmd_bench_model.c: train, generate; cmd_bench_comm.c: comm) and
+ * the timing helpers the benchmarks share: CUDA driver events (dlopen'ed libcuda), the L2 flush, random device
+ * inputs and the GEMM/copy ceilings every benchmark measures in its own run. */
 #ifndef DSARL_CMD_BENCH_H
 #define DSARL_CMD_BENCH_H
 
@@ -52,11 +52,15 @@ typedef struct copy_args { void *dst, *src; size_t bytes; } copy_args;
 int run_gemm(bench *b, void *p);
 int run_copy(bench *b, void *p);
 
-/* `dsarl bench dsa|train|generate [options]`; argv[0] is "bench". */
+/* `dsarl bench dsa|train|generate|comm [options]`; argv[0] is "bench". */
 int cmd_bench(int argc, char **argv, const cli_options *opts);
 
 /* `dsarl bench train` and `dsarl bench generate` (cmd_bench_model.c); argv[0] is "bench", argv[1] the name. */
 int cmd_bench_train(int argc, char **argv, const cli_options *opts);
 int cmd_bench_generate(int argc, char **argv, const cli_options *opts);
+
+/* `[mpirun -np N] dsarl bench comm` (cmd_bench_comm.c): the device's collectives over the world group, algorithm
+ * and bus bandwidth beside the link's ceiling; argv[0] is "bench", argv[1] "comm". */
+int cmd_bench_comm(int argc, char **argv, const cli_options *opts);
 
 #endif /* DSARL_CMD_BENCH_H */

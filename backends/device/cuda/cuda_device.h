@@ -49,8 +49,36 @@ struct dsarl_device {
     size_t n_cached, cap_cached, cached_bytes;
     void *gemm_algos;         /* cuda_gemm.cu: cuBLASLt algorithms by problem (direct-mapped cache) */
     void *profile;            /* cuda_profile.cu: op timings under runtime.cuda_profile=true, else NULL */
+    /* NCCL (cuda_comm.c): one communicator per process group, made at the group's first collective */
+    struct cuda_nccl_comm *nccl; /* (n_nccl) group -> ncclComm_t */
+    size_t n_nccl, cap_nccl;
+    const dsarl_group *nccl_inflight; /* group of the latest NCCL call not yet waited for (NULL: none) */
+    const char *nccl_inflight_what;   /* that call's name, for the watchdog's message */
+    int nccl_failed;          /* an NCCL call failed: destroy aborts the communicators instead of a clean destroy */
+    int local_rank, local_size; /* this process on its host (NCCL needs one GPU per rank) */
 };
 #endif
+
+/* The collectives on NCCL (cuda_comm.c), queued on the compute stream; the slots of the same name. */
+int cuda_all_reduce(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype,
+                    dsarl_reduce_op op, dsarl_error *err);
+int cuda_all_gather(dsarl_device *dev, const dsarl_group *g, void *out, const void *in, int64_t n, dsarl_dtype dtype,
+                    dsarl_error *err);
+int cuda_reduce_scatter(dsarl_device *dev, const dsarl_group *g, void *out, const void *in, int64_t n,
+                        dsarl_dtype dtype, dsarl_reduce_op op, dsarl_error *err);
+int cuda_all_to_all(dsarl_device *dev, const dsarl_group *g, void *out, const int64_t *recv_counts, const void *in,
+                    const int64_t *send_counts, dsarl_dtype dtype, dsarl_error *err);
+int cuda_broadcast(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype, int32_t root,
+                   dsarl_error *err);
+int cuda_send(dsarl_device *dev, const dsarl_group *g, const void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
+              dsarl_error *err);
+int cuda_recv(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
+              dsarl_error *err);
+/* Waits for stream (a cudaStream_t of dev) like cudaStreamSynchronize; while NCCL work is queued, under the
+ * collective watchdog and polling the communicators for an asynchronous NCCL error (then they are aborted). */
+int cuda_comm_wait(dsarl_device *dev, void *stream, dsarl_error *err);
+/* Destroys every communicator of dev (after waiting for its queued work); destroy calls it. */
+void cuda_comm_destroy(dsarl_device *dev);
 
 /* The registered table (kind device, name "cuda"). */
 extern const dsarl_device_ops dsarl_cuda_device_ops;

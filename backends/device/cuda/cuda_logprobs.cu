@@ -69,7 +69,7 @@ int cuda_logprobs_forward(dsarl_device *dev, float *logprobs, const float *logit
     cudaCheckLaunch("logprobs_forward", err);
     int bad = 0;
     cudaCheck(cudaMemcpyAsync(&bad, dev->flag, sizeof(int), cudaMemcpyDeviceToHost, CUDA_STREAM(dev)), err);
-    cudaCheck(cudaStreamSynchronize(CUDA_STREAM(dev)), err);
+    DSARL_TRY(cuda_comm_wait(dev, dev->compute, err)); // watched: collectives may be queued before it
     if (bad) {
         cudaCheck(cudaMemsetAsync(dev->flag, 0, sizeof(int), CUDA_STREAM(dev)), err);
         return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: the target id at position %d is outside the "

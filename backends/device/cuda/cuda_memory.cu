@@ -51,6 +51,8 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
     if (!dev)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory creating the device");
     dev->ordinal = local_rank % count;
+    dev->local_rank = local_rank;
+    dev->local_size = config && config->parallel ? config->parallel->local_size : 1;
     dev->f32 = f32;
     dev->seed = config ? config->seed : 0;
     *out = dev;
@@ -112,6 +114,7 @@ void cuda_destroy(dsarl_device *dev)
     if (!dev)
         return;
     cudaSetDevice(dev->ordinal);
+    cuda_comm_destroy(dev); // first: it waits for queued collectives under the watchdog
     cudaDeviceSynchronize();
     cuda_profile_close(dev);
     if (dev->blas)
@@ -166,6 +169,8 @@ static void release_cached(dsarl_device *dev)
 {
     if (!dev->n_cached)
         return;
+    dsarl_error ignored; // a failure surfaces at the next call; the wait itself is watched if collectives are queued
+    cuda_comm_wait(dev, dev->compute, &ignored);
     cudaDeviceSynchronize();
     for (size_t i = 0; i < dev->n_cached; i++)
         cudaFree(dev->cached[i].ptr);
@@ -237,7 +242,7 @@ int cuda_scratch(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
 {
     if (bytes > dev->scratch_bytes) {
         size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
-        cudaCheck(cudaStreamSynchronize(CUDA_STREAM(dev)), err); /* queued kernels may still use the old one */
+        DSARL_TRY(cuda_comm_wait(dev, dev->compute, err)); /* queued kernels may still use the old one */
         cudaFree(dev->scratch);
         dev->scratch = NULL;
         dev->scratch_bytes = 0;
@@ -269,9 +274,9 @@ int cuda_copy(dsarl_device *dev, void *dst, const void *src, size_t bytes, dsarl
                               copies), err);
     cudaCheck(cudaEventRecord((cudaEvent_t)dev->copy_done, copies), err);
     cudaCheck(cudaStreamWaitEvent(compute, (cudaEvent_t)dev->copy_done, 0), err);
-    // The caller owns the host buffer as soon as we return: finish the transfer (pageable memory).
-    cudaCheck(cudaStreamSynchronize(copies), err);
-    return DSARL_OK;
+    // The caller owns the host buffer as soon as we return: finish the transfer (pageable memory). The copy waits
+    // for queued compute, collectives included, so the wait is cuda_comm_wait's (watched while NCCL work is queued).
+    return cuda_comm_wait(dev, copies, err);
 }
 
 int cuda_zero(dsarl_device *dev, void *ptr, size_t bytes, dsarl_error *err)
@@ -289,7 +294,7 @@ void *cuda_stream(dsarl_device *dev)
 int cuda_synchronize(dsarl_device *dev, dsarl_error *err)
 {
     cudaCheck(cudaStreamSynchronize((cudaStream_t)dev->copies), err);
-    cudaCheck(cudaStreamSynchronize(CUDA_STREAM(dev)), err);
+    DSARL_TRY(cuda_comm_wait(dev, dev->compute, err)); // watched while NCCL work is queued
     cudaCheck(cudaGetLastError(), err);
     cuda_profile_drain(dev);
     return DSARL_OK;

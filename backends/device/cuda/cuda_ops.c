@@ -1,5 +1,6 @@
 /* cuda_ops.c: the CUDA device ops table. Every slot of dsarl_device_ops is implemented; the slots that queue GPU
- * work go through cuda_profile.h's wrappers (one branch when runtime.cuda_profile is false). */
+ * work go through cuda_profile.h's wrappers (one branch when runtime.cuda_profile is false), except the collectives
+ * (cuda_comm.c), whose time depends on the peers more than on this GPU. */
 #include "cuda_device.h"
 #include "cuda_profile.h"
 #include <cuda_runtime_api.h>
@@ -25,6 +26,8 @@ static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
     emit(ctx, "gemm: cuBLASLt (bf16 in/out, fp32 compute), cuBLAS fallback; every other op: a CUDA kernel");
     emit(ctx, "GPU = local rank modulo the visible GPUs; a compute stream (stream(): DSA kernels queue on it) and a "
               "copy stream");
+    emit(ctx, "collectives: NCCL, one communicator per process group made at its first collective (one GPU per "
+              "rank), on the compute stream");
     emit(ctx, "runtime.cuda_profile=false (true: per-op GPU times at destroy)");
 }
 
@@ -86,4 +89,12 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .gemm_f32out = cuda_prof_gemm_f32out,
     .convert = cuda_prof_convert,
     .stream = cuda_stream, /* ABI 1.2 */
+    /* ABI 1.3: collectives on NCCL (cuda_comm.c) */
+    .all_reduce = cuda_all_reduce,
+    .all_gather = cuda_all_gather,
+    .reduce_scatter = cuda_reduce_scatter,
+    .all_to_all = cuda_all_to_all,
+    .broadcast = cuda_broadcast,
+    .send = cuda_send,
+    .recv = cuda_recv,
 };

@@ -15,7 +15,7 @@
 static int take_flag(dsarl_device *dev, int *value, dsarl_error *err)
 {
     cudaCheck(cudaMemcpyAsync(value, dev->flag, sizeof(int), cudaMemcpyDeviceToHost, CUDA_STREAM(dev)), err);
-    cudaCheck(cudaStreamSynchronize(CUDA_STREAM(dev)), err);
+    DSARL_TRY(cuda_comm_wait(dev, dev->compute, err)); // watched: collectives may be queued before it
     if (*value)
         cudaCheck(cudaMemsetAsync(dev->flag, 0, sizeof(int), CUDA_STREAM(dev)), err);
     return DSARL_OK;
