@@ -31,4 +31,15 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     dsarl_add_mpi_test(comm_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_comm_mpi> TIMEOUT 120)
     dsarl_add_mpi_test(comm_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_comm_mpi> TIMEOUT 120)
   endif()
+
+  # data parallelism: DP training against the one-process run in the same process
+  if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects AND TARGET dsarl-device-cpu-objects)
+    add_executable(check_dp_train_mpi check_dp_train_mpi.c)
+    set_target_properties(check_dp_train_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+    target_link_libraries(check_dp_train_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                          dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+    target_compile_definitions(check_dp_train_mpi PRIVATE _GNU_SOURCE)
+    dsarl_add_mpi_test(dp_train_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_dp_train_mpi> TIMEOUT 120)
+    dsarl_add_mpi_test(dp_train_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_dp_train_mpi> TIMEOUT 120)
+  endif()
 endif()

@@ -44,6 +44,12 @@ int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsa
             rc = create_model(s, c->model_ops_fallback, &s->model, err);
         }
         DSARL_TRY(rc);
+        const dsarl_parallel *par = dc.parallel;
+        if (DSARL_PARALLEL_HAS_GROUPS(par) && dsarl_group_size(par->dp_cp) > 1 &&
+            !DSARL_MODEL_HAS(s->model_ops, reduce_gradients))
+            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model '%s' has no reduce_gradients (ABI 1.3), so it trains "
+                              "on one data-parallel rank only, but this run has %d (dp_cp)", s->model_ops->common.name,
+                              dsarl_group_size(par->dp_cp));
     }
     if (c->tokenizer)
         DSARL_TRY(dsarl_tokenizer_load(c->tokenizer, &s->tokenizer, err));
@@ -126,7 +132,10 @@ int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_model *model,
 int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_optimizer_params *adam,
                                  double lr, double max_grad_norm, double *grad_norm, dsarl_error *err)
 {
-    // a data-parallel all-reduce of the gradients goes here, before the norm every rank must agree on
+    // the data-parallel sum of the gradients (or of this rank's shard of them), before the norm every rank must
+    // agree on; free in a single process, and session_open refused a multi-rank run of a model without it
+    if (DSARL_MODEL_HAS(ops, reduce_gradients))
+        DSARL_TRY(ops->reduce_gradients(model, err));
     double norm, scale;
     DSARL_TRY(ops->grad_norm(model, &norm, err));
     DSARL_TRY(dsarl_grad_clip_scale(norm, max_grad_norm, &scale, err));

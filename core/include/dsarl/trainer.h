@@ -4,8 +4,7 @@
  *   - pass accounting: tokens through forward-only passes and through training passes;
  *   - the training pass: train_forward/train_backward when the model has them (ABI 1.2), forward_logprobs then
  *     backward otherwise;
- *   - the optimizer slice tail: grad norm -> clip -> lr -> step, the one place where a data-parallel gradient
- *     reduction will attach;
+ *   - the optimizer slice tail: data-parallel gradient reduction -> grad norm -> clip -> lr -> step;
  *   - the loop tick's one deadline rule. */
 #ifndef DSARL_TRAINER_H
 #define DSARL_TRAINER_H
@@ -92,9 +91,10 @@ DSARL_API int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_mod
                                            const dsarl_token_batch *batch, const int32_t *targets,
                                            const float *dlogprobs, float *indexer_loss, dsarl_error *err);
 
-/* The tail of one optimizer slice, after its microbatches accumulated gradients: gradient norm (*grad_norm), clip
- * to max_grad_norm (<= 0: off), AdamW step with adam's settings at learning rate lr. Data-parallel gradient
- * reduction belongs here, before the norm. */
+/* The tail of one optimizer slice, after its microbatches accumulated gradients: the data-parallel reduction of the
+ * gradients (model op reduce_gradients: a sum over dp_cp, so the loss must be scaled by the GLOBAL token or
+ * sequence count), gradient norm (*grad_norm), clip to max_grad_norm (<= 0: off), AdamW step with adam's settings
+ * at learning rate lr. Collective over dp_cp when the run has several data-parallel ranks. */
 DSARL_API int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model,
                                            const dsarl_optimizer_params *adam, double lr, double max_grad_norm,
                                            double *grad_norm, dsarl_error *err);
