@@ -67,6 +67,19 @@ int dsarl_session_create_model(const dsarl_session *s, dsarl_model **out, dsarl_
     return create_model(s, s->model_ops, out, err);
 }
 
+// The run's world group and the group its optimizer state is sharded over (NULL: not sharded).
+static const dsarl_group *world_group(const dsarl_session *s)
+{
+    const dsarl_parallel *p = s->config.parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->world : NULL;
+}
+
+static const dsarl_group *shard_group(const dsarl_session *s)
+{
+    const dsarl_parallel *p = s->config.parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) && p->distributed_optimizer ? p->dp_cp : NULL;
+}
+
 int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, dsarl_dataloader *loader,
                         dsarl_metrics_config *log_cfg, dsarl_trainer_state *state, dsarl_error *err)
 {
@@ -75,14 +88,24 @@ int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, d
     log_cfg->resume_step = -1;
     if (ckpt && ckpt->enabled) {
         char dir[4096];
-        DSARL_TRY(dsarl_checkpoint_resume(ckpt->checkpoint_dir, s->model_ops, s->model, loader, state, dir,
-                                          sizeof dir, err));
+        DSARL_TRY(dsarl_checkpoint_resume_group(ckpt->checkpoint_dir, s->model_ops, s->model, loader, state,
+                                                shard_group(s), dir, sizeof dir, err));
         if (state->step >= 0) {
             log_cfg->resume_step = state->step;
             dsarl_log(DSARL_LOG_INFO, "resumed from %s (step %" PRId64 ")", dir, state->step);
         }
     }
+    // one process logs: the others compute the same (reduced) metrics and write nothing
+    if (dsarl_group_rank(world_group(s)) != 0)
+        return DSARL_OK;
     return dsarl_metrics_open(log_cfg, &s->log, err);
+}
+
+int dsarl_session_save_checkpoint(const dsarl_session *s, const dsarl_checkpoint_config *ckpt,
+                                  const dsarl_trainer_state *state, char *saved_dir, size_t size, dsarl_error *err)
+{
+    return dsarl_checkpoint_save_group(ckpt, s->model_ops, s->model, state, s->config.recipe, world_group(s),
+                                       shard_group(s), saved_dir, size, err);
 }
 
 void dsarl_session_close(dsarl_session *s)

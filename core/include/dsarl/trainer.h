@@ -58,9 +58,18 @@ DSARL_API int dsarl_session_create_model(const dsarl_session *s, dsarl_model **o
 
 /* Resumes from the newest complete checkpoint under ckpt (when enabled; state->step = -1 when there is none or
  * checkpointing is off) and sets loader to its position, then opens the metrics with log_cfg (its resume_step
- * set from the checkpoint) into s->log. */
+ * set from the checkpoint) into s->log. Every rank of a multi-process run calls it (each reads its optimizer shard
+ * under a distributed optimizer); only world rank 0 opens the metrics, the others get s->log = NULL, on which the
+ * dsarl_metrics_* calls do nothing. */
 DSARL_API int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, dsarl_dataloader *loader,
                                   dsarl_metrics_config *log_cfg, dsarl_trainer_state *state, dsarl_error *err);
+
+/* Saves the session's model, state and s->config.recipe as checkpoint step state->step: dsarl_checkpoint_save in a
+ * single process, dsarl_checkpoint_save_group over the run's world (optimizer shards over dp_cp under a
+ * distributed optimizer) otherwise. Collective: every rank calls it. */
+DSARL_API int dsarl_session_save_checkpoint(const dsarl_session *s, const dsarl_checkpoint_config *ckpt,
+                                            const dsarl_trainer_state *state, char *saved_dir, size_t size,
+                                            dsarl_error *err);
 
 /* Releases the metrics, tokenizer, model, DSA backend and device; a zeroed or partly opened session is fine. */
 DSARL_API void dsarl_session_close(dsarl_session *s);
