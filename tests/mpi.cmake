@@ -43,8 +43,12 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     dsarl_add_mpi_test(dp_train_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_dp_train_mpi> TIMEOUT 120)
   endif()
 
-  # data-parallel GRPO through `dsarl run` (it launches mpirun itself, np 1, 2 and 4) against one process
+  # data-parallel GRPO and SFT through `dsarl run` (the scripts launch mpirun themselves, np 1, 2 and 4) against
+  # one process
   add_test(NAME dp_grpo COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_grpo.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_grpo PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  add_test(NAME dp_sft COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_sft.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
+  set_tests_properties(dp_sft PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()

@@ -38,43 +38,7 @@ run() {
 }
 
 # same A B [STEP]: metrics.jsonl of runs A and B agree (only step STEP when given), and so do the sample dumps
-same() {
-  python3 - "$tmp/$1" "$tmp/$2" "${3:-}" <<'EOF' || fail "$1 and $2 differ"
-import glob, json, math, os, sys
-a_dir, b_dir, only = sys.argv[1], sys.argv[2], sys.argv[3]
-def metrics(d):
-    (path,) = glob.glob(d + "/exp_*/metrics.jsonl")
-    return {r["step"]: r for r in map(json.loads, open(path))}
-a, b = metrics(a_dir), metrics(b_dir)
-steps = [int(only)] if only else sorted(a)
-assert steps and all(s in a and s in b for s in steps), f"steps {sorted(a)} vs {sorted(b)}"
-worst, n = 0.0, 0
-for s in steps:
-    names = lambda r: {k for k in r if not k.startswith("timing/")}
-    assert names(a[s]) == names(b[s]), f"step {s}: metric names differ: {names(a[s]) ^ names(b[s])}"
-    for k, x in a[s].items():
-        y = b[s][k]
-        if k.startswith("timing/") or k == "train/tokens_per_sec" or k not in b[s]:
-            continue
-        if x is None or y is None:
-            assert x is None and y is None, f"step {s} {k}: {x} vs {y}"
-            continue
-        # the KL estimators of an on-policy step are ~1e-15 rounding noise: an absolute floor for them
-        d = abs(x - y) / max(abs(x), abs(y), 1e-6)
-        assert abs(x - y) <= 1e-9 or d <= 1e-5, f"step {s} {k}: {x} vs {y} (relative {d:.3g})"
-        worst, n = max(worst, d if abs(x - y) > 1e-9 else 0.0), n + 1
-for s in steps:
-    for kind in ("train", "val"):
-        pa = glob.glob(f"{a_dir}/exp_*/{kind}_data_step{s}.jsonl")
-        pb = glob.glob(f"{b_dir}/exp_*/{kind}_data_step{s}.jsonl")
-        assert len(pa) == len(pb), f"{kind} samples of step {s}: {pa} vs {pb}"
-        for x, y in zip(pa, pb):
-            ra, rb = [json.loads(l) for l in open(x)], [json.loads(l) for l in open(y)]
-            assert [(r["prompt"], r["response"]) for r in ra] == [(r["prompt"], r["response"]) for r in rb], \
-                f"{kind} samples of step {s} differ"
-print(f"{os.path.basename(a_dir)} = {os.path.basename(b_dir)}: {n} values, max relative difference {worst:.3g}")
-EOF
-}
+same() { python3 "$src/tests/cli/dp_compare.py" metrics "$tmp/$1" "$tmp/$2" "${3:-}" || fail "$1 and $2 differ"; }
 
 # --- DP against one process: GLM-5.2 ------------------------------------------------------------------------------
 run one 1 grpo.max_num_steps=2
