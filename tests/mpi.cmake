@@ -40,6 +40,25 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_test(NAME mpi_failures COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_failures.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS})
   set_tests_properties(mpi_failures PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  # data parallelism: DP training against the one-process run in the same process
+  if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects AND TARGET dsarl-device-cpu-objects)
+    add_executable(check_dp_train_mpi check_dp_train_mpi.c)
+    set_target_properties(check_dp_train_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+    target_link_libraries(check_dp_train_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                          dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+    target_compile_definitions(check_dp_train_mpi PRIVATE _GNU_SOURCE)
+    dsarl_add_mpi_test(dp_train_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_dp_train_mpi> TIMEOUT 120)
+    dsarl_add_mpi_test(dp_train_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_dp_train_mpi> TIMEOUT 120)
+  endif()
+
+  # data-parallel GRPO and SFT through `dsarl run` (the scripts launch mpirun themselves, np 1, 2 and 4) against
+  # one process
+  add_test(NAME dp_grpo COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_grpo.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
+  set_tests_properties(dp_grpo PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  add_test(NAME dp_sft COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_sft.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
+  set_tests_properties(dp_sft PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()
 
 # `mpirun -np 2 dsarl bench comm --device cpu --sizes small`: every collective timed, bandwidths by nccl-tests'

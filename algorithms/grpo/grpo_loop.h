@@ -128,6 +128,8 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t step)
 
 /* grpo_rollout.c */
 void grpo_rollout_set_free(rollout_set *s);
+/* The run's data-parallel group (NULL in a single process: a group of one). */
+const dsarl_group *grpo_dp_group(const trainer *tr);
 /* Generates n_gen responses for each of n examples and scores them; appends n * n_gen rollouts (group after
  * group) to out. */
 int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t n, int64_t n_gen, float temperature,

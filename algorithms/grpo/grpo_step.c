@@ -75,6 +75,12 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
     if (rc == DSARL_OK)
         rc = grpo_train_on_batch(tr, &p, &st, err);
     double t_train = now_s();
+    /* every rank holds the whole gathered batch, so the rollout metrics below are the one-process ones already;
+     * the passes ran on this rank's share only */
+    int64_t passes[2] = {tr->passes.forward_tokens, tr->passes.train_pass_tokens};
+    if (rc == DSARL_OK)
+        rc = dsarl_group_all_reduce_host(grpo_dp_group(tr), passes, 2, DSARL_DTYPE_I64, DSARL_REDUCE_SUM, err);
+    tr->passes.forward_tokens = passes[0], tr->passes.train_pass_tokens = passes[1];
     if (rc == DSARL_OK) {
         tr->step++;
         int64_t n = rs.n;

@@ -80,6 +80,20 @@ static int read_options(trainer *tr, dsarl_error *err)
     CHECK(tr->cfg.train_global_batch_size % o->micro_batch == 0, "policy.train_micro_batch_size",
           "must divide policy.train_global_batch_size (%" PRId64 "), got %" PRId64, tr->cfg.train_global_batch_size,
           o->micro_batch);
+    /* data parallelism: each rank generates whole prompt groups and trains whole microbatches of every optimizer
+     * step, so the run is the one-process run (docs/parallel.md) */
+    const dsarl_parallel *par = tr->ctx->parallel;
+    int64_t dp = par && par->dp_size > 1 ? par->dp_size : 1;
+    CHECK(tr->cfg.num_prompts_per_step % dp == 0, "grpo.num_prompts_per_step",
+          "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that every rank generates whole "
+          "prompt groups", tr->cfg.num_prompts_per_step, dp);
+    CHECK(tr->cfg.train_global_batch_size % (dp * o->micro_batch) == 0, "policy.train_global_batch_size",
+          "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 " x policy.train_micro_batch_size "
+          "(%" PRId64 "), so that every rank trains whole microbatches of each optimizer step",
+          tr->cfg.train_global_batch_size, dp, o->micro_batch);
+    CHECK(tr->cfg.val_batch_size < 1 || tr->cfg.val_batch_size % dp == 0, "grpo.val_batch_size",
+          "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that every rank generates an "
+          "equal share of each validation batch", tr->cfg.val_batch_size, dp);
     CHECK(o->num_val_samples_to_print >= 0, "logger.num_val_samples_to_print", "must be >= 0, got %" PRId64,
           o->num_val_samples_to_print);
     CHECK(o->logprob_batch >= 1, "policy.logprob_batch_size", "must be >= 1, got %" PRId64, o->logprob_batch);
@@ -242,7 +256,22 @@ static int save_checkpoint(trainer *tr, double val_accuracy, double train_reward
     if (isfinite(train_reward))
         DSARL_TRY(dsarl_trainer_state_set_metric(&st, "train:reward", train_reward, err));
     char dir[4096];
-    return dsarl_checkpoint_save(&tr->ckpt, tr->ctx->model_ops, tr->model, &st, tr->root, dir, sizeof dir, err);
+    return dsarl_session_save_checkpoint(&tr->session, &tr->ckpt, &st, dir, sizeof dir, err);
+}
+
+/* True when any rank of the run says so: a stop signal or a deadline seen by one rank stops them all at the same
+ * step, so no rank waits in a collective of a step its peers never start. */
+static bool any_rank(const trainer *tr, bool x)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    const dsarl_group *world = p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->world : NULL;
+    if (dsarl_group_size(world) <= 1)
+        return x;
+    int32_t v = x;
+    dsarl_error ignored;
+    if (dsarl_group_all_reduce_host(world, &v, 1, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, &ignored) < 0)
+        return true; // the collective failed: stopping is the only safe choice
+    return v != 0;
 }
 
 /* grpo.stop_at_validation_metric: the run stops once the named validation metric reaches the threshold (>=).
@@ -295,7 +324,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             break;
         }
         bool last = tr.step >= tr.cfg.max_num_steps;
-        if (ctx->stop_requested && *ctx->stop_requested) {
+        if (any_rank(&tr, ctx->stop_requested && *ctx->stop_requested)) {
             stop = true;
             why = "stop requested (signal)";
         }
@@ -327,7 +356,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             rc = dsarl_metrics_commit(tr.log, tr.step, err);
         dsarl_metrics_progress(tr.log, tr.step, reward);
         if (rc == DSARL_OK && tr.ckpt.enabled && !stop && !last &&
-            dsarl_trainer_deadline_near(&tr.ckpt, now_s() - t_start, tr.step - sum.first_step)) {
+            any_rank(&tr, dsarl_trainer_deadline_near(&tr.ckpt, now_s() - t_start, tr.step - sum.first_step))) {
             if (!dsarl_checkpoint_due(&tr.ckpt, tr.step, last))
                 rc = save_checkpoint(&tr, val_acc, reward, err);
             stop = true;
@@ -337,7 +366,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     if (rc == DSARL_OK)
         dsarl_log(DSARL_LOG_INFO, "GRPO finished at step %" PRId64 ": %s", tr.step, why);
     sum.last_step = tr.step;
-    if (tr.log)
+    if (tr.log) // rank 0 only: the others log nothing
         snprintf(sum.exp_dir, sizeof sum.exp_dir, "%s", dsarl_metrics_dir(tr.log));
     if (summary)
         *summary = sum;

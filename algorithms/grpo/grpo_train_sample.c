@@ -113,7 +113,7 @@ int grpo_sample_with_model(const dsarl_model_ops *ops, dsarl_model *model, const
         !out->cu_lengths || !out->truncated)
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory sampling %d sequences of up to %d new tokens", B, max_new);
     for (int32_t b = 0; rc == DSARL_OK && b < B; b++)
-        dsarl_rng_init(&rngs[b], params->seed, (uint64_t)b);
+        dsarl_rng_init(&rngs[b], params->seed, (uint64_t)(dsarl_sampling_sequence_offset(params) + b));
     for (int32_t t = 0; rc == DSARL_OK && t < max_new; t++) {
         // pack every unfinished sequence (prompt + what it generated so far)
         int32_t n_active = 0;

@@ -3,6 +3,7 @@
  * ClippedPGLoss + backward, then the optimizer slice tail (dsarl_trainer_optimizer_step). On-policy (one slice)
  * the old log-probs are the training pass's own. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +33,57 @@ static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p
     return rc;
 }
 
+/* The sequences [*lo, *hi) of optimizer slice [g0, g1) that this data-parallel rank trains on: a contiguous 1/dp
+ * of it. train_global_batch_size is a multiple of dp x train_micro_batch_size, so each share of a full slice is
+ * whole microbatches: the microbatches (and their per-microbatch indexer loss means) are the one-process run's. */
+static void rank_share(const trainer *tr, int64_t g0, int64_t g1, int64_t *lo, int64_t *hi)
+{
+    const dsarl_group *g = grpo_dp_group(tr);
+    int64_t dp = dsarl_group_size(g), r = dsarl_group_rank(g);
+    *lo = g0 + (g1 - g0) * r / dp;
+    *hi = g0 + (g1 - g0) * (r + 1) / dp;
+}
+
 int grpo_logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, float *out, dsarl_error *err)
 {
-    for (int64_t s = 0; s < p->B; s += tr->opt.logprob_batch) {
-        int64_t e = s + tr->opt.logprob_batch < p->B ? s + tr->opt.logprob_batch : p->B;
-        DSARL_TRY(logprobs_range(tr, model, p, s, e, false, out, err));
+    /* only this rank's shares are read by its loss */
+    int64_t gbs = tr->cfg.train_global_batch_size;
+    for (int64_t g0 = 0; g0 < p->B; g0 += gbs) {
+        int64_t lo, hi;
+        rank_share(tr, g0, g0 + gbs < p->B ? g0 + gbs : p->B, &lo, &hi);
+        for (int64_t s = lo; s < hi; s += tr->opt.logprob_batch) {
+            int64_t e = s + tr->opt.logprob_batch < hi ? s + tr->opt.logprob_batch : hi;
+            DSARL_TRY(logprobs_range(tr, model, p, s, e, false, out, err));
+        }
     }
+    return DSARL_OK;
+}
+
+/* The slice's loss metrics summed over the data-parallel ranks (extrema as min / max): every term is normalised
+ * by the slice's global counts, so the sum is the one-process value. */
+static int reduce_loss_metrics(const trainer *tr, grpo_loss_metrics *m, float *indexer, dsarl_error *err)
+{
+    const dsarl_group *g = grpo_dp_group(tr);
+    if (dsarl_group_size(g) <= 1)
+        return DSARL_OK;
+    enum { N = sizeof(grpo_loss_metrics) / sizeof(double) };
+    _Static_assert(sizeof(grpo_loss_metrics) == N * sizeof(double), "grpo_loss_metrics holds doubles only");
+    double sum[N + 1], lo[N], hi[N];
+    memcpy(sum, m, sizeof *m);
+    memcpy(lo, m, sizeof *m);
+    memcpy(hi, m, sizeof *m);
+    sum[N] = *indexer;
+    DSARL_TRY(dsarl_group_all_reduce_host(g, sum, N + 1, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err));
+    DSARL_TRY(dsarl_group_all_reduce_host(g, lo, N, DSARL_DTYPE_F64, DSARL_REDUCE_MIN, err));
+    DSARL_TRY(dsarl_group_all_reduce_host(g, hi, N, DSARL_DTYPE_F64, DSARL_REDUCE_MAX, err));
+    memcpy(m, sum, sizeof *m);
+    *indexer = (float)sum[N];
+#define PICK(field, from) memcpy(&m->field, (const char *)(from) + offsetof(grpo_loss_metrics, field), sizeof(double))
+    PICK(probs_ratio_min, lo);
+    PICK(probs_ratio_clamped_min, lo);
+    PICK(probs_ratio_max, hi);
+    PICK(probs_ratio_clamped_max, hi);
+#undef PICK
     return DSARL_OK;
 }
 
@@ -98,10 +144,15 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
         grpo_loss_metrics slice;
         grpo_loss_metrics_init(&slice);
         float indexer = 0.0f;
-        for (int64_t s = g0; s < g1; s += mbs) {
-            int64_t e = s + mbs < g1 ? s + mbs : g1;
+        /* this rank's share of the slice; valid_toks / valid_seqs above count the WHOLE slice (every rank holds
+         * the gathered batch), so the summed gradients are the one-process gradient */
+        int64_t lo, hi;
+        rank_share(tr, g0, g1, &lo, &hi);
+        for (int64_t s = lo; s < hi; s += mbs) {
+            int64_t e = s + mbs < hi ? s + mbs : hi;
             DSARL_TRY(train_microbatch(tr, p, s, e, valid_toks, valid_seqs, &slice, &indexer, err));
         }
+        DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, err));
         double norm;
         double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
         DSARL_TRY(dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm,

@@ -3,7 +3,9 @@
  * backward takes the gradient of sum(-logp) / (answer tokens of the global batch) ->
  * gradient norm, clip factor, AdamW at the schedule's LR -> validation (loss, greedy exact match) -> checkpoint ->
  * metrics and one log line. Resume restores weights, AdamW state, the dataloader position and the step, so a CPU
- * run continues bit-identically. */
+ * run continues bit-identically. Under data parallelism every rank reads the same global batch, trains on a
+ * contiguous 1/dp of it (whole microbatches, the loss still normalised by the global batch's answer tokens) and
+ * validates a 1/dp share of each validation batch; sums are reduced over dp, so rank 0 logs the one-process run. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <inttypes.h>
 #include <math.h>
@@ -40,6 +42,60 @@ typedef struct sft_trainer {
     double val_loss, val_accuracy;      /* the latest validation */
     double train_loss;                  /* the latest step */
 } sft_trainer;
+
+/* The run's data-parallel group and world (NULL in a single process: a group of one). */
+static const dsarl_group *dp_group(const sft_trainer *tr)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->dp : NULL;
+}
+
+static const dsarl_group *world_group(const sft_trainer *tr)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->world : NULL;
+}
+
+/* Share [*lo, *hi) of n items of this data-parallel rank: contiguous, in rank order. */
+static void dp_share(const sft_trainer *tr, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t dp = dsarl_group_size(dp_group(tr)), r = dsarl_group_rank(dp_group(tr));
+    *lo = n * r / dp;
+    *hi = n * (r + 1) / dp;
+}
+
+/* True when any rank says so (a stop signal or the save-by deadline): every rank stops at the same step. */
+static bool any_rank(const sft_trainer *tr, bool x)
+{
+    const dsarl_group *world = world_group(tr);
+    if (dsarl_group_size(world) <= 1)
+        return x;
+    int32_t v = x;
+    dsarl_error ignored;
+    if (dsarl_group_all_reduce_host(world, &v, 1, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, &ignored) < 0)
+        return true; // the collective failed: stopping is the only safe choice
+    return v != 0;
+}
+
+/* Batches that do not split into whole microbatches per data-parallel rank are refused before any model is built:
+ * the per-microbatch indexer-loss means would differ from the one-process run's. */
+static int check_parallel(const sft_trainer *tr, dsarl_error *err)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    int64_t dp = p && p->dp_size > 1 ? p->dp_size : 1;
+    if (tr->cfg.global_batch % (dp * tr->cfg.micro_batch) != 0)
+        return dsarl_recipe_fail(tr->root, "policy.train_global_batch_size", err, DSARL_E_INVALID,
+                                 "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 " x "
+                                 "policy.train_micro_batch_size (%" PRId64 "), so that every rank trains whole "
+                                 "microbatches of each optimizer step", tr->cfg.global_batch, dp,
+                                 tr->cfg.micro_batch);
+    if (tr->cfg.val_global_batch_size % dp != 0)
+        return dsarl_recipe_fail(tr->root, "sft.val_global_batch_size", err, DSARL_E_INVALID,
+                                 "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that "
+                                 "every rank validates an equal share of each validation batch",
+                                 tr->cfg.val_global_batch_size, dp);
+    return DSARL_OK;
+}
 
 static double now_s(void)
 {
@@ -126,7 +182,7 @@ static int save_checkpoint(sft_trainer *tr, dsarl_error *err)
         DSARL_TRY(dsarl_trainer_state_set_metric(&st, "val:val_loss", tr->val_loss, err)); // NeMo SFT's name
         DSARL_TRY(dsarl_trainer_state_set_metric(&st, "val:accuracy", tr->val_accuracy, err));
     }
-    return dsarl_checkpoint_save(&tr->ckpt, tr->ops, tr->model, &st, tr->root, NULL, 0, err);
+    return dsarl_session_save_checkpoint(&tr->session, &tr->ckpt, &st, NULL, 0, err);
 }
 
 /* --- batches ------------------------------------------------------------------------------------------------- */
@@ -243,10 +299,13 @@ static int validate(sft_trainer *tr, dsarl_error *err)
     double nll_sum = 0.0, tokens = 0.0;
     int64_t correct = 0;
     double t0 = now_s();
-    for (int64_t first = 0; first < n; first += vb) {
-        int64_t m = n - first < vb ? n - first : vb;
-        sft_sample *samples = calloc((size_t)m, sizeof *samples);
-        const dsarl_example **ex = calloc((size_t)m, sizeof *ex);
+    for (int64_t batch_first = 0; batch_first < n; batch_first += vb) {
+        // this rank's share of the batch (all of it in a single process)
+        int64_t lo, hi;
+        dp_share(tr, n - batch_first < vb ? n - batch_first : vb, &lo, &hi);
+        int64_t first = batch_first + lo, m = hi - lo;
+        sft_sample *samples = calloc((size_t)(m ? m : 1), sizeof *samples);
+        const dsarl_example **ex = calloc((size_t)(m ? m : 1), sizeof *ex);
         int rc = (!samples || !ex) ? DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for validation") : DSARL_OK;
         for (int64_t i = 0; rc == 0 && i < m; i++)
             ex[i] = dsarl_dataset_get(tr->val_set, (size_t)(first + i));
@@ -270,6 +329,9 @@ static int validate(sft_trainer *tr, dsarl_error *err)
         free(ex);
         DSARL_TRY(rc);
     }
+    double sums[3] = {nll_sum, tokens, (double)correct};
+    DSARL_TRY(dsarl_group_all_reduce_host(dp_group(tr), sums, 3, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err));
+    nll_sum = sums[0], tokens = sums[1], correct = (int64_t)sums[2];
     tr->val_loss = tokens > 0 ? nll_sum / tokens : NAN;
     tr->val_accuracy = n > 0 ? (double)correct / (double)n : NAN;
     tr->has_val = true;
@@ -312,7 +374,10 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
         rc = ops->zero_grad(tr->model, err);
     double indexer_loss = 0;
     dsarl_pass_counts passes = {0, 0};
-    for (int64_t first = 0; rc == 0 && first < gb; first += mb) {
+    // this rank's share: whole microbatches (check_parallel), the same ones the one-process run makes
+    int64_t lo, hi;
+    dp_share(tr, gb, &lo, &hi);
+    for (int64_t first = lo; rc == 0 && first < hi; first += mb) {
         packed p;
         rc = pack(samples + first, mb, &p, err);
         if (rc)
@@ -329,6 +394,19 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
         indexer_loss += il * (double)mb / (double)gb;
         packed_free(&p);
     }
+    // the summed NLL, indexer loss and pass counts of every rank's share; failures first, so no rank is left
+    // waiting in the optimizer step's reduction of a peer that gave up
+    double sums[5] = {nll, indexer_loss, (double)passes.forward_tokens, (double)passes.train_pass_tokens, rc != 0};
+    if (dsarl_group_size(dp_group(tr)) > 1) {
+        dsarl_error e;
+        if (dsarl_group_all_reduce_host(dp_group(tr), sums, 5, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, &e) < 0 && !rc)
+            rc = DSARL_FAIL(err, e.code, "%s", e.message);
+        if (rc == 0 && sums[4] > 0)
+            rc = DSARL_FAIL(err, DSARL_E_INVALID, "sft: another data-parallel rank failed its microbatches (its log "
+                            "names why)");
+    }
+    nll = sums[0], indexer_loss = sums[1];
+    passes.forward_tokens = (int64_t)sums[2], passes.train_pass_tokens = (int64_t)sums[3];
     double norm = 0;
     double lr = dsarl_lr_at(&tr->cfg.lr_schedule, tr->step);
     if (rc == 0)
@@ -373,8 +451,9 @@ static int train_loop(sft_trainer *tr, double run_start, dsarl_error *err)
             DSARL_TRY(validate(tr, err));
         double step_s = now_s() - t0;
         tr->train_time_s += step_s;
-        bool stop = ctx->stop_requested && *ctx->stop_requested;
-        bool deadline = dsarl_trainer_deadline_near(&tr->ckpt, now_s() - run_start, tr->step - first_step);
+        bool stop = any_rank(tr, ctx->stop_requested && *ctx->stop_requested);
+        bool deadline = any_rank(tr, dsarl_trainer_deadline_near(&tr->ckpt, now_s() - run_start,
+                                                                 tr->step - first_step));
         if (tr->ckpt.enabled && (dsarl_checkpoint_due(&tr->ckpt, tr->step, last) || stop || deadline)) {
             double c0 = now_s();
             DSARL_TRY(save_checkpoint(tr, err));
@@ -423,13 +502,15 @@ int sft_run(const dsarl_run_context *ctx, dsarl_error *err)
     if (rc == 0)
         rc = dsarl_metrics_config_from_recipe(tr.root, &tr.log_cfg, err);
     if (rc == 0)
+        rc = check_parallel(&tr, err);
+    if (rc == 0)
         rc = trainer_open(&tr, err);
     if (rc == 0)
         rc = trainer_start(&tr, err);
     if (rc == 0) {
         dsarl_log(DSARL_LOG_INFO, "sft: %" PRId64 " steps of %" PRId64 " samples (micro %" PRId64 "), template %s, "
                   "logs in %s", tr.total_steps, tr.cfg.global_batch, tr.cfg.micro_batch, tr.chat_template,
-                  dsarl_metrics_dir(tr.log));
+                  tr.log ? dsarl_metrics_dir(tr.log) : "(rank 0's)");
         rc = train_loop(&tr, run_start, err);
     }
     trainer_free(&tr);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "dsarl/checkpoint.h"
+#include "dsarl/comm.h"
 #include "dsarl/fileutil.h"
 #include "dsarl/json.h"
 #include "dsarl/log.h"
@@ -24,6 +25,7 @@
 #define TRAINING_INFO "training_info.json"
 #define WEIGHTS_DIR "policy/weights"
 #define OPTIMIZER_FILE "policy/optimizer/optimizer.safetensors"
+#define OPTIMIZER_SHARD "policy/optimizer/optimizer.shard%d-of-%d.safetensors"
 #define MANIFEST_FORMAT "dsarl-checkpoint-1"
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -496,28 +498,46 @@ static char *step_path(const char *dir, const char *prefix, int64_t step)
     return dsarl_path_join(dir, name);
 }
 
-// Writes every file of the checkpoint into tmp (which exists and is empty).
+// The optimizer file of a checkpoint relative to its step directory: one file, or shard r of n under a
+// distributed optimizer (n > 1); malloc'd.
+static char *optimizer_path(const char *step_dir, const dsarl_group *shards)
+{
+    if (dsarl_group_size(shards) <= 1)
+        return dsarl_path_join(step_dir, OPTIMIZER_FILE);
+    char rel[128];
+    snprintf(rel, sizeof rel, OPTIMIZER_SHARD, (int)dsarl_group_rank(shards), (int)dsarl_group_size(shards));
+    return dsarl_path_join(step_dir, rel);
+}
+
+// Writes this rank's optimizer file (its shard, or the whole state) into tmp.
+static int write_optimizer(const dsarl_model_ops *ops, dsarl_model *model, const char *tmp,
+                           const dsarl_group *shards, dsarl_error *err)
+{
+    if (!ops->optimizer_save)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "checkpoint: model %s cannot save its optimizer state; set "
+                          "checkpointing.save_optimizer=false", ops->common.name);
+    char *optim = optimizer_path(tmp, shards);
+    char *optim_dir = optim ? dsarl_path_dirname(optim) : NULL;
+    int rc = optim_dir ? dsarl_mkdir_p(optim_dir, err) : DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory");
+    if (rc == 0)
+        rc = ops->optimizer_save(model, optim, err);
+    free(optim), free(optim_dir);
+    return rc;
+}
+
+// Writes the files of the checkpoint that one process writes into tmp (which exists and is empty): the weights,
+// the unsharded optimizer state (with_optimizer), the trainer state and the recipe.
 static int write_contents(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops, dsarl_model *model,
                           const dsarl_trainer_state *state, const dsarl_node *recipe, const char *tmp,
-                          dsarl_error *err)
+                          bool with_optimizer, dsarl_error *err)
 {
-    char *weights = dsarl_path_join(tmp, WEIGHTS_DIR), *optim = dsarl_path_join(tmp, OPTIMIZER_FILE);
-    char *optim_dir = optim ? dsarl_path_dirname(optim) : NULL;
+    char *weights = dsarl_path_join(tmp, WEIGHTS_DIR);
     char *info = dsarl_path_join(tmp, TRAINING_INFO), *config = dsarl_path_join(tmp, "config.yaml");
-    int rc = (!weights || !optim || !optim_dir || !info || !config)
-                 ? DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory")
-                 : DSARL_OK;
+    int rc = (!weights || !info || !config) ? DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory") : DSARL_OK;
     if (rc == 0)
         rc = ops->save(model, weights, err);
-    if (rc == 0 && cfg->save_optimizer) {
-        if (!ops->optimizer_save)
-            rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "checkpoint: model %s cannot save its optimizer state; set "
-                            "checkpointing.save_optimizer=false", ops->common.name);
-        if (rc == 0)
-            rc = dsarl_mkdir_p(optim_dir, err);
-        if (rc == 0)
-            rc = ops->optimizer_save(model, optim, err);
-    }
+    if (rc == 0 && cfg->save_optimizer && with_optimizer)
+        rc = write_optimizer(ops, model, tmp, NULL, err);
     if (rc == 0) {
         json_t *j = state_to_json(state);
         rc = dsarl_json_write_file_atomic(info, j, JSON_INDENT(1), err);
@@ -527,7 +547,70 @@ static int write_contents(const dsarl_checkpoint_config *cfg, const dsarl_model_
         dsarl_recipe view = {.root = (dsarl_node *)recipe};
         rc = dsarl_recipe_write_file(&view, config, 0, err);
     }
-    free(weights), free(optim), free(optim_dir), free(info), free(config);
+    free(weights), free(info), free(config);
+    return rc;
+}
+
+// Collective over world: every member learns whether every member got here with rc == 0. A member that failed
+// keeps its own message; the others get one saying that a peer failed (its log names why).
+static int agree(const dsarl_group *world, int rc, const char *what, dsarl_error *err)
+{
+    if (dsarl_group_size(world) <= 1)
+        return rc;
+    int32_t failed = rc != DSARL_OK;
+    dsarl_error e;
+    if (dsarl_group_all_reduce_host(world, &failed, 1, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, &e) < 0)
+        return rc ? rc : DSARL_FAIL(err, e.code, "%s", e.message);
+    if (failed && rc == DSARL_OK)
+        return DSARL_FAIL(err, DSARL_E_IO, "checkpoint: another rank failed %s (its log names why)", what);
+    return rc;
+}
+
+int dsarl_checkpoint_save_group(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops, dsarl_model *model,
+                                const dsarl_trainer_state *state, const dsarl_node *recipe, const dsarl_group *world,
+                                const dsarl_group *shards, char *saved_dir, size_t size, dsarl_error *err)
+{
+    if (!cfg->checkpoint_dir || !ops || !ops->save || !state || state->step < 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "checkpoint save needs checkpointing.checkpoint_dir, a model that "
+                          "can save and a trainer state with step >= 0");
+    bool lead = dsarl_group_rank(world) == 0, sharded = dsarl_group_size(shards) > 1;
+    char *tmp = step_path(cfg->checkpoint_dir, "tmp_step_", state->step);
+    char *final = step_path(cfg->checkpoint_dir, "step_", state->step);
+    int rc = (!tmp || !final) ? DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory") : DSARL_OK;
+    // 1. the lead rank makes an empty tmp_step_N and writes what one process writes
+    if (rc == 0 && lead)
+        rc = dsarl_mkdir_p(cfg->checkpoint_dir, err);
+    if (rc == 0 && lead)
+        rc = remove_tree(tmp, err); // a save that died before its rename
+    if (rc == 0 && lead)
+        rc = dsarl_mkdir_p(tmp, err);
+    if (rc == 0 && lead)
+        rc = write_contents(cfg, ops, model, state, recipe, tmp, !sharded, err);
+    rc = agree(world, rc, "writing the checkpoint", err);
+    // 2. every rank writes its optimizer shard into the directory that now exists
+    if (rc == 0 && sharded && cfg->save_optimizer)
+        rc = write_optimizer(ops, model, tmp, shards, err);
+    rc = agree(world, rc, "writing its optimizer shard", err);
+    // 3. the manifest last, over every rank's files, then the rename that publishes the step
+    if (rc == 0 && lead)
+        rc = write_manifest(tmp, state->step, err);
+    if (rc == 0 && lead)
+        rc = remove_tree(final, err); // re-saving a step (a resumed run that saves it again)
+    if (rc == 0 && lead && rename(tmp, final) != 0)
+        rc = DSARL_FAIL(err, DSARL_E_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    if (rc == 0 && lead) {
+        sync_dir(cfg->checkpoint_dir);
+        dsarl_log(DSARL_LOG_INFO, "saved checkpoint %s", final);
+        rc = dsarl_checkpoint_prune(cfg, err);
+    } else if (rc && lead) {
+        dsarl_error ignored;
+        (void)remove_tree(tmp, &ignored);
+    }
+    rc = agree(world, rc, "publishing the checkpoint", err);
+    if (rc == 0 && saved_dir && size)
+        snprintf(saved_dir, size, "%s", final);
+    free(tmp);
+    free(final);
     return rc;
 }
 
@@ -535,38 +618,7 @@ int dsarl_checkpoint_save(const dsarl_checkpoint_config *cfg, const dsarl_model_
                           const dsarl_trainer_state *state, const dsarl_node *recipe, char *saved_dir, size_t size,
                           dsarl_error *err)
 {
-    if (!cfg->checkpoint_dir || !ops || !ops->save || !state || state->step < 0)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "checkpoint save needs checkpointing.checkpoint_dir, a model that "
-                          "can save and a trainer state with step >= 0");
-    DSARL_TRY(dsarl_mkdir_p(cfg->checkpoint_dir, err));
-    char *tmp = step_path(cfg->checkpoint_dir, "tmp_step_", state->step);
-    char *final = step_path(cfg->checkpoint_dir, "step_", state->step);
-    int rc = (!tmp || !final) ? DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory") : DSARL_OK;
-    if (rc == 0)
-        rc = remove_tree(tmp, err); // a save that died before its rename
-    if (rc == 0)
-        rc = dsarl_mkdir_p(tmp, err);
-    if (rc == 0)
-        rc = write_contents(cfg, ops, model, state, recipe, tmp, err);
-    if (rc == 0)
-        rc = write_manifest(tmp, state->step, err);
-    if (rc == 0)
-        rc = remove_tree(final, err); // re-saving a step (a resumed run that saves it again)
-    if (rc == 0 && rename(tmp, final) != 0)
-        rc = DSARL_FAIL(err, DSARL_E_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    if (rc == 0) {
-        sync_dir(cfg->checkpoint_dir);
-        if (saved_dir && size)
-            snprintf(saved_dir, size, "%s", final);
-        dsarl_log(DSARL_LOG_INFO, "saved checkpoint %s", final);
-        rc = dsarl_checkpoint_prune(cfg, err);
-    } else {
-        dsarl_error ignored;
-        (void)remove_tree(tmp, &ignored);
-    }
-    free(tmp);
-    free(final);
-    return rc;
+    return dsarl_checkpoint_save_group(cfg, ops, model, state, recipe, NULL, NULL, saved_dir, size, err);
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -747,16 +799,39 @@ int dsarl_checkpoint_read_state(const char *step_dir, dsarl_trainer_state *state
 int dsarl_checkpoint_load(const char *step_dir, const dsarl_model_ops *ops, dsarl_model *model,
                           dsarl_trainer_state *state, dsarl_error *err)
 {
+    return dsarl_checkpoint_load_group(step_dir, ops, model, state, NULL, err);
+}
+
+int dsarl_checkpoint_load_group(const char *step_dir, const dsarl_model_ops *ops, dsarl_model *model,
+                                dsarl_trainer_state *state, const dsarl_group *shards, dsarl_error *err)
+{
     if (!ops->load_weights)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "checkpoint: model %s cannot load weights into a built model",
                           ops->common.name);
     DSARL_TRY(dsarl_checkpoint_verify(step_dir, err));
     dsarl_trainer_state loaded;
     DSARL_TRY(dsarl_checkpoint_read_state(step_dir, &loaded, err));
-    char *weights = dsarl_path_join(step_dir, WEIGHTS_DIR), *optim = dsarl_path_join(step_dir, OPTIMIZER_FILE);
+    char *weights = dsarl_path_join(step_dir, WEIGHTS_DIR), *optim = optimizer_path(step_dir, shards);
     int rc = (!weights || !optim) ? DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory") : DSARL_OK;
     if (rc == 0)
         rc = ops->load_weights(model, weights, err);
+    if (rc == 0 && !dsarl_path_exists(optim)) {
+        // a checkpoint of another layout: the unsharded file (or another shard count) makes the model refuse it
+        // naming the layout, rather than AdamW silently restarting
+        char *other = dsarl_path_join(step_dir, OPTIMIZER_FILE);
+        char *probe = dsarl_path_join(step_dir, "policy/optimizer");
+        if (other && dsarl_path_exists(other)) {
+            free(optim);
+            optim = other;
+            other = NULL;
+        } else if (probe && dsarl_path_exists(probe)) {
+            rc = DSARL_FAIL(err, DSARL_E_INVALID, "checkpoint: %s holds no optimizer file for this layout (%s); "
+                            "resume with the data-parallel size and distributed optimizer setting that saved it",
+                            step_dir, optim);
+        }
+        free(other);
+        free(probe);
+    }
     if (rc == 0 && dsarl_path_exists(optim)) {
         rc = ops->optimizer_load ? ops->optimizer_load(model, optim, err)
                                  : DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "checkpoint: model %s cannot load %s",
@@ -776,13 +851,20 @@ int dsarl_checkpoint_resume(const char *checkpoint_dir, const dsarl_model_ops *o
                             dsarl_dataloader *loader, dsarl_trainer_state *state, char *step_dir, size_t size,
                             dsarl_error *err)
 {
+    return dsarl_checkpoint_resume_group(checkpoint_dir, ops, model, loader, state, NULL, step_dir, size, err);
+}
+
+int dsarl_checkpoint_resume_group(const char *checkpoint_dir, const dsarl_model_ops *ops, dsarl_model *model,
+                                  dsarl_dataloader *loader, dsarl_trainer_state *state, const dsarl_group *shards,
+                                  char *step_dir, size_t size, dsarl_error *err)
+{
     memset(state, 0, sizeof *state);
     state->step = -1;
     int64_t step;
     DSARL_TRY(dsarl_checkpoint_find_latest(checkpoint_dir, step_dir, size, &step, err));
     if (step < 0)
         return DSARL_OK;
-    DSARL_TRY(dsarl_checkpoint_load(step_dir, ops, model, state, err));
+    DSARL_TRY(dsarl_checkpoint_load_group(step_dir, ops, model, state, shards, err));
     dsarl_dataloader_state position;
     DSARL_TRY(dsarl_trainer_state_get_loader(state, "train", &position, err));
     return dsarl_dataloader_set_state(loader, position, err);

@@ -305,10 +305,12 @@ void dsarl_metrics_close(dsarl_metrics *m)
     free(m);
 }
 
-const char *dsarl_metrics_dir(const dsarl_metrics *m) { return m->dir; }
+const char *dsarl_metrics_dir(const dsarl_metrics *m) { return m ? m->dir : NULL; }
 
 int dsarl_metrics_set(dsarl_metrics *m, const char *name, double value, dsarl_error *err)
 {
+    if (!m) // a rank that does not log (every rank but 0 of a multi-process run)
+        return DSARL_OK;
     if (!name || !name[0] || strcmp(name, "step") == 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "metric name '%s' is reserved or empty", name ? name : "(null)");
     for (size_t i = 0; i < m->n_entries; i++) {
@@ -334,6 +336,8 @@ int dsarl_metrics_set(dsarl_metrics *m, const char *name, double value, dsarl_er
 
 int dsarl_metrics_commit(dsarl_metrics *m, int64_t step, dsarl_error *err)
 {
+    if (!m)
+        return DSARL_OK;
     dsarl_text_buffer line = {0};
     int bad = metrics_buf_printf(&line, "{\"step\": %" PRId64, step);
     for (size_t i = 0; i < m->n_entries && !bad; i++) {
@@ -368,6 +372,8 @@ int dsarl_metrics_commit(dsarl_metrics *m, int64_t step, dsarl_error *err)
 int dsarl_metrics_write_samples(dsarl_metrics *m, const char *prefix, int64_t step,
                                 const dsarl_metrics_sample *samples, size_t n, dsarl_error *err)
 {
+    if (!m)
+        return DSARL_OK;
     char name[96];
     snprintf(name, sizeof name, "%s_data_step%" PRId64 ".jsonl", prefix, step);
     char *path = dsarl_path_join(m->dir, name);

@@ -44,6 +44,12 @@ int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsa
             rc = create_model(s, c->model_ops_fallback, &s->model, err);
         }
         DSARL_TRY(rc);
+        const dsarl_parallel *par = dc.parallel;
+        if (DSARL_PARALLEL_HAS_GROUPS(par) && dsarl_group_size(par->dp_cp) > 1 &&
+            !DSARL_MODEL_HAS(s->model_ops, reduce_gradients))
+            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "model '%s' has no reduce_gradients (ABI 1.3), so it trains "
+                              "on one data-parallel rank only, but this run has %d (dp_cp)", s->model_ops->common.name,
+                              dsarl_group_size(par->dp_cp));
     }
     if (c->tokenizer)
         DSARL_TRY(dsarl_tokenizer_load(c->tokenizer, &s->tokenizer, err));
@@ -61,6 +67,19 @@ int dsarl_session_create_model(const dsarl_session *s, dsarl_model **out, dsarl_
     return create_model(s, s->model_ops, out, err);
 }
 
+// The run's world group and the group its optimizer state is sharded over (NULL: not sharded).
+static const dsarl_group *world_group(const dsarl_session *s)
+{
+    const dsarl_parallel *p = s->config.parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->world : NULL;
+}
+
+static const dsarl_group *shard_group(const dsarl_session *s)
+{
+    const dsarl_parallel *p = s->config.parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) && p->distributed_optimizer ? p->dp_cp : NULL;
+}
+
 int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, dsarl_dataloader *loader,
                         dsarl_metrics_config *log_cfg, dsarl_trainer_state *state, dsarl_error *err)
 {
@@ -69,14 +88,24 @@ int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, d
     log_cfg->resume_step = -1;
     if (ckpt && ckpt->enabled) {
         char dir[4096];
-        DSARL_TRY(dsarl_checkpoint_resume(ckpt->checkpoint_dir, s->model_ops, s->model, loader, state, dir,
-                                          sizeof dir, err));
+        DSARL_TRY(dsarl_checkpoint_resume_group(ckpt->checkpoint_dir, s->model_ops, s->model, loader, state,
+                                                shard_group(s), dir, sizeof dir, err));
         if (state->step >= 0) {
             log_cfg->resume_step = state->step;
             dsarl_log(DSARL_LOG_INFO, "resumed from %s (step %" PRId64 ")", dir, state->step);
         }
     }
+    // one process logs: the others compute the same (reduced) metrics and write nothing
+    if (dsarl_group_rank(world_group(s)) != 0)
+        return DSARL_OK;
     return dsarl_metrics_open(log_cfg, &s->log, err);
+}
+
+int dsarl_session_save_checkpoint(const dsarl_session *s, const dsarl_checkpoint_config *ckpt,
+                                  const dsarl_trainer_state *state, char *saved_dir, size_t size, dsarl_error *err)
+{
+    return dsarl_checkpoint_save_group(ckpt, s->model_ops, s->model, state, s->config.recipe, world_group(s),
+                                       shard_group(s), saved_dir, size, err);
 }
 
 void dsarl_session_close(dsarl_session *s)
@@ -126,7 +155,10 @@ int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_model *model,
 int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model, const dsarl_optimizer_params *adam,
                                  double lr, double max_grad_norm, double *grad_norm, dsarl_error *err)
 {
-    // a data-parallel all-reduce of the gradients goes here, before the norm every rank must agree on
+    // the data-parallel sum of the gradients (or of this rank's shard of them), before the norm every rank must
+    // agree on; free in a single process, and session_open refused a multi-rank run of a model without it
+    if (DSARL_MODEL_HAS(ops, reduce_gradients))
+        DSARL_TRY(ops->reduce_gradients(model, err));
     double norm, scale;
     DSARL_TRY(ops->grad_norm(model, &norm, err));
     DSARL_TRY(dsarl_grad_clip_scale(norm, max_grad_norm, &scale, err));

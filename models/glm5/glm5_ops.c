@@ -4,6 +4,9 @@
 #include "glm5_cache.h"
 #include "glm5_ops.h"
 
+/* glm5_optim.c: the data-parallel gradient reduction (ABI 1.3 slot reduce_gradients). */
+int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err);
+
 int glm5_check_family(glm5_family family, const glm5_config *cfg, const char *where, dsarl_error *err)
 {
     if (family == GLM5_FAMILY_51 && glm5_config_full_layers(cfg) != cfg->num_hidden_layers)
@@ -217,6 +220,7 @@ static const dsarl_key_spec glm5_keys[] = {
     .backward = glm5_backward,                      \
     .train_forward = glm5_train_forward,            \
     .train_backward = glm5_train_backward,          \
+    .reduce_gradients = glm5_reduce_gradients,      \
     .zero_grad = glm5_zero_grad,                    \
     .parameter_tensors = parameter_tensors,         \
     .parameter_info = parameter_info,               \

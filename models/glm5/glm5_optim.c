@@ -12,10 +12,18 @@
 #include "glm5_model.h"
 
 struct glm5_optim {
-    int64_t step;  /* optimizer steps taken */
-    float *m, *v;  /* device (n_weights) float32 */
-    float *master; /* device (n_weights) float32, or NULL when the weights are float32 (they are the master) */
+    int64_t step;     /* optimizer steps taken */
+    int64_t lo, hi;   /* the elements [lo, hi) of the flattened buffer this rank updates: its shard under the
+                       * distributed optimizer, else [0, n_weights) */
+    float *m, *v;     /* device (hi - lo) float32 */
+    float *master;    /* device (hi - lo) float32, or NULL when the weights are float32 (they are the master) */
+    void *stage;      /* device (dp_cp + 1) * stage_len storage-dtype elements: the packed blocks of one
+                       * reduce-scatter / all-gather chunk, then this rank's block; NULL until the first one */
+    int64_t stage_len;
 };
+
+/* The distributed optimizer needs these; declared here because glm5_ops.c installs it in the ops tables. */
+int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err);
 
 void glm5_optim_free(dsarl_model *model)
 {
@@ -25,29 +33,85 @@ void glm5_optim_free(dsarl_model *model)
     model->dev_ops->free(model->dev, o->m);
     model->dev_ops->free(model->dev, o->v);
     model->dev_ops->free(model->dev, o->master);
+    model->dev_ops->free(model->dev, o->stage);
     free(o);
     model->optim = NULL;
 }
 
-// master (n_weights float32, device) = the weights widened from the storage dtype, on the device: storage -> float32
-// is exact, so this equals the host round trip (download_f32 + upload) it replaces, which took 20-28 s at 3B.
-static int master_from_weights(dsarl_model *model, float *master, dsarl_error *err)
+/* --- the data-parallel layout --------------------------------------------------------------------------------- */
+
+// The replicas of the dense weights (NULL in a single process or a 1.2 core without groups).
+static const dsarl_group *dense_group(const dsarl_model *model)
 {
-    return model->dev_ops->convert(model->dev, master, DSARL_DTYPE_F32, model->weights, model->storage,
-                                   model->n_weights, 1.0f, err);
+    return DSARL_PARALLEL_HAS_GROUPS(&model->parallel) ? model->parallel.dp_cp : NULL;
 }
 
-// Allocates zeroed moments (and the master copied from the weights) on first use.
+// The replicas of an expert weight: its expert-data-parallel peers.
+static const dsarl_group *expert_group(const dsarl_model *model)
+{
+    return DSARL_PARALLEL_HAS_GROUPS(&model->parallel) ? model->parallel.edp : NULL;
+}
+
+// True when AdamW state is sharded over dp_cp (a layout with one data-parallel rank has nothing to shard).
+static bool sharded(const dsarl_model *model)
+{
+    return DSARL_PARALLEL_HAS_GROUPS(&model->parallel) && model->parallel.distributed_optimizer &&
+           dsarl_group_size(model->parallel.dp_cp) > 1;
+}
+
+// Elements per shard: ceil(n_weights / dp_cp), so shard r is [r * S, min((r + 1) * S, n_weights)).
+static int64_t shard_size(const dsarl_model *model)
+{
+    int64_t dp = dsarl_group_size(model->parallel.dp_cp);
+    return (model->n_weights + dp - 1) / dp;
+}
+
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+// The shard layout refuses what it cannot hold: a flat buffer shared whole by the dp_cp ranks.
+static int check_shardable(const dsarl_model *model, dsarl_error *err)
+{
+    const dsarl_parallel *p = &model->parallel;
+    if (p->tp_size > 1 || p->pp_size > 1 || p->ep_size > 1)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the distributed optimizer shards the whole parameter "
+                          "buffer over dp_cp, which needs tensor, pipeline and expert parallel sizes of 1 (got tp %d, "
+                          "pp %d, ep %d); set policy.megatron_cfg.distributed_data_parallel_config."
+                          "use_distributed_optimizer=false", p->tp_size, p->pp_size, p->ep_size);
+    return DSARL_OK;
+}
+
+// master (hi - lo float32, device) = the weights [lo, hi) widened from the storage dtype, on the device: storage ->
+// float32 is exact, so this equals the host round trip (download_f32 + upload) it replaces, which took 20-28 s at 3B.
+static int master_from_weights(dsarl_model *model, float *master, dsarl_error *err)
+{
+    glm5_optim *o = model->optim;
+    return model->dev_ops->convert(model->dev, master, DSARL_DTYPE_F32, glm5_at(model, model->weights, o->lo),
+                                   model->storage, o->hi - o->lo, 1.0f, err);
+}
+
+// Allocates zeroed moments (and the master copied from the weights) of this rank's range on first use.
 static int ensure_optim(dsarl_model *model, dsarl_error *err)
 {
     if (model->optim)
         return DSARL_OK;
+    if (sharded(model))
+        DSARL_TRY(check_shardable(model, err));
     glm5_optim *o = calloc(1, sizeof *o);
     if (!o)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for the optimizer state");
     model->optim = o;
+    o->lo = 0, o->hi = model->n_weights;
+    if (sharded(model)) {
+        int64_t S = shard_size(model), r = dsarl_group_rank(model->parallel.dp_cp);
+        o->lo = clamp64(r * S, 0, model->n_weights);
+        o->hi = clamp64(r * S + S, 0, model->n_weights);
+    }
     const dsarl_device_ops *d = model->dev_ops;
-    size_t bytes = (size_t)model->n_weights * sizeof(float);
+    // an empty shard (more ranks than elements) still gets a buffer: alloc of 0 bytes is not portable
+    size_t bytes = (size_t)(o->hi - o->lo > 0 ? o->hi - o->lo : 1) * sizeof(float);
     int rc = d->alloc(model->dev, bytes, (void **)&o->m, err);
     if (rc == 0)
         rc = d->alloc(model->dev, bytes, (void **)&o->v, err);
@@ -65,10 +129,149 @@ static int ensure_optim(dsarl_model *model, dsarl_error *err)
     return rc;
 }
 
+/* --- gradient reduction --------------------------------------------------------------------------------------- */
+
+// Chunk length of the sharded collectives: a bucket of grad_bucket_elements spans every rank's block, so each
+// rank's part is bucket / dp_cp (0: the whole shard in one collective).
+static int64_t chunk_len(const dsarl_model *model)
+{
+    int64_t S = shard_size(model), dp = dsarl_group_size(model->parallel.dp_cp);
+    int64_t b = model->parallel.grad_bucket_elements > 0 ? model->parallel.grad_bucket_elements / dp : S;
+    return clamp64(b, 1, S > 0 ? S : 1);
+}
+
+static int ensure_stage(dsarl_model *model, dsarl_error *err)
+{
+    glm5_optim *o = model->optim;
+    if (o->stage)
+        return DSARL_OK;
+    int64_t len = chunk_len(model), dp = dsarl_group_size(model->parallel.dp_cp);
+    DSARL_TRY(model->dev_ops->alloc(model->dev, (size_t)((dp + 1) * len) * model->elem, &o->stage, err));
+    o->stage_len = len;
+    return DSARL_OK;
+}
+
+// Copies n elements of the storage dtype from src[at] (n_weights long) into dst and zeroes dst's tail where the
+// range passes the buffer's end (the padding of the last shard).
+static int copy_padded(dsarl_model *model, void *dst, const void *src, int64_t at, int64_t n, dsarl_error *err)
+{
+    const dsarl_device_ops *d = model->dev_ops;
+    int64_t valid = clamp64(model->n_weights - at, 0, n);
+    if (valid > 0)
+        DSARL_TRY(d->copy(model->dev, dst, glm5_at(model, src, at), (size_t)valid * model->elem,
+                          DSARL_COPY_DEVICE_TO_DEVICE, err));
+    if (valid < n)
+        DSARL_TRY(d->zero(model->dev, glm5_at(model, dst, valid), (size_t)(n - valid) * model->elem, err));
+    return DSARL_OK;
+}
+
+// Copies the part of n staged elements that lies inside the buffer back to dst[at].
+static int copy_back(dsarl_model *model, void *dst, const void *src, int64_t at, int64_t n, dsarl_error *err)
+{
+    int64_t valid = clamp64(model->n_weights - at, 0, n);
+    if (valid <= 0)
+        return DSARL_OK;
+    return model->dev_ops->copy(model->dev, glm5_at(model, dst, at), src, (size_t)valid * model->elem,
+                                DSARL_COPY_DEVICE_TO_DEVICE, err);
+}
+
+// Reduce-scatter of the gradients: afterwards grads[lo, hi) holds the sum over dp_cp, the rest is stale. Chunk
+// by chunk, block r of the staging buffer gathers the same offset of rank r's shard, so one collective of equal
+// blocks serves a contiguous shard per rank.
+static int reduce_scatter_grads(dsarl_model *model, dsarl_error *err)
+{
+    DSARL_TRY(ensure_stage(model, err));
+    glm5_optim *o = model->optim;
+    const dsarl_group *g = model->parallel.dp_cp;
+    int64_t S = shard_size(model), dp = dsarl_group_size(g), rank = dsarl_group_rank(g), b = o->stage_len;
+    void *mine = glm5_at(model, o->stage, dp * b);
+    for (int64_t c = 0; c < S; c += b) {
+        int64_t len = c + b < S ? b : S - c;
+        for (int64_t r = 0; r < dp; r++)
+            DSARL_TRY(copy_padded(model, glm5_at(model, o->stage, r * len), model->grads, r * S + c, len, err));
+        DSARL_TRY(dsarl_device_reduce_scatter(model->dev_ops, model->dev, g, mine, o->stage, len, model->storage,
+                                              DSARL_REDUCE_SUM, err));
+        DSARL_TRY(copy_back(model, model->grads, mine, rank * S + c, len, err));
+    }
+    return DSARL_OK;
+}
+
+// All-gather of the updated weights: every rank's shard of weights into every rank's buffer.
+static int all_gather_weights(dsarl_model *model, dsarl_error *err)
+{
+    DSARL_TRY(ensure_stage(model, err));
+    glm5_optim *o = model->optim;
+    const dsarl_group *g = model->parallel.dp_cp;
+    int64_t S = shard_size(model), dp = dsarl_group_size(g), rank = dsarl_group_rank(g), b = o->stage_len;
+    void *mine = glm5_at(model, o->stage, dp * b);
+    for (int64_t c = 0; c < S; c += b) {
+        int64_t len = c + b < S ? b : S - c;
+        DSARL_TRY(copy_padded(model, mine, model->weights, rank * S + c, len, err));
+        DSARL_TRY(dsarl_device_all_gather(model->dev_ops, model->dev, g, o->stage, mine, len, model->storage, err));
+        for (int64_t r = 0; r < dp; r++)
+            if (r != rank)
+                DSARL_TRY(copy_back(model, model->weights, glm5_at(model, o->stage, r * len), r * S + c, len, err));
+    }
+    return DSARL_OK;
+}
+
+// The all-reduce path: each maximal run of parameters with the same replica group (dense weights over dp_cp,
+// expert weights over edp), contiguous in the buffer, summed in buckets of grad_bucket_elements.
+static int all_reduce_grads(dsarl_model *model, dsarl_error *err)
+{
+    int64_t bucket = model->parallel.grad_bucket_elements;
+    for (int64_t i = 0; i < model->n_params;) {
+        const dsarl_group *g = model->params[i].shard == GLM5_SHARD_EXPERT ? expert_group(model) : dense_group(model);
+        int64_t at = model->params[i].offset, end = at + model->params[i].numel, j = i + 1;
+        for (; j < model->n_params; j++) {
+            const glm5_param *q = &model->params[j];
+            const dsarl_group *h = q->shard == GLM5_SHARD_EXPERT ? expert_group(model) : dense_group(model);
+            if (h != g || q->offset != end)
+                break;
+            end += q->numel;
+        }
+        for (int64_t s = at; s < end;) {
+            int64_t n = bucket > 0 && end - s > bucket ? bucket : end - s;
+            DSARL_TRY(dsarl_device_all_reduce(model->dev_ops, model->dev, g, glm5_at(model, model->grads, s), n,
+                                              model->storage, DSARL_REDUCE_SUM, err));
+            s += n;
+        }
+        i = j;
+    }
+    return DSARL_OK;
+}
+
+int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err)
+{
+    if (!model->grads)
+        DSARL_TRY(glm5_zero_grad(model, err));
+    if (sharded(model)) {
+        DSARL_TRY(ensure_optim(model, err));
+        return reduce_scatter_grads(model, err);
+    }
+    return all_reduce_grads(model, err);
+}
+
+/* --- norm and step -------------------------------------------------------------------------------------------- */
+
+// The part [*a, *b) of parameter p inside this rank's range [lo, hi); false when it has none.
+static bool own_part(const glm5_param *p, int64_t lo, int64_t hi, int64_t *a, int64_t *b)
+{
+    *a = p->offset > lo ? p->offset : lo;
+    *b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    return *a < *b;
+}
+
 int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
 {
     if (!model->grads)
         DSARL_TRY(glm5_zero_grad(model, err));
+    // sharded: this rank holds the reduced gradients of its shard only, so the squares of the shards are summed
+    int64_t lo = 0, hi = model->n_weights;
+    if (sharded(model)) {
+        DSARL_TRY(ensure_optim(model, err));
+        lo = model->optim->lo, hi = model->optim->hi;
+    }
     const dsarl_device_ops *d = model->dev_ops;
     // one partial sum per tensor on the device, then one download (each download waits for the device)
     float *partial = NULL, *host = calloc((size_t)model->n_params, sizeof(float));
@@ -79,8 +282,9 @@ int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
         rc = d->zero(model->dev, partial, (size_t)model->n_params * sizeof(float), err);
     for (int64_t i = 0; i < model->n_params && rc == 0; i++) {
         const glm5_param *p = &model->params[i];
-        if (p->trainable)
-            rc = d->sum_squares(model->dev, partial + i, glm5_at(model, model->grads, p->offset), p->numel, err);
+        int64_t a, b;
+        if (p->trainable && own_part(p, lo, hi, &a, &b))
+            rc = d->sum_squares(model->dev, partial + i, glm5_at(model, model->grads, a), b - a, err);
     }
     if (rc == 0)
         rc = d->copy(model->dev, host, partial, (size_t)model->n_params * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
@@ -90,6 +294,8 @@ int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
         total += host[i];
     d->free(model->dev, partial);
     free(host);
+    if (rc == 0 && sharded(model))
+        rc = dsarl_group_all_reduce_host(model->parallel.dp_cp, &total, 1, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err);
     if (rc == 0)
         *norm = sqrt(total);
     return rc;
@@ -112,17 +318,21 @@ int glm5_optimizer_step(dsarl_model *model, const dsarl_optimizer_params *hp, ds
     DSARL_TRY(ensure_optim(model, err));
     glm5_optim *o = model->optim;
     int64_t step = o->step + 1;
+    // AdamW is elementwise, so the part of each tensor inside this rank's range updates on its own
     for (int64_t i = 0; i < model->n_params; i++) {
         const glm5_param *p = &model->params[i];
-        if (!p->trainable)
+        int64_t a, b;
+        if (!p->trainable || !own_part(p, o->lo, o->hi, &a, &b))
             continue;
-        void *weight = glm5_at(model, model->weights, p->offset);
-        float *master = o->master ? o->master + p->offset : weight;
-        DSARL_TRY(model->dev_ops->adamw_update(model->dev, master, weight, glm5_at(model, model->grads, p->offset),
-                                               o->m + p->offset, o->v + p->offset, p->numel, (float)hp->lr,
+        void *weight = glm5_at(model, model->weights, a);
+        float *master = o->master ? o->master + (a - o->lo) : weight;
+        DSARL_TRY(model->dev_ops->adamw_update(model->dev, master, weight, glm5_at(model, model->grads, a),
+                                               o->m + (a - o->lo), o->v + (a - o->lo), b - a, (float)hp->lr,
                                                (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
                                                (float)hp->weight_decay, (float)hp->grad_scale, step, err));
     }
+    if (sharded(model))
+        DSARL_TRY(all_gather_weights(model, err));
     o->step = step;
     return DSARL_OK;
 }
@@ -140,33 +350,56 @@ static void state_name(char *buf, size_t size, const char *kind, const glm5_para
 
 #define STATE_NAME_MAX 128
 
+// The shard this file's state covers, in the metadata so a file of another layout is refused, not misread:
+// "lo hi n_weights" of the flattened buffer.
+static void shard_text(const glm5_optim *o, const dsarl_model *model, char *buf, size_t size)
+{
+    snprintf(buf, size, "%lld %lld %lld", (long long)o->lo, (long long)o->hi, (long long)model->n_weights);
+}
+
+// Shape of the state tensor of parameter p's part [a, b): the parameter's shape when the rank holds all of it
+// unsharded, else 1-D (a shard cuts tensors anywhere).
+static int32_t state_shape(const dsarl_model *model, const glm5_param *p, int64_t a, int64_t b, int64_t *shape)
+{
+    if (!sharded(model)) {
+        memcpy(shape, p->shape, sizeof p->shape);
+        return p->ndim;
+    }
+    shape[0] = b - a;
+    return 1;
+}
+
 int glm5_optimizer_save(dsarl_model *model, const char *path, dsarl_error *err)
 {
     DSARL_TRY(ensure_optim(model, err));
     glm5_optim *o = model->optim;
     const dsarl_device_ops *d = model->dev_ops;
-    size_t bytes = (size_t)model->n_weights * sizeof(float);
+    int64_t n_own = o->hi - o->lo;
+    size_t bytes = (size_t)n_own * sizeof(float);
     int kinds = o->master ? 3 : 2;
-    float *host = malloc(bytes * (size_t)kinds);
+    float *host = malloc(bytes * (size_t)kinds + 1);
     dsarl_safetensors_entry *entries = calloc((size_t)(model->n_params * kinds + 1), sizeof *entries);
     char (*names)[STATE_NAME_MAX] = calloc((size_t)(model->n_params * kinds), STATE_NAME_MAX);
-    int rc = (!host || !entries || !names) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving %s", path)
-                                           : DSARL_OK;
+    int64_t (*shapes)[3] = calloc((size_t)(model->n_params * kinds), sizeof *shapes);
+    int rc = (!host || !entries || !names || !shapes)
+                 ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving %s", path) : DSARL_OK;
     float *const sources[3] = {o->m, o->v, o->master};
     static const char *const kind_names[3] = {"exp_avg", "exp_avg_sq", "master"};
-    for (int k = 0; k < kinds && rc == 0; k++)
-        rc = d->copy(model->dev, host + (size_t)k * (size_t)model->n_weights, sources[k], bytes,
-                     DSARL_COPY_DEVICE_TO_HOST, err);
+    for (int k = 0; k < kinds && rc == 0 && n_own > 0; k++)
+        rc = d->copy(model->dev, host + (size_t)k * (size_t)n_own, sources[k], bytes, DSARL_COPY_DEVICE_TO_HOST,
+                     err);
     size_t n = 0;
     for (int k = 0; k < kinds && rc == 0; k++)
         for (int64_t i = 0; i < model->n_params && rc == 0; i++) {
             const glm5_param *p = &model->params[i];
-            if (!p->trainable)
+            int64_t a, b;
+            if (!p->trainable || !own_part(p, o->lo, o->hi, &a, &b))
                 continue;
             state_name(names[n], STATE_NAME_MAX, kind_names[k], p);
             entries[n].name = names[n];
-            rc = dsarl_tensor_init(&entries[n].tensor, host + (size_t)k * (size_t)model->n_weights + p->offset,
-                                   DSARL_DTYPE_F32, p->ndim, p->shape, DSARL_DEVICE_CPU, err);
+            int32_t ndim = state_shape(model, p, a, b, shapes[n]);
+            rc = dsarl_tensor_init(&entries[n].tensor, host + (size_t)k * (size_t)n_own + (a - o->lo),
+                                   DSARL_DTYPE_F32, ndim, shapes[n], DSARL_DEVICE_CPU, err);
             n++;
         }
     int64_t step = o->step, one = 1;
@@ -175,54 +408,73 @@ int glm5_optimizer_save(dsarl_model *model, const char *path, dsarl_error *err)
         rc = dsarl_tensor_init(&entries[n].tensor, &step, DSARL_DTYPE_I64, 1, &one, DSARL_DEVICE_CPU, err);
         n++;
     }
-    dsarl_safetensors_kv meta[] = {{"format", "pt"}, {"optimizer", "adamw"}};
+    char shard[96];
+    shard_text(o, model, shard, sizeof shard);
+    dsarl_safetensors_kv meta[] = {{"format", "pt"}, {"optimizer", "adamw"}, {"shard", shard}};
     if (rc == 0)
-        rc = dsarl_safetensors_write(path, entries, n, meta, DSARL_ARRAY_LEN(meta), err);
+        rc = dsarl_safetensors_write(path, entries, n, meta, DSARL_ARRAY_LEN(meta) - (sharded(model) ? 0 : 1), err);
+    free(shapes);
     free(names);
     free(entries);
     free(host);
     return rc;
 }
 
-// Copies the float32 tensor `name` of f (shape of p) into host[p->offset ...].
-static int read_state_tensor(dsarl_safetensors_file *f, const char *name, const glm5_param *p, float *host,
-                             dsarl_error *err)
+// Copies the float32 tensor `name` of f (ndim, shape: n values) into host.
+static int read_state_tensor(dsarl_safetensors_file *f, const char *name, int32_t ndim, const int64_t *shape,
+                             int64_t n, float *host, dsarl_error *err)
 {
     dsarl_tensor t;
     DSARL_TRY(dsarl_safetensors_get(f, name, &t, err));
-    int same = t.dtype == DSARL_DTYPE_F32 && t.ndim == p->ndim;
-    for (int32_t dim = 0; same && dim < p->ndim; dim++)
-        same = t.shape[dim] == p->shape[dim];
+    int same = t.dtype == DSARL_DTYPE_F32 && t.ndim == ndim;
+    for (int32_t dim = 0; same && dim < ndim; dim++)
+        same = t.shape[dim] == shape[dim];
     if (!same) {
         char got[64];
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: optimizer tensor %s is %s %s, expected F32 with the shape of "
                           "the parameter (%lld elements)", dsarl_safetensors_path(f), name, dsarl_dtype_name(t.dtype),
-                          dsarl_tensor_shape_str(&t, got, sizeof got), (long long)p->numel);
+                          dsarl_tensor_shape_str(&t, got, sizeof got), (long long)n);
     }
-    memcpy(host + p->offset, t.data, (size_t)p->numel * sizeof(float));
+    memcpy(host, t.data, (size_t)n * sizeof(float));
     return DSARL_OK;
 }
 
 int glm5_optimizer_load(dsarl_model *model, const char *path, dsarl_error *err)
 {
+    // the range this rank holds decides what the file must cover (ensure_optim allocates zeroed state for it)
+    DSARL_TRY(ensure_optim(model, err));
+    glm5_optim *o = model->optim;
     dsarl_safetensors_file *f = NULL;
     DSARL_TRY(dsarl_safetensors_open(path, &f, err));
     const dsarl_device_ops *d = model->dev_ops;
-    size_t bytes = (size_t)model->n_weights * sizeof(float);
-    int has_master = model->storage != DSARL_DTYPE_F32;
-    int kinds = has_master ? 3 : 2;
-    float *host = calloc((size_t)kinds * (size_t)model->n_weights, sizeof(float));
+    int64_t n_own = o->hi - o->lo;
+    size_t bytes = (size_t)n_own * sizeof(float);
+    int kinds = o->master ? 3 : 2;
+    float *host = calloc((size_t)kinds * (size_t)n_own + 1, sizeof(float));
     int rc = host ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory loading %s", path);
+    char want[96];
+    shard_text(o, model, want, sizeof want);
+    const char *got = dsarl_safetensors_metadata(f, "shard");
+    if (rc == 0 && sharded(model) != (got != NULL))
+        rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s holds %s optimizer state but this run %s; resume with the layout "
+                        "that saved it (policy.megatron_cfg.distributed_data_parallel_config.use_distributed_optimizer "
+                        "and the data-parallel size)", path, got ? "sharded" : "unsharded",
+                        sharded(model) ? "shards it over dp_cp" : "does not shard it");
+    if (rc == 0 && got && strcmp(got, want))
+        rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s holds the optimizer shard [%s] (lo hi n_weights) but this rank owns "
+                        "[%s]; resume with the data-parallel size that saved it", path, got, want);
     static const char *const kind_names[3] = {"exp_avg", "exp_avg_sq", "master"};
     char name[STATE_NAME_MAX];
     // read and check everything before touching the model, so a bad file leaves the state unchanged
     for (int k = 0; k < kinds && rc == 0; k++)
         for (int64_t i = 0; i < model->n_params && rc == 0; i++) {
             const glm5_param *p = &model->params[i];
-            if (!p->trainable)
+            int64_t a, b, shape[3];
+            if (!p->trainable || !own_part(p, o->lo, o->hi, &a, &b))
                 continue;
             state_name(name, sizeof name, kind_names[k], p);
-            rc = read_state_tensor(f, name, p, host + (size_t)k * (size_t)model->n_weights, err);
+            int32_t ndim = state_shape(model, p, a, b, shape);
+            rc = read_state_tensor(f, name, ndim, shape, b - a, host + (size_t)k * (size_t)n_own + (a - o->lo), err);
         }
     int64_t step = 0;
     if (rc == 0) {
@@ -235,13 +487,9 @@ int glm5_optimizer_load(dsarl_model *model, const char *path, dsarl_error *err)
         if (rc == 0 && step < 0)
             rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor step must be >= 0, got %lld", path, (long long)step);
     }
-    if (rc == 0)
-        rc = ensure_optim(model, err);
-    glm5_optim *o = model->optim;
-    float *const targets[3] = {o ? o->m : NULL, o ? o->v : NULL, o ? o->master : NULL};
-    for (int k = 0; k < kinds && rc == 0; k++)
-        rc = d->copy(model->dev, targets[k], host + (size_t)k * (size_t)model->n_weights, bytes,
-                     DSARL_COPY_HOST_TO_DEVICE, err);
+    float *const targets[3] = {o->m, o->v, o->master};
+    for (int k = 0; k < kinds && rc == 0 && n_own > 0; k++)
+        rc = d->copy(model->dev, targets[k], host + (size_t)k * (size_t)n_own, bytes, DSARL_COPY_HOST_TO_DEVICE, err);
     if (rc == 0)
         o->step = step;
     free(host);

@@ -3,7 +3,8 @@
  *
  * Layout of one checkpoint, checkpointing.checkpoint_dir/step_N/:
  *   policy/weights/            the model in Hugging Face layout (model ops save: config.json + model.safetensors)
- *   policy/optimizer/optimizer.safetensors   AdamW m, v, step (model ops optimizer_save), when save_optimizer
+ *   policy/optimizer/optimizer.safetensors   AdamW m, v, step (model ops optimizer_save), when save_optimizer;
+ *                              under a distributed optimizer one optimizer.shard<r>-of-<n>.safetensors per dp_cp rank
  *   training_info.json         trainer state: step, consumed samples, dataloader positions, every RNG state,
  *                              metrics (the keep_top_k one among them), accumulated wall-clock
  *   config.yaml                the resolved recipe (when one is given)
@@ -18,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "dsarl/comm.h"
 #include "dsarl/dataset.h"
 #include "dsarl/error.h"
 #include "dsarl/ops/model.h"
@@ -112,10 +114,20 @@ DSARL_API uint32_t dsarl_crc32(uint32_t crc, const void *data, size_t n);
 
 /* Writes checkpoint_dir/step_<state->step>/ as described above (recipe may be NULL: no config.yaml), replacing a
  * leftover tmp_step_N and an existing step_N, then applies keep_top_k. saved_dir (may be NULL) receives the
- * step directory's path (size bytes). One process writes: with several ranks, only rank 0 calls it. */
+ * step directory's path (size bytes). One process writes: with several ranks, use dsarl_checkpoint_save_group. */
 DSARL_API int dsarl_checkpoint_save(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops,
                                     dsarl_model *model, const dsarl_trainer_state *state, const dsarl_node *recipe,
                                     char *saved_dir, size_t size, dsarl_error *err);
+
+/* dsarl_checkpoint_save for a run of several processes, collective over world (NULL: one process). World rank 0
+ * writes the weights, the trainer state, the recipe and (without shards) the optimizer state; with shards (the
+ * dp_cp group of a distributed optimizer, size > 1) every member writes its own shard as
+ * policy/optimizer/optimizer.shard<r>-of-<n>.safetensors; rank 0 writes the manifest over all of them last and
+ * renames. Every rank returns the same outcome (a peer's failure as "another rank failed ..."). */
+DSARL_API int dsarl_checkpoint_save_group(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops,
+                                          dsarl_model *model, const dsarl_trainer_state *state,
+                                          const dsarl_node *recipe, const dsarl_group *world,
+                                          const dsarl_group *shards, char *saved_dir, size_t size, dsarl_error *err);
 
 /* Checks step_dir against its manifest (present, parses, every listed file present with its size and CRC-32);
  * the error names the file and what is wrong. */
@@ -135,12 +147,22 @@ DSARL_API int dsarl_checkpoint_read_state(const char *step_dir, dsarl_trainer_st
 DSARL_API int dsarl_checkpoint_load(const char *step_dir, const dsarl_model_ops *ops, dsarl_model *model,
                                     dsarl_trainer_state *state, dsarl_error *err);
 
+/* dsarl_checkpoint_load reading this rank's optimizer shard of shards (NULL or size 1: the unsharded file). A
+ * checkpoint saved under another layout is refused naming it. */
+DSARL_API int dsarl_checkpoint_load_group(const char *step_dir, const dsarl_model_ops *ops, dsarl_model *model,
+                                          dsarl_trainer_state *state, const dsarl_group *shards, dsarl_error *err);
+
 /* Resumes a run from the newest complete step_N under checkpoint_dir (dsarl_checkpoint_find_latest, then
  * dsarl_checkpoint_load) and sets loader to the saved position of the "train" dataloader. *state receives the
  * trainer state and step_dir (size bytes) the step's path; state->step = -1 when there is nothing to resume. */
 DSARL_API int dsarl_checkpoint_resume(const char *checkpoint_dir, const dsarl_model_ops *ops, dsarl_model *model,
                                       dsarl_dataloader *loader, dsarl_trainer_state *state, char *step_dir,
                                       size_t size, dsarl_error *err);
+/* dsarl_checkpoint_resume with dsarl_checkpoint_load_group's shards. Every rank of a run calls it. */
+DSARL_API int dsarl_checkpoint_resume_group(const char *checkpoint_dir, const dsarl_model_ops *ops,
+                                            dsarl_model *model, dsarl_dataloader *loader, dsarl_trainer_state *state,
+                                            const dsarl_group *shards, char *step_dir, size_t size,
+                                            dsarl_error *err);
 
 /* Deletes step_N directories beyond keep_top_k: ranked by metric_name (higher_is_better) when set, steps without
  * the metric ranked last, else by step; the newest step is always kept. */

@@ -34,7 +34,8 @@ typedef struct dsarl_metrics_config {
 /* Opens the experiment directory (and on resume truncates what was logged after resume_step). */
 DSARL_API int dsarl_metrics_open(const dsarl_metrics_config *cfg, dsarl_metrics **out, dsarl_error *err);
 
-/* Flushes and closes everything; ends the progress line. NULL is fine. */
+/* Flushes and closes everything; ends the progress line. NULL is fine: every function below does nothing on a
+ * NULL logger (dsarl_metrics_dir returns NULL), the ranks other than 0 of a multi-process run. */
 DSARL_API void dsarl_metrics_close(dsarl_metrics *m);
 
 /* The experiment directory in use (borrowed). */

@@ -4,8 +4,7 @@
  *   - pass accounting: tokens through forward-only passes and through training passes;
  *   - the training pass: train_forward/train_backward when the model has them (ABI 1.2), forward_logprobs then
  *     backward otherwise;
- *   - the optimizer slice tail: grad norm -> clip -> lr -> step, the one place where a data-parallel gradient
- *     reduction will attach;
+ *   - the optimizer slice tail: data-parallel gradient reduction -> grad norm -> clip -> lr -> step;
  *   - the loop tick's one deadline rule. */
 #ifndef DSARL_TRAINER_H
 #define DSARL_TRAINER_H
@@ -59,9 +58,18 @@ DSARL_API int dsarl_session_create_model(const dsarl_session *s, dsarl_model **o
 
 /* Resumes from the newest complete checkpoint under ckpt (when enabled; state->step = -1 when there is none or
  * checkpointing is off) and sets loader to its position, then opens the metrics with log_cfg (its resume_step
- * set from the checkpoint) into s->log. */
+ * set from the checkpoint) into s->log. Every rank of a multi-process run calls it (each reads its optimizer shard
+ * under a distributed optimizer); only world rank 0 opens the metrics, the others get s->log = NULL, on which the
+ * dsarl_metrics_* calls do nothing. */
 DSARL_API int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, dsarl_dataloader *loader,
                                   dsarl_metrics_config *log_cfg, dsarl_trainer_state *state, dsarl_error *err);
+
+/* Saves the session's model, state and s->config.recipe as checkpoint step state->step: dsarl_checkpoint_save in a
+ * single process, dsarl_checkpoint_save_group over the run's world (optimizer shards over dp_cp under a
+ * distributed optimizer) otherwise. Collective: every rank calls it. */
+DSARL_API int dsarl_session_save_checkpoint(const dsarl_session *s, const dsarl_checkpoint_config *ckpt,
+                                            const dsarl_trainer_state *state, char *saved_dir, size_t size,
+                                            dsarl_error *err);
 
 /* Releases the metrics, tokenizer, model, DSA backend and device; a zeroed or partly opened session is fine. */
 DSARL_API void dsarl_session_close(dsarl_session *s);
@@ -92,9 +100,10 @@ DSARL_API int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_mod
                                            const dsarl_token_batch *batch, const int32_t *targets,
                                            const float *dlogprobs, float *indexer_loss, dsarl_error *err);
 
-/* The tail of one optimizer slice, after its microbatches accumulated gradients: gradient norm (*grad_norm), clip
- * to max_grad_norm (<= 0: off), AdamW step with adam's settings at learning rate lr. Data-parallel gradient
- * reduction belongs here, before the norm. */
+/* The tail of one optimizer slice, after its microbatches accumulated gradients: the data-parallel reduction of the
+ * gradients (model op reduce_gradients: a sum over dp_cp, so the loss must be scaled by the GLOBAL token or
+ * sequence count), gradient norm (*grad_norm), clip to max_grad_norm (<= 0: off), AdamW step with adam's settings
+ * at learning rate lr. Collective over dp_cp when the run has several data-parallel ranks. */
 DSARL_API int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model,
                                            const dsarl_optimizer_params *adam, double lr, double max_grad_norm,
                                            double *grad_norm, dsarl_error *err);

@@ -25,9 +25,9 @@ struct dsarl_generator {
     uint8_t *truncated;
 };
 
-uint64_t native_sample_stream(int32_t b, int32_t s)
+uint64_t native_sample_stream(int64_t b, int32_t s)
 {
-    return ((uint64_t)(uint32_t)b << 32) | (uint32_t)s;
+    return ((uint64_t)b << 32) | (uint32_t)s;
 }
 
 int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, dsarl_model *model,
@@ -153,7 +153,8 @@ static int sample_step(dsarl_generator *g, run *r, const dsarl_sampling_params *
     float draw_temperature = p->temperature > 0.0f ? 1.0f : 0.0f;
     for (int32_t i = 0; i < n_run; i++)
         DSARL_TRY(d->sample_tokens(g->dev, r->dev_tokens + i, r->dev_logits + i * V, 1, V, draw_temperature, p->seed,
-                                   native_sample_stream(r->running[i], step), err));
+                                   native_sample_stream(dsarl_sampling_sequence_offset(p) + r->running[i], step),
+                                   err));
     DSARL_TRY(d->logprobs_forward(g->dev, r->dev_logprobs, r->dev_logits, r->dev_tokens, n_run, V, err));
     DSARL_TRY(d->copy(g->dev, r->step_tokens, r->dev_tokens, (size_t)n_run * sizeof(int32_t),
                       DSARL_COPY_DEVICE_TO_HOST, err));

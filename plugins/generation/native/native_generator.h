@@ -14,8 +14,9 @@ void native_destroy(dsarl_generator *gen);
 int native_generate(dsarl_generator *gen, const dsarl_token_batch *prompts, const dsarl_sampling_params *params,
                     dsarl_generation_result *result, dsarl_error *err);
 
-/* The Philox stream (dsarl/rng.h) that draws the token of sequence b at completion step s: independent of which
- * other sequences are in the batch or still running. */
-uint64_t native_sample_stream(int32_t b, int32_t s);
+/* The Philox stream (dsarl/rng.h) that draws the token of sequence b (its index in the whole batch: the call's
+ * sequence_offset plus its row) at completion step s: independent of which other sequences are in the batch or
+ * still running, and of how a data-parallel run split the batch. */
+uint64_t native_sample_stream(int64_t b, int32_t s);
 
 #endif /* DSARL_NATIVE_GENERATOR_H */

@@ -5,6 +5,7 @@
 #ifndef DSARL_OPS_GENERATION_H
 #define DSARL_OPS_GENERATION_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "dsarl/ops/model.h"
 #include "dsarl/tokenizer.h"
@@ -33,7 +34,18 @@ typedef struct dsarl_sampling_params {
      * concatenation, as byte-level tokenizers do); its EOS id, when it has one, also ends a sequence. NULL: no stop
      * strings allowed, stop_token_ids only. Read only when struct_size covers it. */
     const dsarl_tokenizer *tokenizer;
+    /* ABI 1.3: the index of the batch's first sequence in the whole batch it belongs to: sequence b draws from the
+     * Philox stream of index sequence_offset + b, so a data-parallel rank that samples its share of a batch draws
+     * what one process sampling all of it would. Read only when struct_size covers it (0 otherwise). */
+    int64_t sequence_offset;
 } dsarl_sampling_params;
+
+/* The sequence_offset of params from any 1.x caller. */
+static inline int64_t dsarl_sampling_sequence_offset(const dsarl_sampling_params *p)
+{
+    return p->struct_size >= offsetof(dsarl_sampling_params, sequence_offset) + sizeof(p->sequence_offset)
+               ? p->sequence_offset : 0;
+}
 
 /* Completions for a batch of prompts. Token/log-prob arrays are packed like the prompts, owned by the engine and
  * valid until the next generate() or destroy(). logprobs are NeMo RL's "processed_logprobs": the log-softmax of

@@ -197,7 +197,17 @@ typedef struct dsarl_model_ops {
      * Fails when no pass is pending. */
     int (*train_backward)(dsarl_model *model, const float *dlogprobs, float *indexer_loss, dsarl_error *err);
 
-    void *reserved[6];
+    /* --- ABI 1.3, optional (check with DSARL_MODEL_HAS; took a reserved slot, so the table kept its size) ------- */
+    /* The data-parallel gradient reduction of one optimizer slice, after its microbatches accumulated gradients
+     * and before grad_norm: a SUM over the replicas of each weight (the dp_cp group of the model's dsarl_parallel;
+     * expert weights over edp) in buckets of parallel.grad_bucket_elements, on the device. With
+     * parallel.distributed_optimizer the rank keeps only the sum of its shard of the flattened parameter buffer
+     * (a reduce-scatter); grad_norm then reduces the shards' squares and optimizer_step updates the shard and
+     * all-gathers the weights. The caller scales the loss by the GLOBAL token or sequence count, so the sum is the
+     * one-process gradient. Collective over dp_cp. NULL: the model trains on one data-parallel rank only. */
+    int (*reduce_gradients)(dsarl_model *model, dsarl_error *err);
+
+    void *reserved[5];
 } dsarl_model_ops;
 
 /* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */

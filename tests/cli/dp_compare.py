@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""dp_compare.py: the comparisons of the data-parallel CLI tests (test_dp_grpo.sh, test_dp_sft.sh).
+  dp_compare.py metrics A_LOG_DIR B_LOG_DIR [STEP]  every logged metric of every step (only STEP when given) of two
+                                                  runs agrees within 1e-5 relative (timings excepted), and so do the
+                                                  prompt/response sample dumps
+  dp_compare.py weights A_DIR B_DIR               two model.safetensors agree within 1e-5 relative per tensor (to
+                                                  the tensor's largest value)"""
+import glob, json, os, struct, sys
+
+
+def compare_metrics(a_dir, b_dir, only):
+    def metrics(d):
+        (path,) = glob.glob(d + "/exp_*/metrics.jsonl")
+        return {r["step"]: r for r in map(json.loads, open(path))}
+    a, b = metrics(a_dir), metrics(b_dir)
+    steps = [int(only)] if only else sorted(a)
+    assert steps and all(s in a and s in b for s in steps), f"steps {sorted(a)} vs {sorted(b)}"
+    worst, n = 0.0, 0
+    def names(r):
+        return {k for k in r if not k.startswith("timing/")}
+
+    for s in steps:
+        assert names(a[s]) == names(b[s]), f"step {s}: metric names differ: {names(a[s]) ^ names(b[s])}"
+        for k, x in a[s].items():
+            y = b[s][k]
+            if k.startswith("timing/") or k == "train/tokens_per_sec" or k not in b[s]:
+                continue
+            if x is None or y is None:
+                assert x is None and y is None, f"step {s} {k}: {x} vs {y}"
+                continue
+            # the KL estimators of an on-policy step are ~1e-15 rounding noise: an absolute floor for them
+            d = abs(x - y) / max(abs(x), abs(y), 1e-6)
+            assert abs(x - y) <= 1e-9 or d <= 1e-5, f"step {s} {k}: {x} vs {y} (relative {d:.3g})"
+            worst, n = max(worst, d if abs(x - y) > 1e-9 else 0.0), n + 1
+    for s in steps:
+        for kind in ("train", "val"):
+            pa = glob.glob(f"{a_dir}/exp_*/{kind}_data_step{s}.jsonl")
+            pb = glob.glob(f"{b_dir}/exp_*/{kind}_data_step{s}.jsonl")
+            assert len(pa) == len(pb), f"{kind} samples of step {s}: {pa} vs {pb}"
+            for x, y in zip(pa, pb):
+                ra, rb = [json.loads(l) for l in open(x)], [json.loads(l) for l in open(y)]
+                assert [(r["prompt"], r["response"]) for r in ra] == [(r["prompt"], r["response"]) for r in rb], \
+                    f"{kind} samples of step {s} differ"
+    print(f"{os.path.basename(a_dir)} = {os.path.basename(b_dir)}: {n} values, max relative difference {worst:.3g}")
+
+
+def tensors(path):
+    """{name: list of floats} of a float32 safetensors file (no numpy needed)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", f"{path}: {name} is {t['dtype']}"
+        a, b = t["data_offsets"]
+        out[name] = struct.unpack(f"<{(b - a) // 4}f", data[a:b])
+    return out
+
+
+def compare_weights(a_dir, b_dir):
+    a, b = tensors(a_dir + "/model.safetensors"), tensors(b_dir + "/model.safetensors")
+    assert set(a) == set(b), f"tensor names differ: {set(a) ^ set(b)}"
+    worst = 0.0
+    for name in a:
+        big = max(1e-6, max(abs(v) for v in b[name]))
+        d = max(abs(x - y) for x, y in zip(a[name], b[name])) / big
+        assert d <= 1e-5, f"{name}: relative difference {d:.3g}"
+        worst = max(worst, d)
+    print(f"weights {a_dir} = {b_dir}: {len(a)} tensors, max relative difference {worst:.3g}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "metrics":
+        compare_metrics(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
+    else:
+        compare_weights(sys.argv[2], sys.argv[3])
