@@ -355,9 +355,9 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     p->m = m, p->T = T, p->logit_scale = dsarl_token_batch_logit_scale(batch);
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
-    if (m->shards.tp_size > 1 || m->shards.ep_size > 1) // the weights shard already; the passes do not yet
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the forward under tensor/expert parallelism (tp %d, ep %d) "
-                          "is not implemented yet", m->shards.tp_size, m->shards.ep_size);
+    if (m->shards.tp_size > 1) // the weights shard already; the passes do not yet (expert parallelism: glm5_moe.c)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the forward under tensor parallelism (tp %d) is not "
+                          "implemented yet", m->shards.tp_size);
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
     p->topk_width = c->index_topk;
     for (int32_t s = 0; m->dense_attention && batch->cu_seqlens && s < batch->n_sequences; s++)

@@ -39,6 +39,7 @@ typedef struct glm5_layer_acts {
     int64_t *count;                            // host (E+1): first row of each expert (without padding)
     int64_t moe_rows;                          // R: routed rows N, or E * moe_pad with padding
     int64_t moe_pad;                           // rows per expert when padded (one batched GEMM), else 0
+    struct glm5_moe_ep *ep;                    // expert parallelism: the layer's dispatch (glm5_moe.c), or NULL
 } glm5_layer_acts;
 
 /* The head-layout gathers of glm5_heads.c: each moves a whole (T, H, d) tensor between token-major and head-major
@@ -77,6 +78,7 @@ typedef struct glm5_pass {
     void *head_in, *head_out;                  // head-major staging (H, T, glm5_head_stage(cfg)) each
     void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T, then
                                                // (T, rope) room for the shared rope key (k_heads' second part)
+    struct glm5_moe_ep_scratch *ep_scratch;    // expert parallelism: buffers every MoE layer reuses (glm5_moe.c)
     int32_t *head_maps[GLM5_MAP_COUNT];        // device rows of the head-layout gathers (the model's), NULL until
                                                // glm5_head_maps_prepare
     void *tmp;                                 // (T,C) scratch
