@@ -266,6 +266,23 @@ static int ep_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer
     return ep_exchange(p, st, g->dxin, s->raw.ptr, C, false, err);
 }
 
+int glm5_moe_serve(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    if (!ep_active(m))
+        return DSARL_OK;
+    int64_t E = m->cfg.n_routed_experts;
+    if (!a->count) // no rows of its own: every expert's group is empty (the exchanges still take one room each)
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
+    if (!a->expert_in)
+        DSARL_TRY(glm5_pass_alloc(p, m->elem, &a->expert_in, err));
+    if (!a->expert_out)
+        DSARL_TRY(glm5_pass_alloc(p, m->elem, &a->expert_out, err));
+    memset(a->count, 0, (size_t)(E + 1) * sizeof(int64_t));
+    DSARL_TRY(ep_plan(p, a, a->count, err));
+    return ep_experts_forward(p, a, L, err);
+}
+
 // The experts on this rank's own routed rows (no EP): a->expert_in (R, C) grouped by expert -> a->expert_out.
 static int local_experts_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err)
 {

@@ -177,6 +177,10 @@ int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *er
  * times the expert's SwiGLU output of a->h2; the routing is kept in a for the backward. */
 int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err);
 
+/* Expert parallelism: MoE layer L's dispatch for a rank with no tokens (a: zeroed activations, filled with what
+ * the exchanges need), which still serves its experts to the ep peers; nothing without EP. */
+int glm5_moe_serve(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err);
+
 // Backward scratch, sized once per call.
 typedef struct glm5_grad_bufs {
     float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *idloss;
