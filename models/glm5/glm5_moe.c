@@ -91,8 +91,8 @@ static int ep_plan(glm5_pass *p, glm5_layer_acts *a, const int64_t *count, dsarl
     int64_t E = c->n_routed_experts, K = c->num_experts_per_tok, C = c->hidden_size;
     int64_t I = c->moe_intermediate_size, ep = m->shards.ep_size, El = E / ep, r0 = m->shards.ep_rank * El;
     if (dsarl_group_size(g) != ep || dsarl_group_rank(g) != m->shards.ep_rank)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: expert parallelism %lld needs the ep process group of the layout "
-                          "(this rank's has %d members); the core builds it with the session", (long long)ep,
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: expert parallelism %lld needs the ep process group of the "
+                          "layout (this rank's has %d members); the core builds it with the session", (long long)ep,
                           dsarl_group_size(g));
     if (!dsarl_device_has_collectives(d))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: expert parallelism needs the device's collectives "
