@@ -64,7 +64,7 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     int64_t T = p->T;
     size_t e = p->m->elem, f = sizeof(float), i4 = sizeof(int32_t);
     int64_t H = c->num_attention_heads, C = c->hidden_size, dqk = c->kv_lora_rank + c->qk_rope_head_dim;
-    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, R = glm5_moe_rows_cap(c, T);
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, R = glm5_moe_rows(p->m, T);
     int64_t nI = c->index_n_heads, dI = c->index_head_dim;
     int64_t dense = max2(c->intermediate_size, c->moe_intermediate_size), sh = c->moe_intermediate_size *
                                                                               c->n_shared_experts;
@@ -84,8 +84,8 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
         {(void **)&a->iw_scaled, T * nI * f},
         {(void **)&a->topk, T * (int64_t)p->topk_width * i4},
-        {&a->gate_up, max2(T * dense, R * c->moe_intermediate_size) * 2 * e},
-        {&a->act, max2(T * dense, R * c->moe_intermediate_size) * e},
+        {&a->gate_up, max2(T * dense, glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size) * 2 * e},
+        {&a->act, max2(T * dense, glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size) * e},
         {&a->sh_gate_up, T * 2 * sh * e}, {&a->sh_act, T * sh * e},
         {&a->expert_in, R * C * e}, {&a->expert_out, R * C * e},
         {(void **)&a->router_logits, T * E * f}, {(void **)&a->router_probs, T * E * f},

@@ -375,7 +375,7 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
                                    (float)c->routed_scaling_factor, err));
     // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes. One download (the expert
     // ids) and one upload (rows, slot, slot_inv: one block) per layer, each a wait for the device.
-    int64_t R = glm5_moe_rows_cap(c, T);
+    int64_t R = glm5_moe_rows(m, T); // the rows block's layout (glm5_layer_acts_alloc)
     int32_t *idx, *rows;
     int64_t *fill;
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)N * sizeof(int32_t), (void **)&idx, err));

@@ -153,6 +153,20 @@ static inline int64_t glm5_moe_rows_cap(const glm5_config *c, int64_t T)
     return waste > small ? waste : small;
 }
 
+/* Rows of this rank's routed-expert buffers for T tokens (expert_in/out, rows, row_scale, dexp, dxin): the padded
+ * capacity, or N = T*K under expert parallelism (no padding there). */
+static inline int64_t glm5_moe_rows(const dsarl_model *m, int64_t T)
+{
+    return m->shards.ep_size > 1 ? T * m->cfg.num_experts_per_tok : glm5_moe_rows_cap(&m->cfg, T);
+}
+
+/* Rows the routed experts' activations take in the pass's gate_up/act (and the backward's dact/dgu): the local
+ * routed rows, or none under expert parallelism (the owners' activations live in glm5_moe.c's dispatch). */
+static inline int64_t glm5_moe_act_rows(const dsarl_model *m, int64_t T)
+{
+    return m->shards.ep_size > 1 ? 0 : glm5_moe_rows(m, T);
+}
+
 /* Storage elements per float32 value: gather_rows moves float32 arrays as rows of this many elements (4 bytes). */
 static inline int64_t glm5_f32_units(const dsarl_model *m)
 {
