@@ -88,13 +88,14 @@ typedef struct loaded {
 
 // A model from recipe text: under this process's layout (parallel) or in one process (NULL); 1-D tensors (norms,
 // router biases) moved off their initial values so the router bias takes part in routing.
-static int load(const char *text, const dsarl_model_ops *ops, const dsarl_parallel *parallel, loaded *l)
+static int load_on(const char *text, const dsarl_model_ops *ops, const dsarl_device_ops *device_ops,
+                   const dsarl_parallel *parallel, loaded *l)
 {
     l->ops = ops;
     ck_assert_int_eq(dsarl_recipe_load_string(text, "ep.yaml", &l->recipe, &err), 0);
     ck_assert_int_eq(dsarl_recipe_resolve(l->recipe, &err), 0);
     dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(l->recipe),
-                             .device_ops = &dsarl_cpu_device_ops, .device = dev, .dsa_ops = &dsarl_dsa_reference_ops,
+                             .device_ops = device_ops, .device = dev, .dsa_ops = &dsarl_dsa_reference_ops,
                              .dsa = dsa, .parallel = parallel, .seed = 17};
     int rc = ops->create(&mc, &l->m, &err);
     if (rc != DSARL_OK) {
@@ -116,6 +117,11 @@ static int load(const char *text, const dsarl_model_ops *ops, const dsarl_parall
         OK(ops->write_parameter(l->m, i, v, &err));
     }
     return DSARL_OK;
+}
+
+static int load(const char *text, const dsarl_model_ops *ops, const dsarl_parallel *parallel, loaded *l)
+{
+    return load_on(text, ops, &dsarl_cpu_device_ops, parallel, l);
 }
 
 static void unload(loaded *l)
@@ -369,6 +375,37 @@ START_TEST(test_idle_owner)
 }
 END_TEST
 
+// The CPU device whose all-gathers of int64 values (the dispatch's row counts) claim -5 rows from the second rank.
+static dsarl_device_ops corrupt_ops;
+
+static int corrupt_all_gather(dsarl_device *d, const dsarl_group *g, void *out, const void *in, int64_t n,
+                              dsarl_dtype dtype, dsarl_error *e)
+{
+    DSARL_TRY(dsarl_cpu_device_ops.all_gather(d, g, out, in, n, dtype, e));
+    if (dtype == DSARL_DTYPE_I64 && dsarl_group_size(g) > 1)
+        ((int64_t *)out)[n] = -5;
+    return DSARL_OK;
+}
+
+// Peers' counts size buffers: implausible ones are refused, by every rank at once (nobody left in an exchange).
+START_TEST(test_bad_counts_refused)
+{
+    corrupt_ops = dsarl_cpu_device_ops;
+    corrupt_ops.all_gather = corrupt_all_gather;
+    loaded ep;
+    OK(load_on(recipe_52, &glm5_2_model_ops, &corrupt_ops, &par, &ep));
+    rank_batch rb;
+    batch_of(5, par.world_rank, glm5_2_model_ops.vocab_size(ep.m), &rb);
+    float lp[MAX_T];
+    ck_assert_int_ne(ep.ops->forward_logprobs(ep.m, &rb.b, rb.targets, lp, &err), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "reported -5 rows") && strstr(err.message, "disagree on the dispatch"),
+                  "refusal: %s", err.message);
+    if (par.world_rank == 0)
+        fprintf(stderr, "bad counts: %s\n", err.message);
+    unload(&ep);
+}
+END_TEST
+
 START_TEST(test_experts_not_divisible)
 {
     // 9 experts in 3 groups: divisible by neither 2 nor 4
@@ -426,6 +463,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_glm51_ep);
     tcase_add_test(tc, test_recompute_ep);
     tcase_add_test(tc, test_idle_owner);
+    tcase_add_test(tc, test_bad_counts_refused);
     tcase_add_test(tc, test_experts_not_divisible);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

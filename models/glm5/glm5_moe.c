@@ -109,30 +109,41 @@ static int ep_plan(glm5_pass *p, glm5_layer_acts *a, const int64_t *count, dsarl
     DSARL_TRY(dsarl_device_all_gather(d, m->dev, g, dcounts + E, dcounts, E, DSARL_DTYPE_I64, err));
     DSARL_TRY(d->copy(m->dev, s->all, dcounts + E, (size_t)(ep * E) * sizeof(int64_t), DSARL_COPY_DEVICE_TO_HOST,
                       err));
-    // a peer's counts are plausible only as a routing: each >= 0, K rows per token in all, int32-indexable rows
-    int64_t rows = 0;
+    // a peer's counts are plausible only as a routing: each >= 0, K rows per token in all, int32-indexable rows.
+    // Every rank checks the same gathered table, so every rank refuses together (no peer left in an exchange),
+    // the received totals of every owner included.
     for (int64_t r = 0; r < ep; r++) {
-        int64_t total = 0, from = 0;
+        int64_t total = 0;
         for (int64_t e = 0; e < E; e++) {
             int64_t n = s->all[r * E + e];
             if (n < 0 || n > INT32_MAX || (total += n) > INT32_MAX)
                 return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: expert-parallel rank %lld reported %lld rows for "
                                   "expert %lld; the ep ranks disagree on the dispatch (a peer diverged)",
                                   (long long)r, (long long)n, (long long)e);
-            if (e >= r0 && e < r0 + El)
-                from += n;
         }
-        if (total % K != 0 || (r == m->shards.ep_rank && total != count[E]))
+        if (total % K != 0)
             return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: expert-parallel rank %lld reported %lld routed rows, not "
                               "%lld experts for each of its tokens; the ep ranks disagree on the dispatch",
                               (long long)r, (long long)total, (long long)K);
-        st->send[r] = count[(r + 1) * El] - count[r * El];
-        st->recv[r] = from;
-        rows += from;
     }
-    if (rows > INT32_MAX)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: expert-parallel rank %d would receive %lld routed rows; "
-                          "row indices are int32 (at most %d)", m->shards.ep_rank, (long long)rows, INT32_MAX);
+    for (int64_t o = 0; o < ep; o++) {
+        int64_t owned = 0;
+        for (int64_t r = 0; r < ep; r++)
+            for (int64_t e = o * El; e < (o + 1) * El; e++)
+                owned += s->all[r * E + e];
+        if (owned > INT32_MAX)
+            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: expert-parallel rank %lld would receive %lld routed "
+                              "rows; row indices are int32 (at most %d): use more ranks or fewer tokens per step",
+                              (long long)o, (long long)owned, INT32_MAX);
+    }
+    int64_t rows = 0;
+    for (int64_t r = 0; r < ep; r++) {
+        st->send[r] = count[(r + 1) * El] - count[r * El];
+        st->recv[r] = 0;
+        for (int64_t e = r0; e < r0 + El; e++)
+            st->recv[r] += s->all[r * E + e];
+        rows += st->recv[r];
+    }
     st->rows = rows;
     // received rows: source-major, within a source its rows of local expert 0, 1, ... in its order; sorted rows:
     // expert-major, within an expert source 0, 1, ... (perm: received row of each sorted row; perm + Rr: reverse)
