@@ -59,6 +59,19 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_test(NAME dp_sft COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_sft.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_sft PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+
+  # Expert parallelism of the glm5 routed experts: EP2 (-np 2), EP4 and EP2 x EDP2 (-np 4), each rank on its own
+  # batch, against the one-process model.
+  if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects AND TARGET dsarl-device-cpu-objects)
+    add_executable(check_glm5_ep_mpi check_glm5_ep_mpi.c)
+    set_target_properties(check_glm5_ep_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+    target_link_libraries(check_glm5_ep_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                          dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+    target_compile_definitions(check_glm5_ep_mpi PRIVATE _GNU_SOURCE)
+    dsarl_add_mpi_test(glm5_ep_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_ep_mpi> TIMEOUT 120)
+    dsarl_add_mpi_test(glm5_ep_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_ep_mpi> TIMEOUT 120)
+    dsarl_add_mpi_test(glm5_ep_mpi_np4_ep2 NP 4 COMMAND $<TARGET_FILE:check_glm5_ep_mpi> 2 TIMEOUT 120)
+  endif()
 endif()
 
 # `mpirun -np 2 dsarl bench comm --device cpu --sizes small`: every collective timed, bandwidths by nccl-tests'

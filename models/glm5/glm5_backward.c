@@ -33,8 +33,9 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
     int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
     int64_t inner_rows = T * c->intermediate_size;
-    int64_t R = glm5_moe_rows_cap(c, T); // routed rows with padding room (glm5_pass.h)
-    int64_t moe_rows = R * c->moe_intermediate_size, sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
+    int64_t R = glm5_moe_rows(p->m, T); // routed rows with padding room (glm5_pass.h)
+    int64_t moe_rows = glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size;
+    int64_t sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
     inner_rows = inner_rows > moe_rows ? inner_rows : moe_rows;
     inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
     size_t e = p->m->elem, f = sizeof(float);

@@ -28,6 +28,8 @@ int glm5_cache_create(dsarl_model *model, int32_t n_slots, int32_t max_tokens, d
 void glm5_cache_free(dsarl_model_cache *cache);
 int glm5_cache_reset(dsarl_model_cache *cache, dsarl_error *err);
 int32_t glm5_cache_length(const dsarl_model_cache *cache, int32_t slot);
+/* Under expert parallelism an empty batch (no sequences, no tokens) is a step in which this rank only serves its
+ * experts to its ep peers: a generation engine whose sequences finished keeps stepping until every peer's have. */
 int glm5_forward_cached(dsarl_model *model, dsarl_model_cache *cache, const dsarl_token_batch *batch,
                         const int32_t *slots, float *logits, dsarl_error *err);
 

@@ -97,11 +97,32 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
     return d->synchronize(m->dev, err);
 }
 
+/* An empty decode step under expert parallelism: this rank's sequences have all finished, its ep peers' have not;
+ * every MoE layer's exchanges still need this rank (it owns experts their tokens pick), in layer order. */
+static int serve_experts(dsarl_model *m, dsarl_error *err)
+{
+    glm5_pass p;
+    memset(&p, 0, sizeof(p));
+    p.m = m, p.T = 0, p.form = DSARL_DSA_FORM_ABSORBED;
+    glm5_layer_acts a;
+    memset(&a, 0, sizeof(a));
+    int rc = DSARL_OK;
+    for (int32_t i = 0; rc == 0 && i < m->cfg.num_hidden_layers; i++)
+        if (m->cfg.mlp_sparse[i])
+            rc = glm5_moe_serve(&p, &a, &m->layers[i], err);
+    if (rc == 0)
+        rc = m->dev_ops->synchronize(m->dev, err);
+    glm5_pass_free(&p);
+    return rc;
+}
+
 int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_token_batch *b, const int32_t *slots,
                         float *logits, dsarl_error *err)
 {
     if (!cache || cache->m != m)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached needs a cache created by this model instance");
+    if (m->shards.ep_size > 1 && b && b->n_sequences == 0 && b->n_tokens == 0)
+        return serve_experts(m, err);
     DSARL_TRY(check_batch(cache, b, slots, err));
     const glm5_config *c = &m->cfg;
     int64_t T = b->n_tokens, C = c->hidden_size, V = c->vocab_size, B = b->n_sequences;

@@ -64,7 +64,7 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     int64_t T = p->T;
     size_t e = p->m->elem, f = sizeof(float), i4 = sizeof(int32_t);
     int64_t H = c->num_attention_heads, C = c->hidden_size, dqk = c->kv_lora_rank + c->qk_rope_head_dim;
-    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, R = glm5_moe_rows_cap(c, T);
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, R = glm5_moe_rows(p->m, T);
     int64_t nI = c->index_n_heads, dI = c->index_head_dim;
     int64_t dense = max2(c->intermediate_size, c->moe_intermediate_size), sh = c->moe_intermediate_size *
                                                                               c->n_shared_experts;
@@ -84,8 +84,8 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
         {(void **)&a->iw_scaled, T * nI * f},
         {(void **)&a->topk, T * (int64_t)p->topk_width * i4},
-        {&a->gate_up, max2(T * dense, R * c->moe_intermediate_size) * 2 * e},
-        {&a->act, max2(T * dense, R * c->moe_intermediate_size) * e},
+        {&a->gate_up, max2(T * dense, glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size) * 2 * e},
+        {&a->act, max2(T * dense, glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size) * e},
         {&a->sh_gate_up, T * 2 * sh * e}, {&a->sh_act, T * sh * e},
         {&a->expert_in, R * C * e}, {&a->expert_out, R * C * e},
         {(void **)&a->router_logits, T * E * f}, {(void **)&a->router_probs, T * E * f},
@@ -355,9 +355,9 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     p->m = m, p->T = T, p->logit_scale = dsarl_token_batch_logit_scale(batch);
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
-    if (m->shards.tp_size > 1 || m->shards.ep_size > 1) // the weights shard already; the passes do not yet
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the forward under tensor/expert parallelism (tp %d, ep %d) "
-                          "is not implemented yet", m->shards.tp_size, m->shards.ep_size);
+    if (m->shards.tp_size > 1) // the weights shard already; the passes do not yet (expert parallelism: glm5_moe.c)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the forward under tensor parallelism (tp %d) is not "
+                          "implemented yet", m->shards.tp_size);
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
     p->topk_width = c->index_topk;
     for (int32_t s = 0; m->dense_attention && batch->cu_seqlens && s < batch->n_sequences; s++)

@@ -39,6 +39,7 @@ typedef struct glm5_layer_acts {
     int64_t *count;                            // host (E+1): first row of each expert (without padding)
     int64_t moe_rows;                          // R: routed rows N, or E * moe_pad with padding
     int64_t moe_pad;                           // rows per expert when padded (one batched GEMM), else 0
+    struct glm5_moe_ep *ep;                    // expert parallelism: the layer's dispatch (glm5_moe.c), or NULL
 } glm5_layer_acts;
 
 /* The head-layout gathers of glm5_heads.c: each moves a whole (T, H, d) tensor between token-major and head-major
@@ -77,6 +78,7 @@ typedef struct glm5_pass {
     void *head_in, *head_out;                  // head-major staging (H, T, glm5_head_stage(cfg)) each
     void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T, then
                                                // (T, rope) room for the shared rope key (k_heads' second part)
+    struct glm5_moe_ep_scratch *ep_scratch;    // expert parallelism: buffers every MoE layer reuses (glm5_moe.c)
     int32_t *head_maps[GLM5_MAP_COUNT];        // device rows of the head-layout gathers (the model's), NULL until
                                                // glm5_head_maps_prepare
     void *tmp;                                 // (T,C) scratch
@@ -151,6 +153,20 @@ static inline int64_t glm5_moe_rows_cap(const glm5_config *c, int64_t T)
     return waste > small ? waste : small;
 }
 
+/* Rows of this rank's routed-expert buffers for T tokens (expert_in/out, rows, row_scale, dexp, dxin): the padded
+ * capacity, or N = T*K under expert parallelism (no padding there). */
+static inline int64_t glm5_moe_rows(const dsarl_model *m, int64_t T)
+{
+    return m->shards.ep_size > 1 ? T * m->cfg.num_experts_per_tok : glm5_moe_rows_cap(&m->cfg, T);
+}
+
+/* Rows the routed experts' activations take in the pass's gate_up/act (and the backward's dact/dgu): the local
+ * routed rows, or none under expert parallelism (the owners' activations live in glm5_moe.c's dispatch). */
+static inline int64_t glm5_moe_act_rows(const dsarl_model *m, int64_t T)
+{
+    return m->shards.ep_size > 1 ? 0 : glm5_moe_rows(m, T);
+}
+
 /* Storage elements per float32 value: gather_rows moves float32 arrays as rows of this many elements (4 bytes). */
 static inline int64_t glm5_f32_units(const dsarl_model *m)
 {
@@ -174,6 +190,10 @@ int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *er
 /* The routed experts of MoE layer L (glm5_moe.c): y (T,C) = sum over the token's top-k experts of the routing weight
  * times the expert's SwiGLU output of a->h2; the routing is kept in a for the backward. */
 int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err);
+
+/* Expert parallelism: MoE layer L's dispatch for a rank with no tokens (a: zeroed activations, filled with what
+ * the exchanges need), which still serves its experts to the ep peers; nothing without EP. */
+int glm5_moe_serve(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err);
 
 // Backward scratch, sized once per call.
 typedef struct glm5_grad_bufs {
