@@ -63,6 +63,13 @@ static int encode_prompt(trainer *tr, const dsarl_example *ex, rollout *r, dsarl
     return DSARL_OK;
 }
 
+/* The ranks generation must keep in step (expert parallelism exchanges tokens inside every MoE layer), or NULL. */
+static const dsarl_group *grpo_lockstep_group(const trainer *tr)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) && p->ep_size > 1 ? p->ep : NULL;
+}
+
 /* The data-parallel group of the run (NULL in a single process). */
 const dsarl_group *grpo_dp_group(const trainer *tr)
 {
@@ -212,9 +219,16 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
                                 .top_k = top_k, .max_new_tokens = max_new, .stop_token_ids = tr->opt.stop_ids,
                                 .n_stop_token_ids = tr->opt.n_stop_ids, .stop_strings = tr->opt.stop_strings,
                                 .n_stop_strings = tr->opt.n_stop_strings, .seed = seed, .tokenizer = tr->tok,
-                                .sequence_offset = lo};
+                                .sequence_offset = lo, .lockstep = grpo_lockstep_group(tr)};
     grpo_completions gen = {0};
-    if (local == 0) {
+    if (local == 0 && dsarl_group_size(sp.lockstep) > 1 && tr->engine) {
+        /* no prompts here, but expert-parallel peers route tokens to this rank's experts: take every pass with them */
+        dsarl_generation_result res = {.struct_size = sizeof res};
+        rc = tr->ctx->generation_ops->generate(tr->engine, &prompts, &sp, &res, err);
+        gen.cu_lengths = calloc(1, sizeof(int32_t));
+        if (rc == DSARL_OK && !gen.cu_lengths)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for an empty generation");
+    } else if (local == 0) {
         /* more ranks than prompts: nothing to generate here, but the gather below still needs this rank */
         gen.cu_lengths = calloc(1, sizeof(int32_t));
         if (!gen.cu_lengths)

@@ -52,11 +52,19 @@ static const dsarl_group *expert_group(const dsarl_model *model)
     return DSARL_PARALLEL_HAS_GROUPS(&model->parallel) ? model->parallel.edp : NULL;
 }
 
+// Tensor, pipeline or expert parallelism: the shards of one replica differ, so the flat-buffer shard layout of the
+// distributed optimizer (one range of a buffer every dp_cp rank holds whole) does not apply yet.
+static bool model_parallel(const dsarl_model *model)
+{
+    const dsarl_parallel *p = &model->parallel;
+    return p->tp_size > 1 || p->pp_size > 1 || p->ep_size > 1;
+}
+
 // True when AdamW state is sharded over dp_cp (a layout with one data-parallel rank has nothing to shard).
 static bool sharded(const dsarl_model *model)
 {
     return DSARL_PARALLEL_HAS_GROUPS(&model->parallel) && model->parallel.distributed_optimizer &&
-           dsarl_group_size(model->parallel.dp_cp) > 1;
+           dsarl_group_size(model->parallel.dp_cp) > 1 && !model_parallel(model);
 }
 
 // Elements per shard: ceil(n_weights / dp_cp), so shard r is [r * S, min((r + 1) * S, n_weights)).
@@ -71,16 +79,16 @@ static int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
     return x < lo ? lo : x > hi ? hi : x;
 }
 
-// The shard layout refuses what it cannot hold: a flat buffer shared whole by the dp_cp ranks.
-static int check_shardable(const dsarl_model *model, dsarl_error *err)
+// Under tensor/pipeline/expert parallelism the distributed optimizer is not sharded yet: say so once, since the
+// recipe asked for it and the memory it would have saved is then spent.
+static void warn_unsharded(const dsarl_model *model)
 {
     const dsarl_parallel *p = &model->parallel;
-    if (p->tp_size > 1 || p->pp_size > 1 || p->ep_size > 1)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the distributed optimizer shards the whole parameter "
-                          "buffer over dp_cp, which needs tensor, pipeline and expert parallel sizes of 1 (got tp %d, "
-                          "pp %d, ep %d); set policy.megatron_cfg.distributed_data_parallel_config."
-                          "use_distributed_optimizer=false", p->tp_size, p->pp_size, p->ep_size);
-    return DSARL_OK;
+    if (DSARL_PARALLEL_HAS_GROUPS(p) && p->distributed_optimizer && dsarl_group_size(p->dp_cp) > 1 &&
+        model_parallel(model))
+        dsarl_log(DSARL_LOG_WARN, "glm5: use_distributed_optimizer is set, but sharding AdamW state under tensor, "
+                  "pipeline or expert parallelism (tp %d, pp %d, ep %d) is not implemented yet: every rank keeps the "
+                  "whole state of its own shard (12 bytes per parameter)", p->tp_size, p->pp_size, p->ep_size);
 }
 
 // master (hi - lo float32, device) = the weights [lo, hi) widened from the storage dtype, on the device: storage ->
@@ -97,8 +105,7 @@ static int ensure_optim(dsarl_model *model, dsarl_error *err)
 {
     if (model->optim)
         return DSARL_OK;
-    if (sharded(model))
-        DSARL_TRY(check_shardable(model, err));
+    warn_unsharded(model);
     glm5_optim *o = calloc(1, sizeof *o);
     if (!o)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for the optimizer state");
@@ -283,7 +290,10 @@ int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
     for (int64_t i = 0; i < model->n_params && rc == 0; i++) {
         const glm5_param *p = &model->params[i];
         int64_t a, b;
-        if (p->trainable && own_part(p, lo, hi, &a, &b))
+        // under tensor/expert parallelism each element is counted on exactly one rank of the world (the shards of a
+        // replica differ; a replicated tensor or a data-parallel replica would otherwise count twice)
+        bool counted = !model_parallel(model) || glm5_param_counts_in_norm(model, p);
+        if (p->trainable && counted && own_part(p, lo, hi, &a, &b))
             rc = d->sum_squares(model->dev, partial + i, glm5_at(model, model->grads, a), b - a, err);
     }
     if (rc == 0)
@@ -296,6 +306,8 @@ int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
     free(host);
     if (rc == 0 && sharded(model))
         rc = dsarl_group_all_reduce_host(model->parallel.dp_cp, &total, 1, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err);
+    else if (rc == 0 && model_parallel(model) && DSARL_PARALLEL_HAS_GROUPS(&model->parallel))
+        rc = dsarl_group_all_reduce_host(model->parallel.world, &total, 1, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err);
     if (rc == 0)
         *norm = sqrt(total);
     return rc;

@@ -6,6 +6,7 @@
  * sequence and step), scores it with the device's log-softmax, and feeds only the running sequences back through
  * a one-token decode, so finished sequences cost nothing. The model's weights are read in place: the engine holds
  * the policy's own model instance. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,9 +173,21 @@ static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *pr
     int32_t eos = tok ? dsarl_tokenizer_eos_id(tok) : -1;
     for (int32_t b = 0; b < B; b++)
         r->running[b] = b;
-    // prefill: every prompt into its own slot
+    const dsarl_group *lock = dsarl_sampling_lockstep(p);
+    // prefill: every prompt into its own slot (no prompts at all: a lockstep rank's empty pass)
     DSARL_TRY(g->mo->forward_cached(g->model, g->cache, prompts, r->running, r->logits, err));
-    for (int32_t step = 0; n_run > 0; step++) {
+    for (int32_t step = 0;; step++) {
+        if (n_run == 0) { // this rank is done; its lockstep peers may not be: one more empty pass each step they run
+            int32_t peers = 0;
+            DSARL_TRY(dsarl_group_all_reduce_host(lock, &peers, 1, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, err));
+            if (peers == 0)
+                break;
+            dsarl_token_batch none = {.struct_size = sizeof(none), .n_tokens = 0, .n_sequences = 0,
+                                      .tokens = r->step_tokens, .cu_seqlens = r->cu};
+            r->cu[0] = 0;
+            DSARL_TRY(g->mo->forward_cached(g->model, g->cache, &none, r->running, r->logits, err));
+            continue;
+        }
         DSARL_TRY(sample_step(g, r, p, step, n_run, err));
         int32_t still = 0;
         for (int32_t i = 0; i < n_run; i++) {
@@ -195,7 +208,9 @@ static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *pr
             r->running[still++] = b;
         }
         n_run = still;
-        if (n_run == 0)
+        int32_t any = n_run; // the step is taken by every lockstep rank, or by none
+        DSARL_TRY(dsarl_group_all_reduce_host(lock, &any, 1, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, err));
+        if (any == 0)
             break;
         for (int32_t i = 0; i <= n_run; i++)
             r->cu[i] = i;
@@ -225,8 +240,11 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
                     dsarl_generation_result *result, dsarl_error *err)
 {
     DSARL_TRY(native_check_params(p, err));
-    if (!prompts || prompts->n_sequences < 1 || !prompts->cu_seqlens || !prompts->tokens ||
-        prompts->cu_seqlens[0] != 0 || prompts->cu_seqlens[prompts->n_sequences] != prompts->n_tokens)
+    // a lockstep rank with no prompts still takes every pass its peers take
+    bool idle_peer = prompts && prompts->n_sequences == 0 && prompts->n_tokens == 0 &&
+                     dsarl_group_size(dsarl_sampling_lockstep(p)) > 1;
+    if (!idle_peer && (!prompts || prompts->n_sequences < 1 || !prompts->cu_seqlens || !prompts->tokens ||
+        prompts->cu_seqlens[0] != 0 || prompts->cu_seqlens[prompts->n_sequences] != prompts->n_tokens))
         return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: prompts need at least one sequence and "
                           "cu_seqlens running from 0 to n_tokens");
     int32_t B = prompts->n_sequences, longest = 0;
@@ -249,32 +267,33 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
         int32_t n = (int32_t)strlen(p->stop_strings[i]);
         r.stop_window = n > r.stop_window ? n : r.stop_window;
     }
-    size_t cells = (size_t)B * (size_t)r.max_new;
-    g->cu_lengths = calloc((size_t)B + 1, sizeof(int32_t));
+    size_t Bn = B > 0 ? (size_t)B : 1; // an idle lockstep rank (B = 0) still needs room for its empty passes
+    size_t cells = Bn * (size_t)r.max_new;
+    g->cu_lengths = calloc(Bn + 1, sizeof(int32_t));
     g->tokens = calloc(cells, sizeof(int32_t));
     g->logprobs = calloc(cells, sizeof(float));
-    g->truncated = calloc((size_t)B, 1);
-    r.logits = malloc((size_t)B * (size_t)V * sizeof(float));
+    g->truncated = calloc(Bn, 1);
+    r.logits = malloc(Bn * (size_t)V * sizeof(float));
     r.order = malloc((size_t)V * sizeof(int32_t));
     r.scratch = malloc((size_t)V * sizeof(int32_t));
-    r.running = calloc((size_t)B, sizeof(int32_t));
-    r.len = calloc((size_t)B, sizeof(int32_t));
-    r.step_tokens = calloc((size_t)B, sizeof(int32_t));
-    r.step_lp = calloc((size_t)B, sizeof(float));
-    r.cu = calloc((size_t)B + 1, sizeof(int32_t));
+    r.running = calloc(Bn, sizeof(int32_t));
+    r.len = calloc(Bn, sizeof(int32_t));
+    r.step_tokens = calloc(Bn, sizeof(int32_t));
+    r.step_lp = calloc(Bn, sizeof(float));
+    r.cu = calloc(Bn + 1, sizeof(int32_t));
     int rc = DSARL_OK;
     if (!g->cu_lengths || !g->tokens || !g->logprobs || !g->truncated || !r.logits || !r.order || !r.scratch ||
         !r.running || !r.len || !r.step_tokens || !r.step_lp || !r.cu)
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory for %d sequences of up to %d new "
                         "tokens", B, r.max_new);
     if (rc == 0)
-        rc = g->dev_ops->alloc(g->dev, (size_t)B * (size_t)V * sizeof(float), (void **)&r.dev_logits, err);
+        rc = g->dev_ops->alloc(g->dev, Bn * (size_t)V * sizeof(float), (void **)&r.dev_logits, err);
     if (rc == 0)
-        rc = g->dev_ops->alloc(g->dev, (size_t)B * sizeof(int32_t), (void **)&r.dev_tokens, err);
+        rc = g->dev_ops->alloc(g->dev, Bn * sizeof(int32_t), (void **)&r.dev_tokens, err);
     if (rc == 0)
-        rc = g->dev_ops->alloc(g->dev, (size_t)B * sizeof(float), (void **)&r.dev_logprobs, err);
+        rc = g->dev_ops->alloc(g->dev, Bn * sizeof(float), (void **)&r.dev_logprobs, err);
     if (rc == 0)
-        rc = ensure_cache(g, B, longest + r.max_new, err);
+        rc = ensure_cache(g, (int32_t)Bn, longest + r.max_new, err);
     if (rc == 0)
         rc = generate_loop(g, &r, prompts, p, err);
     if (rc == 0)

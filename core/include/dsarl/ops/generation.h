@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "dsarl/comm.h"
 #include "dsarl/ops/model.h"
 #include "dsarl/tokenizer.h"
 
@@ -38,7 +39,19 @@ typedef struct dsarl_sampling_params {
      * Philox stream of index sequence_offset + b, so a data-parallel rank that samples its share of a batch draws
      * what one process sampling all of it would. Read only when struct_size covers it (0 otherwise). */
     int64_t sequence_offset;
+    /* ABI 1.3: the ranks whose model passes exchange data inside a layer (expert parallelism: tokens travel to the
+     * experts' owners), so each must run as many model passes as the others: generate keeps taking empty steps
+     * (a batch of zero sequences) until every member's sequences have finished, and takes part with no prompts at
+     * all (n_sequences 0). NULL or a group of one: this rank's sequences alone decide. Read only when struct_size
+     * covers it. */
+    const dsarl_group *lockstep;
 } dsarl_sampling_params;
+
+/* The lockstep group of params from any 1.x caller (NULL when it predates the field). */
+static inline const dsarl_group *dsarl_sampling_lockstep(const dsarl_sampling_params *p)
+{
+    return p->struct_size >= offsetof(dsarl_sampling_params, lockstep) + sizeof(p->lockstep) ? p->lockstep : NULL;
+}
 
 /* The sequence_offset of params from any 1.x caller. */
 static inline int64_t dsarl_sampling_sequence_offset(const dsarl_sampling_params *p)
