@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "comm_internal.h"
@@ -192,24 +193,40 @@ START_TEST(test_sharded_load_reads_only_its_slices)
 }
 END_TEST
 
+// Rank 0 loads dir in one process: every tensor equals the original's.
+static void expect_original_in_one_process(const char *dir, const char *what)
+{
+    if (par.world_rank != 0)
+        return;
+    dsarl_model *ref = single_model(), *one = NULL;
+    OK(load_dir(dir, NULL, &one));
+    ck_assert_int_eq(one->n_weights, ref->n_weights);
+    for (int64_t i = 0; i < one->n_params; i++) {
+        float *a = read_param(one, i), *b = read_param(ref, i);
+        ck_assert_msg(memcmp(a, b, (size_t)one->params[i].numel * sizeof(float)) == 0, "%s: %s differs after the "
+                      "tp%d/ep%d save", what, one->params[i].name, tp, ep);
+        free(a), free(b);
+    }
+    glm5_model_free(one), glm5_model_free(ref);
+}
+
+// The number of entries of dir (every rank sees the same shared directory).
+static int entries_in(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "exit $(ls -A '%s' | wc -l)", dir);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
 START_TEST(test_sharded_save_loads_in_one_process)
 {
-    dsarl_model *m = NULL;
+    dsarl_model *m = NULL, *back = NULL, *ref = single_model();
     char *index = in_tmp("index"), *saved = in_tmp("saved_sharded");
     OK(load_dir(index, &par, &m));
     OK(glm5_save_hf(m, saved, &err));
-    glm5_model_free(m);
-    if (par.world_rank == 0) {
-        dsarl_model *ref = single_model(), *one = NULL;
-        OK(load_dir(saved, NULL, &one));
-        ck_assert_int_eq(one->n_weights, ref->n_weights);
-        for (int64_t i = 0; i < one->n_params; i++) {
-            float *a = read_param(one, i), *b = read_param(ref, i);
-            ck_assert_msg(memcmp(a, b, (size_t)one->params[i].numel * sizeof(float)) == 0, "%s differs after the "
-                          "tp%d/ep%d save", one->params[i].name, tp, ep);
-            free(a), free(b);
-        }
-        // the gathered save is the single-process save, byte for byte
+    expect_original_in_one_process(saved, "model.safetensors");
+    if (par.world_rank == 0) { // the gathered save is the single-process save, byte for byte
         char *x = dsarl_path_join(saved, "model.safetensors"), *y = in_tmp("single/model.safetensors");
         void *dx, *dy;
         size_t nx, ny;
@@ -218,14 +235,36 @@ START_TEST(test_sharded_save_loads_in_one_process)
         ck_assert_int_eq(nx, ny);
         ck_assert_msg(memcmp(dx, dy, nx) == 0, "the tp%d/ep%d save differs from the single-process save", tp, ep);
         free(dx), free(dy), free(x), free(y);
-        glm5_model_free(one), glm5_model_free(ref);
     }
-    // only model.safetensors + config.json: no temp file left behind
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 2", saved);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(entries_in(saved), 2); // model.safetensors + config.json: no temp file left behind
+    // the same directory saved again as files of at most 64 KiB + an index: the earlier model.safetensors, which
+    // would shadow the index, is gone; one process and this layout both load it
+    OK(glm5_save_hf_files(m, saved, 64 << 10, &err));
+    char *idx = dsarl_path_join(saved, "model.safetensors.index.json"), *one = dsarl_path_join(saved,
+                                                                                                "model.safetensors");
+    ck_assert(dsarl_path_exists(idx));
+    ck_assert(!dsarl_path_exists(one));
+    json_t *root = NULL;
+    OK(dsarl_json_load_file(idx, &root, &err));
+    int64_t files = entries_in(saved) - 2; // minus config.json and the index
+    ck_assert_int_ge(files, 3);
+    char last[64];
+    snprintf(last, sizeof last, "model-%05lld-of-%05lld.safetensors", (long long)files, (long long)files);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(root, "weight_map"), "lm_head.weight")), last);
+    json_decref(root);
+    expect_original_in_one_process(saved, "index + files");
+    OK(load_dir(saved, &par, &back));
+    expect_shards_of(back, ref, "the layout's own index + files");
+    ck_assert_int_eq(back->hf_read.files_listed, files);
+    glm5_model_free(back);
+    // and back to one file: the index of the earlier save is removed with it
+    OK(glm5_save_hf(m, saved, &err));
+    ck_assert(dsarl_path_exists(one));
+    ck_assert(!dsarl_path_exists(idx));
+    expect_original_in_one_process(saved, "model.safetensors over an index");
     OK(dsarl_group_barrier(par.world, &err));
-    free(index), free(saved);
+    glm5_model_free(m), glm5_model_free(ref);
+    free(index), free(saved), free(idx), free(one);
 }
 END_TEST
 

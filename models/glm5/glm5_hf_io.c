@@ -6,6 +6,7 @@
  * split one range per row, an expert split only that rank's expert keys), so a rank reads about its share of the
  * directory plus the replicated tensors. The save gathers every shard on world rank 0, which writes the whole
  * tensors in the layout a single process writes; so a directory saved under one layout loads under any other. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,51 +438,69 @@ static int gather_param(const dsarl_model *m, const glm5_param *p, const float *
     return DSARL_OK;
 }
 
-// Writes dir/model.safetensors and dir/config.json from the whole tensors in host (laid out as the specs fp say).
-static int write_dir(dsarl_model *m, const char *dir, const glm5_param *fp, const float *host, dsarl_error *err)
+// How many safetensors keys whole tensor p becomes: experts are written per expert (the layout of released GLM-5
+// checkpoints), two keys (gate, up) per expert for the fused gate_up_proj.
+static int64_t keys_of(const dsarl_model *m, const glm5_param *p)
 {
-    DSARL_TRY(dsarl_mkdir_p(dir, err));
-    // experts are written per expert (the layout of released GLM-5 checkpoints)
-    int64_t n_entries = 0, E = m->cfg.n_routed_experts;
-    for (int64_t i = 0; i < m->n_params; i++)
-        n_entries += strstr(fp[i].name, ".mlp.experts.") ? (strstr(fp[i].name, "gate_up") ? 2 * E : E) : 1;
-    dsarl_safetensors_entry *entries = calloc((size_t)n_entries, sizeof(*entries));
-    char (*names)[96] = calloc((size_t)n_entries, 96);
-    int rc = (!entries || !names) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir)
-                                  : DSARL_OK;
-    int64_t k = 0, C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
-    for (int64_t i = 0; i < m->n_params && rc == 0; i++) {
-        const glm5_param *p = &fp[i];
-        float *base = (float *)host + p->offset;
-        if (strstr(p->name, ".mlp.experts.")) {
-            int is_down = strstr(p->name, "down_proj") != NULL;
-            for (int64_t e = 0; e < E && rc == 0; e++)
-                for (int j = 0; j < (is_down ? 1 : 2) && rc == 0; j++) {
-                    const char *proj = is_down ? "down" : j == 0 ? "gate" : "up";
-                    snprintf(names[k], 96, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", p->layer,
-                             (long long)e, proj);
-                    int64_t shape[2] = {is_down ? C : I, is_down ? I : C};
-                    float *data = is_down ? base + e * C * I : base + e * 2 * I * C + j * I * C;
-                    entries[k].name = names[k];
-                    rc = dsarl_tensor_init(&entries[k].tensor, data, DSARL_DTYPE_F32, 2, shape, DSARL_DEVICE_CPU, err);
-                    k++;
-                }
+    if (!strstr(p->name, ".mlp.experts."))
+        return 1;
+    return strstr(p->name, "gate_up") ? 2 * (int64_t)m->cfg.n_routed_experts : m->cfg.n_routed_experts;
+}
+
+// Writes the whole tensors of parameters [first, last) (data[i - first] each) into one safetensors file at path,
+// and names it fname in weight_map when there is one.
+static int write_file(const dsarl_model *m, const char *path, const char *fname, int64_t first, int64_t last,
+                      float *const *data, json_t *weight_map, dsarl_error *err)
+{
+    int64_t n_entries = 0, E = m->cfg.n_routed_experts, C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
+    for (int64_t i = first; i < last; i++)
+        n_entries += keys_of(m, &m->params[i]);
+    dsarl_safetensors_entry *entries = calloc((size_t)n_entries + 1, sizeof(*entries));
+    char (*names)[96] = calloc((size_t)n_entries + 1, 96);
+    int rc = (!entries || !names) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing %s", path) : DSARL_OK;
+    int64_t k = 0;
+    for (int64_t i = first; i < last && rc == 0; i++) {
+        const glm5_param *p = &m->params[i];
+        float *base = data[i - first];
+        if (keys_of(m, p) == 1) {
+            snprintf(names[k], 96, "%s", p->name);
+            rc = dsarl_tensor_init(&entries[k].tensor, base, DSARL_DTYPE_F32, p->ndim, p->full_shape,
+                                   DSARL_DEVICE_CPU, err);
+            entries[k].name = names[k];
+            k++;
             continue;
         }
-        entries[k].name = p->name;
-        rc = dsarl_tensor_init(&entries[k].tensor, base, DSARL_DTYPE_F32, p->ndim, p->full_shape, DSARL_DEVICE_CPU,
-                               err);
-        k++;
+        int is_down = strstr(p->name, "down_proj") != NULL;
+        for (int64_t e = 0; e < E && rc == 0; e++)
+            for (int j = 0; j < (is_down ? 1 : 2) && rc == 0; j++) {
+                const char *proj = is_down ? "down" : j == 0 ? "gate" : "up";
+                snprintf(names[k], 96, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", p->layer, (long long)e,
+                         proj);
+                int64_t shape[2] = {is_down ? C : I, is_down ? I : C};
+                float *at = is_down ? base + e * C * I : base + e * 2 * I * C + j * I * C;
+                entries[k].name = names[k];
+                rc = dsarl_tensor_init(&entries[k].tensor, at, DSARL_DTYPE_F32, 2, shape, DSARL_DEVICE_CPU, err);
+                k++;
+            }
     }
-    char *st_path = dsarl_path_join(dir, "model.safetensors"), *cfg_path = dsarl_path_join(dir, "config.json");
-    if (rc == 0 && (!st_path || !cfg_path))
-        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
     dsarl_safetensors_kv meta[] = {{"format", "pt"}};
     if (rc == 0)
-        rc = dsarl_safetensors_write(st_path, entries, (size_t)k, meta, 1, err);
+        rc = dsarl_safetensors_write(path, entries, (size_t)k, meta, 1, err);
+    for (int64_t j = 0; rc == 0 && weight_map && j < k; j++)
+        if (json_object_set_new(weight_map, names[j], json_string(fname)) != 0)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing the index of %s", path);
+    free(entries), free(names);
+    return rc;
+}
+
+// Writes dir/config.json: the loaded config.json with its other keys (token ids, ...), now describing float32
+// weights, or the config itself for a model built from a recipe.
+static int write_config(const dsarl_model *m, const char *dir, dsarl_error *err)
+{
+    char *path = dsarl_path_join(dir, "config.json");
     json_t *cj = NULL;
+    int rc = path ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
     if (rc == 0 && m->hf_config) {
-        // the loaded config.json with its other keys (token ids, ...), now describing float32 weights
         cj = json_deep_copy(m->hf_config);
         if (!cj)
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
@@ -494,9 +513,22 @@ static int write_dir(dsarl_model *m, const char *dir, const glm5_param *fp, cons
         rc = glm5_config_to_json(&m->cfg, &cj, err);
     }
     if (rc == 0)
-        rc = dsarl_json_write_file_atomic(cfg_path, cj, JSON_INDENT(2) | JSON_SORT_KEYS, err);
+        rc = dsarl_json_write_file_atomic(path, cj, JSON_INDENT(2) | JSON_SORT_KEYS, err);
     json_decref(cj);
-    free(st_path), free(cfg_path), free(entries), free(names);
+    free(path);
+    return rc;
+}
+
+// Removes dir/name when it exists (a file of an earlier save the new one replaces).
+static int remove_stale(const char *dir, const char *name, dsarl_error *err)
+{
+    char *path = dsarl_path_join(dir, name);
+    if (!path)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+    int rc = DSARL_OK;
+    if (remove(path) != 0 && errno != ENOENT)
+        rc = DSARL_FAIL(err, DSARL_E_IO, "%s: cannot remove the earlier save's file: %s", path, strerror(errno));
+    free(path);
     return rc;
 }
 
@@ -513,38 +545,105 @@ static int download_local(dsarl_model *m, float *host, dsarl_error *err)
     return DSARL_OK;
 }
 
-int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
+// Splits the parameters, in buffer order, into files of at most max_bytes of float32 each (a larger tensor gets a
+// file of its own): file f holds [starts[f], starts[f + 1]). Every rank computes the same split from the config.
+static int plan_files(const dsarl_model *m, int64_t max_bytes, int64_t **starts, int64_t *n_files, dsarl_error *err)
+{
+    int64_t *s = malloc((size_t)(m->n_params + 1) * sizeof(int64_t)), n = 0, bytes = 0;
+    if (!s)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory planning the save");
+    for (int64_t i = 0; i < m->n_params; i++) {
+        int64_t b = m->params[i].full_numel * (int64_t)sizeof(float);
+        if (i == 0 || (bytes > 0 && bytes + b > max_bytes))
+            s[n++] = i, bytes = 0;
+        bytes += b;
+    }
+    s[n] = m->n_params;
+    *starts = s, *n_files = n;
+    return DSARL_OK;
+}
+
+int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, dsarl_error *err)
 {
     bool writer = dsarl_group_rank(world_group(m)) == 0;
     bool split = false; // does any rank hold less than a whole tensor?
-    for (int64_t i = 0; i < m->n_params; i++)
+    int64_t max_numel = 0, total_bytes = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
         split |= m->params[i].shard_dim >= 0;
-    float *host = malloc((size_t)m->n_weights * sizeof(float));
-    int rc = host ? download_local(m, host, err)
-                  : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
-    // a single process (or a layout that splits nothing) writes its own buffer; else rank 0 gathers the shards
-    // tensor by tensor into the whole model's layout
-    glm5_param *fp = NULL;
-    int64_t n_fp = 0, n_full = 0, max_numel = 0;
-    float *full = NULL, *scratch = NULL;
-    if (rc == 0 && split && writer) {
-        rc = glm5_param_specs(&m->cfg, NULL, &fp, &n_fp, &n_full, err);
-        for (int64_t i = 0; rc == 0 && i < m->n_params; i++)
-            max_numel = m->params[i].numel > max_numel ? m->params[i].numel : max_numel;
-        if (rc == 0 && (n_fp != m->n_params || !(full = malloc((size_t)n_full * sizeof(float))) ||
-                        !(scratch = malloc((size_t)max_numel * sizeof(float)))))
-            rc = n_fp != m->n_params ? DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: the whole model lists %lld tensors, "
-                                                  "the shards %lld", (long long)n_fp, (long long)m->n_params)
-                                     : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory gathering the %lld "
-                                                  "weights to save to %s", (long long)n_full, dir);
+        max_numel = m->params[i].numel > max_numel ? m->params[i].numel : max_numel;
+        total_bytes += m->params[i].full_numel * (int64_t)sizeof(float);
     }
-    rc = agree(m, rc, err); // a peer that could not download its shards (or rank 0 its buffer) stops everyone
-    for (int64_t i = 0; rc == 0 && split && i < m->n_params; i++)
-        rc = gather_param(m, &m->params[i], host + m->params[i].offset, full ? full + fp[i].offset : NULL, scratch,
-                          err);
+    int64_t *starts = NULL, n_files = 0;
+    float *host = malloc((size_t)m->n_weights * sizeof(float)), *scratch = NULL, *buf = NULL;
+    float **data = calloc((size_t)m->n_params + 1, sizeof(float *));
+    json_t *weight_map = NULL;
+    int rc = (!host || !data) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir) : DSARL_OK;
+    if (rc == 0)
+        rc = download_local(m, host, err);
+    if (rc == 0)
+        rc = plan_files(m, max_file_bytes > 0 ? max_file_bytes : INT64_MAX, &starts, &n_files, err);
+    if (rc == 0 && writer) {
+        rc = dsarl_mkdir_p(dir, err);
+        // an earlier single-file save would shadow the new index (loaders prefer model.safetensors): it goes
+        // first, so a save that dies half way leaves a directory that fails to load rather than stale weights
+        if (rc == 0 && n_files > 1)
+            rc = remove_stale(dir, "model.safetensors", err);
+        if (rc == 0 && n_files > 1 && !(weight_map = json_object()))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        if (rc == 0 && split && !(scratch = malloc((size_t)max_numel * sizeof(float))))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+    }
+    rc = agree(m, rc, err); // a peer that could not download its shards stops everyone before any collective
+    // one file at a time: rank 0 holds at most one file's whole tensors
+    for (int64_t f = 0; rc == 0 && f < n_files; f++) {
+        int64_t first = starts[f], last = starts[f + 1], numel = 0;
+        for (int64_t i = first; i < last; i++)
+            numel += m->params[i].full_numel;
+        if (split && writer && !(buf = malloc((size_t)numel * sizeof(float))))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory gathering %lld weights to save to %s",
+                            (long long)numel, dir);
+        if (split)
+            rc = agree(m, rc, err);
+        for (int64_t i = first, at = 0; rc == 0 && i < last; i++) {
+            const glm5_param *p = &m->params[i];
+            data[i - first] = split ? (writer ? buf + at : NULL) : host + p->offset;
+            at += p->full_numel;
+            if (split)
+                rc = gather_param(m, p, host + p->offset, data[i - first], scratch, err);
+        }
+        char fname[64];
+        if (n_files == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05lld-of-%05lld.safetensors", (long long)f + 1, (long long)n_files);
+        char *path = writer && rc == 0 ? dsarl_path_join(dir, fname) : NULL;
+        if (writer && rc == 0)
+            rc = path ? write_file(m, path, fname, first, last, data, weight_map, err)
+                      : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        free(path);
+        free(buf), buf = NULL;
+        rc = agree(m, rc, err);
+    }
     if (rc == 0 && writer)
-        rc = write_dir(m, dir, split ? fp : m->params, split ? full : host, err);
+        rc = write_config(m, dir, err);
+    if (rc == 0 && writer && n_files == 1) // the new model.safetensors is complete: an earlier index is stale
+        rc = remove_stale(dir, "model.safetensors.index.json", err);
+    if (rc == 0 && writer && n_files > 1) { // the index last: the directory is a checkpoint once it exists
+        json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total_bytes,
+                                  "weight_map", weight_map);
+        char *path = dsarl_path_join(dir, "model.safetensors.index.json");
+        rc = index && path ? dsarl_json_write_file_atomic(path, index, JSON_INDENT(2), err)
+                           : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        json_decref(index);
+        free(path);
+    }
     rc = agree(m, rc, err);
-    free(fp), free(full), free(scratch), free(host);
+    json_decref(weight_map);
+    free(starts), free(scratch), free(data), free(host);
     return rc;
+}
+
+int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
+{
+    return glm5_save_hf_files(m, dir, GLM5_HF_MAX_FILE_BYTES, err);
 }

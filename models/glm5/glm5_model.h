@@ -205,10 +205,17 @@ int glm5_train_backward(dsarl_model *model, const float *dlogprobs, float *index
 /* Frees the pending training pass, if any. */
 void glm5_train_release(dsarl_model *model);
 
+/* The largest safetensors file a save writes, as transformers' save_pretrained (max_shard_size "5GB"). */
+#define GLM5_HF_MAX_FILE_BYTES ((int64_t)5000000000)
+
 /* Writes config.json + model.safetensors (float32, per-expert keys, the whole tensors) into dir, each file
- * atomically. Collective over the world under tensor/expert parallelism: the shards are gathered on world rank 0,
- * which writes; every rank returns the same status. */
+ * atomically; a model over GLM5_HF_MAX_FILE_BYTES is written as model-0000k-of-0000n.safetensors files plus
+ * model.safetensors.index.json, written last. Collective over the world under tensor/expert parallelism: world
+ * rank 0 gathers the shards of one file at a time and writes it; every rank returns the same status. */
 int glm5_save_hf(dsarl_model *model, const char *dir, dsarl_error *err);
+
+/* glm5_save_hf with files of at most max_file_bytes (<= 0: one file whatever the size). */
+int glm5_save_hf_files(dsarl_model *model, const char *dir, int64_t max_file_bytes, dsarl_error *err);
 
 /* Optimizer (glm5_optim.c): the model ops of the same names; glm5_optim_free releases the state. */
 typedef struct glm5_optim glm5_optim;
