@@ -238,6 +238,7 @@ START_TEST(test_sharded_save_loads_in_one_process)
         free(dx), free(dy), free(x), free(y);
     }
     ck_assert_int_eq(entries_in(saved), 2); // model.safetensors + config.json: no temp file left behind
+    OK(dsarl_group_barrier(par.world, &err)); // every rank has looked before rank 0 rewrites the directory
     // the same directory saved again as files of at most 64 KiB + an index: the earlier model.safetensors, which
     // would shadow the index, is gone; one process and this layout both load it
     OK(glm5_save_hf_files(m, saved, 64 << 10, &err));

@@ -422,12 +422,16 @@ static int gather_param(const dsarl_model *m, const glm5_param *p, const float *
         return DSARL_OK;
     }
     bool expert = p->shard == GLM5_SHARD_EXPERT;
-    const dsarl_group *g = expert ? par->ep : par->tp;
+    const dsarl_group *g = DSARL_PARALLEL_HAS_GROUPS(par) ? (expert ? par->ep : par->tp) : NULL;
     bool takes_part = expert ? par->edp_rank == 0 && par->pp_rank == 0
                              : par->dp_rank == 0 && par->cp_rank == 0 && par->pp_rank == 0;
     if (!takes_part)
         return DSARL_OK;
     int32_t rank = dsarl_group_rank(g), size = dsarl_group_size(g);
+    // block r lands at shard index r: the group's ranks must be the tp (ep) coordinates the shards were cut by
+    if (!g || rank != (expert ? par->ep_rank : par->tp_rank))
+        return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: saving %s needs the %s group of the layout with ranks in "
+                          "shard order", p->name, expert ? "ep" : "tp");
     if (rank != 0)
         return dsarl_group_send_host(g, local, p->numel, DSARL_DTYPE_F32, 0, err);
     put_shard(p, 0, local, full);
