@@ -5,7 +5,8 @@
  * rank then loads it under the TP/EP layout: each local parameter must equal glm5_param_take_shard of the whole
  * tensor, each rank must read exactly its own slices' bytes (replicated tensors included) and open only the files
  * that hold them. The sharded model saves collectively; one process loads that save and gets the original back,
- * byte for byte in the file. A truncated or missing file fails every rank with one sentence naming the file.
+ * byte for byte in the file. A truncated or missing file fails every rank with one sentence naming the file. A
+ * bfloat16 fixture with fused 3-D expert keys loads sliced too.
  * Each rank also builds the single-process model from the same seed, so it knows every whole tensor itself. */
 #include <check.h>
 #include <stdio.h>
@@ -270,6 +271,23 @@ START_TEST(test_sharded_save_loads_in_one_process)
 }
 END_TEST
 
+START_TEST(test_bf16_fused_experts_fixture)
+{
+    // a transformers-made directory: bfloat16, fused 3-D expert keys (an EP rank takes a block of their expert
+    // dimension), grouped routing; each rank's slices equal those of the one-process load of it
+    const char *dir = DSARL_SOURCE_DIR "/tests/fixtures/glm5/glm5-groups-bf16";
+    dsarl_model *ref = NULL, *m = NULL;
+    OK(load_dir(dir, NULL, &ref));
+    OK(load_dir(dir, &par, &m));
+    expect_shards_of(m, ref, "glm5-groups-bf16");
+    int64_t share = 0;
+    for (int64_t i = 0; i < m->n_params; i++)
+        share += m->params[i].numel * 2;
+    ck_assert_int_eq(m->hf_read.data_bytes, share);
+    glm5_model_free(m), glm5_model_free(ref);
+}
+END_TEST
+
 // Every rank fails to load dir with one sentence naming `file`, even a rank that does not need that file.
 static void expect_failure_naming(const char *dir, const char *file)
 {
@@ -348,6 +366,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_sharded_load_reads_only_its_slices);
     tcase_add_test(tc, test_sharded_save_loads_in_one_process);
     tcase_add_test(tc, test_truncated_or_missing_file_fails_every_rank);
+    tcase_add_test(tc, test_bf16_fused_experts_fixture);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

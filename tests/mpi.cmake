@@ -48,7 +48,7 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     set_target_properties(check_glm5_hf_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
     target_link_libraries(check_glm5_hf_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK PkgConfig::JANSSON
                           dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects m)
-    target_compile_definitions(check_glm5_hf_mpi PRIVATE _GNU_SOURCE)
+    target_compile_definitions(check_glm5_hf_mpi PRIVATE _GNU_SOURCE DSARL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     dsarl_add_mpi_test(glm5_hf_mpi_tp2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 1 TIMEOUT 60)
     dsarl_add_mpi_test(glm5_hf_mpi_ep2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 1 2 TIMEOUT 60)
     dsarl_add_mpi_test(glm5_hf_mpi_tp2ep2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 2 TIMEOUT 60)
