@@ -1,6 +1,6 @@
 /* check_glm5_io.c: Hugging Face directories: a bit-exact save/load round trip, transformers loading what dsarl
- * saved (tools/glm5_check_saved.py; skipped when python/transformers are missing), sharded checkpoints, MTP keys
- * ignored, and one clear line for every bad directory (missing config.json, missing tensor, shape mismatch,
+ * saved (tools/glm5_check_saved.py; skipped when python/transformers are missing), sharded checkpoints (read, and
+ * written as files + index past the file size limit), MTP keys ignored, and one clear line for every bad directory (missing config.json, missing tensor, shape mismatch,
  * unsupported dtype). */
 #include <check.h>
 #include <stdio.h>
@@ -269,6 +269,42 @@ START_TEST(test_sharded_index)
 }
 END_TEST
 
+START_TEST(test_save_as_files_and_index)
+{
+    // a save over the file size limit: model-0000k-of-0000n files and an index, over an earlier single-file save
+    dsarl_model *a = NULL, *b = NULL;
+    ck_assert_msg(load(GROUPS, &a) == 0, "%s", err.message);
+    char *d = strdup(path_in(tmp, "files"));
+    ck_assert_msg(glm5_save_hf(a, d, &err) == 0, "%s", err.message);
+    ck_assert_msg(glm5_save_hf_files(a, d, 32 << 10, &err) == 0, "%s", err.message);
+    ck_assert(!dsarl_path_exists(path_in(d, "model.safetensors")));
+    ck_assert(dsarl_path_exists(path_in(d, "model.safetensors.index.json")));
+    json_t *index = NULL;
+    ck_assert_int_eq(dsarl_json_load_file(path_in(d, "model.safetensors.index.json"), &index, &err), 0);
+    const char *first = json_string_value(json_object_get(json_object_get(index, "weight_map"),
+                                                          "model.embed_tokens.weight"));
+    ck_assert_msg(first && !strncmp(first, "model-00001-of-", 15), "%s", first ? first : "(none)");
+    int64_t total = 0; // float32 bytes of the whole model
+    for (int64_t i = 0; i < a->n_params; i++)
+        total += a->params[i].full_numel * 4;
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(index, "metadata"), "total_size")), total);
+    json_decref(index);
+    ck_assert_msg(load(d, &b) == 0, "%s", err.message);
+    ck_assert_int_eq(b->hf_read.files_opened, b->hf_read.files_listed);
+    ck_assert_int_ge(b->hf_read.files_listed, 3);
+    ck_assert_mem_eq(a->weights, b->weights, (size_t)a->n_weights * sizeof(float));
+    glm5_model_free(b);
+    // back to one file: the stale index goes, the load reads model.safetensors
+    ck_assert_msg(glm5_save_hf(a, d, &err) == 0, "%s", err.message);
+    ck_assert(!dsarl_path_exists(path_in(d, "model.safetensors.index.json")));
+    ck_assert_msg(load(d, &b) == 0, "%s", err.message);
+    ck_assert_int_eq(b->hf_read.files_listed, 1);
+    ck_assert_mem_eq(a->weights, b->weights, (size_t)a->n_weights * sizeof(float));
+    glm5_model_free(a), glm5_model_free(b);
+    free(d);
+}
+END_TEST
+
 START_TEST(test_recipe_model_saved_for_transformers)
 {
     // a model defined inline in a recipe (random init) saved as HF: transformers computes the same logits. The
@@ -323,6 +359,7 @@ static Suite *glm5_io_suite(void)
     tcase_add_test(tc, test_round_trip_bit_exact);
     tcase_add_test(tc, test_bad_directories);
     tcase_add_test(tc, test_sharded_index);
+    tcase_add_test(tc, test_save_as_files_and_index);
     tcase_add_test(tc, test_recipe_model_saved_for_transformers);
     suite_add_tcase(s, tc);
     return s;

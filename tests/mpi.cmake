@@ -72,6 +72,21 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     dsarl_add_mpi_test(glm5_ep_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_ep_mpi> TIMEOUT 120)
     dsarl_add_mpi_test(glm5_ep_mpi_np4_ep2 NP 4 COMMAND $<TARGET_FILE:check_glm5_ep_mpi> 2 TIMEOUT 120)
   endif()
+
+
+  # Hugging Face directories across ranks: each rank reads only its slices of an index + 3 files, the collective
+  # save loads in one process, a bad file fails every rank (TP2, EP2, TP2 x EP2 on 2 ranks; TP2 x EP2 x DP2 on 4).
+  if(TARGET dsarl-glm5-objects AND TARGET dsarl-device-cpu-objects AND TARGET dsarl-dsa-reference-objects)
+    add_executable(check_glm5_hf_mpi check_glm5_hf_mpi.c)
+    set_target_properties(check_glm5_hf_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+    target_link_libraries(check_glm5_hf_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK PkgConfig::JANSSON
+                          dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects m)
+    target_compile_definitions(check_glm5_hf_mpi PRIVATE _GNU_SOURCE DSARL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+    dsarl_add_mpi_test(glm5_hf_mpi_tp2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 1 TIMEOUT 60)
+    dsarl_add_mpi_test(glm5_hf_mpi_ep2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 1 2 TIMEOUT 60)
+    dsarl_add_mpi_test(glm5_hf_mpi_tp2ep2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 2 TIMEOUT 60)
+    dsarl_add_mpi_test(glm5_hf_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 2 TIMEOUT 60)
+  endif()
 endif()
 
 # `mpirun -np 2 dsarl bench comm --device cpu --sizes small`: every collective timed, bandwidths by nccl-tests'

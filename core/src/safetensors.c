@@ -351,6 +351,11 @@ const char *dsarl_safetensors_path(const dsarl_safetensors_file *f)
     return f->path;
 }
 
+uint64_t dsarl_safetensors_header_bytes(const dsarl_safetensors_file *f)
+{
+    return (uint64_t)(f->data - (const unsigned char *)f->map);
+}
+
 size_t dsarl_safetensors_count(const dsarl_safetensors_file *f)
 {
     return f->count;

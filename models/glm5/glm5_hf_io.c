@@ -1,8 +1,17 @@
 /* glm5_hf_io.c: Hugging Face directories: config.json + model.safetensors (or a sharded index), per-expert or
- * fused 3-D expert keys, float32/bfloat16/float16 tensors; MTP layer keys are skipped with one log line. */
+ * fused 3-D expert keys, float32/bfloat16/float16 tensors; MTP layer keys are skipped with one log line.
+ *
+ * Under tensor/expert parallelism a rank holds slices (glm5_model.h): the loader opens only the files the index
+ * names for keys it needs and copies only its slices out of the mapping (a row split is one byte range, a column
+ * split one range per row, an expert split only that rank's expert keys), so a rank reads about its share of the
+ * directory plus the replicated tensors. The save gathers every shard on world rank 0, which writes the whole
+ * tensors in the layout a single process writes; so a directory saved under one layout loads under any other. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dsarl/comm.h"
 #include "dsarl/fileutil.h"
 #include "dsarl/json.h"
 #include "dsarl/log.h"
@@ -29,13 +38,48 @@ int glm5_read_hf_config(const char *dir, glm5_config *cfg, dsarl_error *err)
     return rc;
 }
 
-// Where one checkpoint key lands in the model: a spec plus an element offset inside it (per-expert slices).
+// The world, tp and ep groups of the model's layout; NULL (a group of one) in a single process or under a core
+// older than the ABI 1.3 groups.
+static const dsarl_group *world_group(const dsarl_model *m)
+{
+    return DSARL_PARALLEL_HAS_GROUPS(&m->parallel) ? m->parallel.world : NULL;
+}
+
+// Every rank returns the same status: the first failing rank's error (code and sentence) reaches all of them, so
+// no rank goes on after a peer failed to load its slices, and none returns OK from a save rank 0 could not write.
+// Collective over the world; every rank calls it with its own rc.
+static int agree(const dsarl_model *m, int rc, dsarl_error *err)
+{
+    const dsarl_group *world = world_group(m);
+    if (dsarl_group_size(world) <= 1)
+        return rc;
+    int32_t me = dsarl_group_rank(world), first = rc ? me : INT32_MAX;
+    dsarl_error mine = {0};
+    if (rc && err)
+        mine = *err;
+    DSARL_TRY(dsarl_group_all_reduce_host(world, &first, 1, DSARL_DTYPE_I32, DSARL_REDUCE_MIN, err));
+    if (first == INT32_MAX)
+        return DSARL_OK;
+    struct { int32_t code; char message[DSARL_ERROR_MESSAGE_MAX]; } msg;
+    memset(&msg, 0, sizeof msg);
+    if (me == first) {
+        msg.code = rc;
+        snprintf(msg.message, sizeof msg.message, "%s", err ? mine.message : "glm5: failed");
+    }
+    DSARL_TRY(dsarl_group_broadcast_host(world, &msg, (int64_t)sizeof msg, DSARL_DTYPE_U8, first, err));
+    if (me == first)
+        return rc;
+    return DSARL_FAIL(err, msg.code < 0 ? msg.code : DSARL_E_INTERNAL, "%s (on rank %d)", msg.message, (int)first);
+}
+
+// Where one checkpoint key lands in the model: a spec plus an element offset inside this rank's shard of it.
 typedef struct key_target {
     int64_t spec;     // index into model->params, or -1
-    int64_t offset;   // elements into the spec
+    int64_t offset;   // elements into the spec's local shard (per-expert slices)
     int64_t shape[2]; // expected 2-D shape of a per-expert slice
     int32_t slot;     // per-expert bookkeeping: expert*3 + {gate 0, up 1, down 2}; -1 for whole tensors
     int mtp;          // 1 for a key of a layer at or past num_hidden_layers (MTP)
+    int needed;       // 1 when this rank holds (part of) what the key stores
 } key_target;
 
 static int64_t find_spec(const dsarl_model *m, const char *name)
@@ -55,8 +99,10 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
         t.mtp = 1;
         return t;
     }
-    if (t.spec >= 0)
+    if (t.spec >= 0) { // a whole tensor: every rank holds a slice of it (or all of it)
+        t.needed = 1;
         return t;
+    }
     if (sscanf(key, "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight%n", &layer, &expert, proj, &used) == 3 &&
         key[used] == '\0' && layer >= 0 && layer < m->cfg.num_hidden_layers && expert >= 0 &&
         expert < m->cfg.n_routed_experts) {
@@ -67,14 +113,18 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
         t.spec = find_spec(m, fused);
         if (t.spec < 0)
             return t;
+        // expert parallelism: this rank's experts are one block of the expert dimension
+        const glm5_param *p = &m->params[t.spec];
+        int64_t local = expert - p->shard_start;
+        t.needed = local >= 0 && local < p->shape[0];
         if (!strcmp(proj, "gate"))
-            t.offset = expert * 2 * I * C, t.shape[0] = I, t.shape[1] = C, t.slot = expert * 3;
+            t.offset = local * 2 * I * C, t.shape[0] = I, t.shape[1] = C, t.slot = expert * 3;
         else if (!strcmp(proj, "up"))
-            t.offset = expert * 2 * I * C + I * C, t.shape[0] = I, t.shape[1] = C, t.slot = expert * 3 + 1;
+            t.offset = local * 2 * I * C + I * C, t.shape[0] = I, t.shape[1] = C, t.slot = expert * 3 + 1;
         else if (is_down)
-            t.offset = expert * C * I, t.shape[0] = C, t.shape[1] = I, t.slot = expert * 3 + 2;
+            t.offset = local * C * I, t.shape[0] = C, t.shape[1] = I, t.slot = expert * 3 + 2;
         else
-            t.spec = -1;
+            t.spec = -1, t.needed = 0;
     }
     return t;
 }
@@ -82,34 +132,39 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
 typedef struct load_state {
     dsarl_model *m;
     unsigned char *whole;    // per spec: loaded as one tensor
-    unsigned char **slices;  // per spec: per-expert slot flags (expert specs only)
+    unsigned char **slices;  // per spec: per-expert slot flags (expert specs only), indexed by global expert
     int64_t mtp_keys, unexpected_keys;
     float *staging;
     size_t staging_cap;
+    glm5_hf_read read;
 } load_state;
 
-static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key, dsarl_error *err)
+// Counts MTP and unexpected keys (warning once, naming the file that holds the first) and says whether this
+// rank needs key.
+static key_target classify(load_state *s, const char *file, const char *key)
+{
+    key_target t = resolve_key(s->m, key);
+    if (t.mtp)
+        s->mtp_keys++;
+    else if (t.spec < 0 && s->unexpected_keys++ == 0)
+        dsarl_log(DSARL_LOG_WARN, "%s: tensor '%s' is not part of the glm_moe_dsa model; ignored", file, key);
+    return t;
+}
+
+// Reads this rank's slice of key (resolved as t) from the mapping of f: only the bytes of the slice are touched.
+static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key, key_target t, dsarl_error *err)
 {
     dsarl_model *m = s->m;
     const char *file = dsarl_safetensors_path(f);
-    key_target t = resolve_key(m, key);
-    if (t.mtp) {
-        s->mtp_keys++;
-        return DSARL_OK;
-    }
-    if (t.spec < 0) {
-        if (s->unexpected_keys++ == 0)
-            dsarl_log(DSARL_LOG_WARN, "%s: tensor '%s' is not part of the glm_moe_dsa model; ignored", file, key);
-        return DSARL_OK;
-    }
     const glm5_param *p = &m->params[t.spec];
     dsarl_tensor ten;
     DSARL_TRY(dsarl_safetensors_get(f, key, &ten, err));
     if (ten.dtype != DSARL_DTYPE_F32 && ten.dtype != DSARL_DTYPE_BF16 && ten.dtype != DSARL_DTYPE_F16)
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' has dtype %s; the glm5 loader reads F32, BF16 "
                           "and F16", file, key, dsarl_dtype_name(ten.dtype));
+    // the file holds the whole tensor (the Hugging Face shape), whatever this rank's shard is
     int32_t ndim = t.slot >= 0 ? 2 : p->ndim;
-    const int64_t *want = t.slot >= 0 ? t.shape : p->shape;
+    const int64_t *want = t.slot >= 0 ? t.shape : p->full_shape;
     int ok = ten.ndim == ndim;
     for (int32_t i = 0; ok && i < ndim; i++)
         ok = ten.shape[i] == want[i];
@@ -121,15 +176,32 @@ static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' has shape %s but the config needs %s", file, key,
                           dsarl_tensor_shape_str(&ten, got, sizeof got), dsarl_tensor_shape_str(&w, exp, sizeof exp));
     }
-    size_t n = (size_t)dsarl_tensor_numel(&ten);
-    if (n > s->staging_cap) {
-        float *b = realloc(s->staging, n * sizeof(float));
+    // this rank's slice: `outer` runs of `span` contiguous elements, `stride` apart, from element `first`
+    int64_t n = dsarl_tensor_numel(&ten), outer = 1, span = n, stride = 0, first = 0;
+    if (t.slot < 0 && p->shard_dim >= 0) {
+        int64_t inner = 1;
+        for (int32_t d = 0; d < p->shard_dim; d++)
+            outer *= p->full_shape[d];
+        for (int32_t d = p->shard_dim + 1; d < p->ndim; d++)
+            inner *= p->full_shape[d];
+        span = p->shape[p->shard_dim] * inner;
+        stride = p->full_shape[p->shard_dim] * inner;
+        first = p->shard_start * inner;
+        n = p->numel;
+    }
+    if ((size_t)n > s->staging_cap) {
+        float *b = realloc(s->staging, (size_t)n * sizeof(float));
         if (!b)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory reading %s from %s", key, file);
-        s->staging = b, s->staging_cap = n;
+        s->staging = b, s->staging_cap = (size_t)n;
     }
-    DSARL_TRY(dsarl_convert_to_f32(s->staging, ten.data, ten.dtype, n, err));
-    DSARL_TRY(glm5_upload_param(m, p, t.offset, s->staging, n, err));
+    size_t elem = dsarl_dtype_size(ten.dtype);
+    const unsigned char *base = ten.data;
+    for (int64_t o = 0; o < outer; o++)
+        DSARL_TRY(dsarl_convert_to_f32(s->staging + o * span, base + (size_t)(first + o * stride) * elem, ten.dtype,
+                                       (size_t)span, err));
+    s->read.data_bytes += n * (int64_t)elem;
+    DSARL_TRY(glm5_upload_param(m, p, t.offset, s->staging, (size_t)n, err));
     if (t.slot >= 0) {
         if (!s->slices[t.spec] && !(s->slices[t.spec] = calloc((size_t)m->cfg.n_routed_experts * 3, 1)))
             return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
@@ -140,7 +212,7 @@ static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key
     return DSARL_OK;
 }
 
-// The first parameter (or per-expert slice) no file provided, named as a checkpoint key.
+// The first parameter (or per-expert slice of this rank's experts) no file provided, named as a checkpoint key.
 static int check_complete(load_state *s, const char *dir, dsarl_error *err)
 {
     dsarl_model *m = s->m;
@@ -150,13 +222,13 @@ static int check_complete(load_state *s, const char *dir, dsarl_error *err)
             continue;
         if (strstr(p->name, ".mlp.experts.")) {
             int is_down = strstr(p->name, "down_proj") != NULL;
-            for (int32_t e = 0; e < m->cfg.n_routed_experts; e++)
+            for (int64_t e = p->shard_start; e < p->shard_start + p->shape[0]; e++)
                 for (int j = is_down ? 2 : 0; j < (is_down ? 3 : 2); j++)
                     if (!s->slices[i] || !s->slices[i][e * 3 + j]) {
                         static const char *proj[] = {"gate", "up", "down"};
-                        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: tensor 'model.layers.%d.mlp.experts.%d.%s_proj"
-                                          ".weight' (or the fused '%s') is missing from the checkpoint", dir,
-                                          p->layer, e, proj[j], p->name);
+                        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: tensor 'model.layers.%d.mlp.experts.%lld.%s"
+                                          "_proj.weight' (or the fused '%s') is missing from the checkpoint", dir,
+                                          p->layer, (long long)e, proj[j], p->name);
                     }
             continue;
         }
@@ -165,143 +237,274 @@ static int check_complete(load_state *s, const char *dir, dsarl_error *err)
     return DSARL_OK;
 }
 
-// The safetensors files of dir: model.safetensors, or the distinct files of model.safetensors.index.json.
-static int list_files(const char *dir, char ***out, size_t *n_out, dsarl_error *err)
+// One key of the directory: its name, the file that holds it (index into the file list) and where it lands.
+typedef struct hf_key {
+    const char *name;
+    size_t file;
+    key_target t;
+} hf_key;
+
+// The files of a directory and its keys: model.safetensors (opened here: its header lists the keys), or the
+// distinct files of model.safetensors.index.json with the keys of its weight_map (nothing opened yet).
+typedef struct hf_dir {
+    char **files;
+    const char **names;             // the files as the index names them (NULL for model.safetensors)
+    size_t n_files;
+    dsarl_safetensors_file *single; // the open model.safetensors, or NULL
+    json_t *index;                  // the parsed index, or NULL; owns the key names
+    hf_key *keys;
+    size_t n_keys;
+} hf_dir;
+
+static void hf_dir_free(hf_dir *d)
+{
+    for (size_t i = 0; i < d->n_files; i++)
+        free(d->files[i]);
+    free(d->files), free(d->names), free(d->keys);
+    dsarl_safetensors_close(d->single);
+    json_decref(d->index);
+}
+
+static int list_files(load_state *s, const char *dir, hf_dir *d, dsarl_error *err)
 {
     char *single = dsarl_path_join(dir, "model.safetensors");
     char *index = dsarl_path_join(dir, "model.safetensors.index.json");
-    int rc = DSARL_OK;
-    char **files = NULL;
-    size_t n = 0;
-    if (dsarl_path_exists(single)) {
-        files = malloc(sizeof(char *));
-        files[n++] = single, single = NULL;
-    } else if (dsarl_path_exists(index)) {
-        json_t *root = NULL, *map = NULL;
-        rc = dsarl_json_load_file(index, &root, err);
+    int rc = (!single || !index) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory") : DSARL_OK;
+    if (rc == 0 && dsarl_path_exists(single)) {
+        d->files = malloc(sizeof(char *));
+        rc = d->files ? dsarl_safetensors_open(single, &d->single, err)
+                      : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+        if (d->files)
+            d->files[d->n_files++] = single, single = NULL;
+        size_t n = rc == 0 ? dsarl_safetensors_count(d->single) : 0;
+        if (rc == 0 && !(d->keys = calloc(n + 1, sizeof(hf_key))))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+        for (size_t k = 0; rc == 0 && k < n; k++) {
+            hf_key *key = &d->keys[d->n_keys++];
+            key->name = dsarl_safetensors_name(d->single, k);
+            key->t = classify(s, d->files[0], key->name);
+        }
+    } else if (rc == 0 && dsarl_path_exists(index)) {
+        json_t *map = NULL;
+        rc = dsarl_json_load_file(index, &d->index, err);
         if (rc == 0)
-            rc = dsarl_json_get_object(root, "weight_map", index, &map, err);
+            rc = dsarl_json_get_object(d->index, "weight_map", index, &map, err);
+        size_t n = rc == 0 ? json_object_size(map) + 1 : 0;
+        if (rc == 0 && (!(d->files = calloc(n, sizeof(char *))) || !(d->names = calloc(n, sizeof(char *))) ||
+                        !(d->keys = calloc(n, sizeof(hf_key)))))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+        const char *name;
+        json_t *v;
         if (rc == 0) {
-            files = calloc(json_object_size(map) + 1, sizeof(char *));
-            const char *key;
-            json_t *v;
-            json_object_foreach(map, key, v) {
+            json_object_foreach(map, name, v) {
                 const char *fname = json_string_value(v);
                 if (!fname) {
                     rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s: weight_map['%s'] must be a file name string", index,
-                                    key);
+                                    name);
                     break;
                 }
                 size_t j = 0;
-                while (j < n && strcmp(strrchr(files[j], '/') + 1, fname))
+                while (j < d->n_files && strcmp(d->names[j], fname))
                     j++;
-                if (j == n)
-                    files[n++] = dsarl_path_join(dir, fname);
+                if (j == d->n_files) {
+                    d->names[j] = fname;
+                    if (!(d->files[d->n_files++] = dsarl_path_join(dir, fname))) {
+                        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+                        break;
+                    }
+                }
+                hf_key *key = &d->keys[d->n_keys++];
+                key->name = name, key->file = j, key->t = classify(s, d->files[j], name);
             }
         }
-        json_decref(root);
-    } else {
+    } else if (rc == 0) {
         rc = DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
     }
     free(single), free(index);
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            free(files[i]);
-        free(files);
-        return rc;
+    return rc;
+}
+
+// Loads this rank's slices from the files that hold any; the others are never opened.
+static int load_files(load_state *s, hf_dir *d, dsarl_error *err)
+{
+    int rc = DSARL_OK;
+    s->read.files_listed = (int64_t)d->n_files;
+    for (size_t i = 0; i < d->n_files && rc == 0; i++) {
+        size_t wanted = 0;
+        for (size_t k = 0; k < d->n_keys; k++)
+            wanted += d->keys[k].file == i && d->keys[k].t.needed;
+        if (!wanted)
+            continue;
+        dsarl_safetensors_file *f = d->single;
+        if (!f)
+            rc = dsarl_safetensors_open(d->files[i], &f, err);
+        if (rc == 0) {
+            s->read.files_opened++;
+            s->read.header_bytes += (int64_t)dsarl_safetensors_header_bytes(f);
+        }
+        for (size_t k = 0; rc == 0 && k < d->n_keys; k++)
+            if (d->keys[k].file == i && d->keys[k].t.needed)
+                rc = load_tensor(s, f, d->keys[k].name, d->keys[k].t, err);
+        if (f != d->single)
+            dsarl_safetensors_close(f);
     }
-    *out = files, *n_out = n;
-    return DSARL_OK;
+    return rc;
+}
+
+// This rank's part of the load; no collective inside, so a failure here cannot leave a peer waiting.
+static int load_local(dsarl_model *m, const char *dir, load_state *s, dsarl_error *err)
+{
+    char *cfg_path = dsarl_path_join(dir, "config.json");
+    int rc = cfg_path ? dsarl_json_load_file(cfg_path, &m->hf_config, err)
+                      : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+    free(cfg_path);
+    DSARL_TRY(rc);
+    hf_dir d = {0};
+    if (!(s->whole = calloc((size_t)m->n_params, 1)) ||
+        !(s->slices = calloc((size_t)m->n_params, sizeof(unsigned char *))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
+    rc = list_files(s, dir, &d, err);
+    if (rc == 0)
+        rc = load_files(s, &d, err);
+    if (rc == 0)
+        rc = check_complete(s, dir, err);
+    hf_dir_free(&d);
+    return rc;
 }
 
 int glm5_load_hf_weights(dsarl_model *m, const char *dir, dsarl_error *err)
 {
-    char *cfg_path = dsarl_path_join(dir, "config.json");
-    int cfg_rc = cfg_path ? dsarl_json_load_file(cfg_path, &m->hf_config, err)
-                          : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
-    free(cfg_path);
-    DSARL_TRY(cfg_rc);
-    char **files = NULL;
-    size_t n_files = 0;
-    DSARL_TRY(list_files(dir, &files, &n_files, err));
-    load_state s = {.m = m, .whole = calloc((size_t)m->n_params, 1),
-                    .slices = calloc((size_t)m->n_params, sizeof(unsigned char *))};
-    int rc = (!s.whole || !s.slices) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory") : DSARL_OK;
-    for (size_t i = 0; i < n_files && rc == 0; i++) {
-        dsarl_safetensors_file *f = NULL;
-        rc = dsarl_safetensors_open(files[i], &f, err);
-        for (size_t k = 0; rc == 0 && k < dsarl_safetensors_count(f); k++)
-            rc = load_tensor(&s, f, dsarl_safetensors_name(f, k), err);
-        dsarl_safetensors_close(f);
-    }
-    if (rc == 0)
-        rc = check_complete(&s, dir, err);
+    load_state s = {.m = m};
+    int rc = load_local(m, dir, &s, err);
+    m->hf_read = s.read;
+    rc = agree(m, rc, err);
     if (rc == 0 && s.mtp_keys)
         dsarl_log(DSARL_LOG_INFO, "%s: ignored %lld MTP tensor(s) of layers >= %d (MTP is not built yet)", dir,
                   (long long)s.mtp_keys, m->cfg.num_hidden_layers);
     if (rc == 0 && s.unexpected_keys > 1)
         dsarl_log(DSARL_LOG_WARN, "%s: %lld tensors in total were not part of the model and were ignored", dir,
                   (long long)s.unexpected_keys);
+    if (rc == 0)
+        dsarl_log(DSARL_LOG_DEBUG, "%s: read %lld tensor bytes and %lld header bytes from %lld of %lld file(s) "
+                  "(tp rank %d of %d, ep rank %d of %d)", dir, (long long)s.read.data_bytes,
+                  (long long)s.read.header_bytes, (long long)s.read.files_opened, (long long)s.read.files_listed,
+                  m->shards.tp_rank, m->shards.tp_size, m->shards.ep_rank, m->shards.ep_size);
     for (int64_t i = 0; s.slices && i < m->n_params; i++)
         free(s.slices[i]);
     free(s.slices), free(s.whole), free(s.staging);
-    for (size_t i = 0; i < n_files; i++)
-        free(files[i]);
-    free(files);
     return rc;
 }
 
-int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
+// Puts block `part` of a shard split of p (p->numel values, rank `part`'s shard) into the whole tensor full: the
+// inverse of glm5_param_take_shard for that rank.
+static void put_shard(const glm5_param *p, int32_t part, const float *block, float *full)
 {
-    DSARL_TRY(dsarl_mkdir_p(dir, err));
-    float *host = malloc((size_t)m->n_weights * sizeof(float));
-    if (!host)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
-    int rc = m->dev_ops->download_f32(m->dev, host, m->weights, m->storage, (size_t)m->n_weights, err);
-    for (int64_t i = 0; i < m->n_params && rc == 0; i++) { // router biases from their float32 copies
-        const float *copy = glm5_param_f32_copy(m, &m->params[i]);
-        if (copy)
-            rc = m->dev_ops->download_f32(m->dev, host + m->params[i].offset, copy, DSARL_DTYPE_F32,
-                                          (size_t)m->params[i].numel, err);
+    int64_t outer = 1, inner = 1;
+    for (int32_t d = 0; d < p->shard_dim; d++)
+        outer *= p->full_shape[d];
+    for (int32_t d = p->shard_dim + 1; d < p->ndim; d++)
+        inner *= p->full_shape[d];
+    int64_t full_span = p->full_shape[p->shard_dim] * inner, span = p->shape[p->shard_dim] * inner;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(full + o * full_span + (int64_t)part * span, block + o * span, (size_t)span * sizeof(float));
+}
+
+// Gathers parameter p (this rank's shard in local) into full on world rank 0 (full is NULL elsewhere). A split
+// tensor travels over the group that splits it (tp, or ep for experts), and only the one group that contains rank
+// 0 takes part: the other groups hold replicas of the same shards (other dp/edp ranks). Collective.
+static int gather_param(const dsarl_model *m, const glm5_param *p, const float *local, float *full, float *scratch,
+                        dsarl_error *err)
+{
+    const dsarl_parallel *par = &m->parallel;
+    if (p->shard_dim < 0) { // every rank holds it whole: rank 0's copy is the tensor
+        if (full)
+            memcpy(full, local, (size_t)p->numel * sizeof(float));
+        return DSARL_OK;
     }
-    // experts are written per expert (the layout of released GLM-5 checkpoints)
-    int64_t n_entries = 0, E = m->cfg.n_routed_experts;
-    for (int64_t i = 0; i < m->n_params; i++)
-        n_entries += strstr(m->params[i].name, ".mlp.experts.") ? (strstr(m->params[i].name, "gate_up") ? 2 * E : E) : 1;
-    dsarl_safetensors_entry *entries = calloc((size_t)n_entries, sizeof(*entries));
-    char (*names)[96] = calloc((size_t)n_entries, 96);
-    if (rc == 0 && (!entries || !names))
-        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
-    int64_t k = 0, C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
-    for (int64_t i = 0; i < m->n_params && rc == 0; i++) {
+    bool expert = p->shard == GLM5_SHARD_EXPERT;
+    const dsarl_group *g = DSARL_PARALLEL_HAS_GROUPS(par) ? (expert ? par->ep : par->tp) : NULL;
+    bool takes_part = expert ? par->edp_rank == 0 && par->pp_rank == 0
+                             : par->dp_rank == 0 && par->cp_rank == 0 && par->pp_rank == 0;
+    if (!takes_part)
+        return DSARL_OK;
+    int32_t rank = dsarl_group_rank(g), size = dsarl_group_size(g);
+    // block r lands at shard index r: the group's ranks must be the tp (ep) coordinates the shards were cut by
+    if (!g || rank != (expert ? par->ep_rank : par->tp_rank))
+        return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: saving %s needs the %s group of the layout with ranks in "
+                          "shard order", p->name, expert ? "ep" : "tp");
+    if (rank != 0)
+        return dsarl_group_send_host(g, local, p->numel, DSARL_DTYPE_F32, 0, err);
+    put_shard(p, 0, local, full);
+    for (int32_t r = 1; r < size; r++) {
+        DSARL_TRY(dsarl_group_recv_host(g, scratch, p->numel, DSARL_DTYPE_F32, r, err));
+        put_shard(p, r, scratch, full);
+    }
+    return DSARL_OK;
+}
+
+// How many safetensors keys whole tensor p becomes: experts are written per expert (the layout of released GLM-5
+// checkpoints), two keys (gate, up) per expert for the fused gate_up_proj.
+static int64_t keys_of(const dsarl_model *m, const glm5_param *p)
+{
+    if (!strstr(p->name, ".mlp.experts."))
+        return 1;
+    return strstr(p->name, "gate_up") ? 2 * (int64_t)m->cfg.n_routed_experts : m->cfg.n_routed_experts;
+}
+
+// Writes the whole tensors of parameters [first, last) (data[i - first] each) into one safetensors file at path,
+// and names it fname in weight_map when there is one.
+static int write_file(const dsarl_model *m, const char *path, const char *fname, int64_t first, int64_t last,
+                      float *const *data, json_t *weight_map, dsarl_error *err)
+{
+    int64_t n_entries = 0, E = m->cfg.n_routed_experts, C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
+    for (int64_t i = first; i < last; i++)
+        n_entries += keys_of(m, &m->params[i]);
+    dsarl_safetensors_entry *entries = calloc((size_t)n_entries + 1, sizeof(*entries));
+    char (*names)[96] = calloc((size_t)n_entries + 1, 96);
+    int rc = (!entries || !names) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing %s", path) : DSARL_OK;
+    int64_t k = 0;
+    for (int64_t i = first; i < last && rc == 0; i++) {
         const glm5_param *p = &m->params[i];
-        float *base = host + p->offset;
-        if (strstr(p->name, ".mlp.experts.")) {
-            int is_down = strstr(p->name, "down_proj") != NULL;
-            for (int64_t e = 0; e < E && rc == 0; e++)
-                for (int j = 0; j < (is_down ? 1 : 2) && rc == 0; j++) {
-                    const char *proj = is_down ? "down" : j == 0 ? "gate" : "up";
-                    snprintf(names[k], 96, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", p->layer,
-                             (long long)e, proj);
-                    int64_t shape[2] = {is_down ? C : I, is_down ? I : C};
-                    float *data = is_down ? base + e * C * I : base + e * 2 * I * C + j * I * C;
-                    entries[k].name = names[k];
-                    rc = dsarl_tensor_init(&entries[k].tensor, data, DSARL_DTYPE_F32, 2, shape, DSARL_DEVICE_CPU, err);
-                    k++;
-                }
+        float *base = data[i - first];
+        if (keys_of(m, p) == 1) {
+            snprintf(names[k], 96, "%s", p->name);
+            rc = dsarl_tensor_init(&entries[k].tensor, base, DSARL_DTYPE_F32, p->ndim, p->full_shape,
+                                   DSARL_DEVICE_CPU, err);
+            entries[k].name = names[k];
+            k++;
             continue;
         }
-        entries[k].name = p->name;
-        rc = dsarl_tensor_init(&entries[k].tensor, base, DSARL_DTYPE_F32, p->ndim, p->shape, DSARL_DEVICE_CPU, err);
-        k++;
+        int is_down = strstr(p->name, "down_proj") != NULL;
+        for (int64_t e = 0; e < E && rc == 0; e++)
+            for (int j = 0; j < (is_down ? 1 : 2) && rc == 0; j++) {
+                const char *proj = is_down ? "down" : j == 0 ? "gate" : "up";
+                snprintf(names[k], 96, "model.layers.%d.mlp.experts.%lld.%s_proj.weight", p->layer, (long long)e,
+                         proj);
+                int64_t shape[2] = {is_down ? C : I, is_down ? I : C};
+                float *at = is_down ? base + e * C * I : base + e * 2 * I * C + j * I * C;
+                entries[k].name = names[k];
+                rc = dsarl_tensor_init(&entries[k].tensor, at, DSARL_DTYPE_F32, 2, shape, DSARL_DEVICE_CPU, err);
+                k++;
+            }
     }
-    char *st_path = dsarl_path_join(dir, "model.safetensors"), *cfg_path = dsarl_path_join(dir, "config.json");
     dsarl_safetensors_kv meta[] = {{"format", "pt"}};
     if (rc == 0)
-        rc = dsarl_safetensors_write(st_path, entries, (size_t)k, meta, 1, err);
+        rc = dsarl_safetensors_write(path, entries, (size_t)k, meta, 1, err);
+    for (int64_t j = 0; rc == 0 && weight_map && j < k; j++)
+        if (json_object_set_new(weight_map, names[j], json_string(fname)) != 0)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing the index of %s", path);
+    free(entries), free(names);
+    return rc;
+}
+
+// Writes dir/config.json: the loaded config.json with its other keys (token ids, ...), now describing float32
+// weights, or the config itself for a model built from a recipe.
+static int write_config(const dsarl_model *m, const char *dir, dsarl_error *err)
+{
+    char *path = dsarl_path_join(dir, "config.json");
     json_t *cj = NULL;
+    int rc = path ? DSARL_OK : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
     if (rc == 0 && m->hf_config) {
-        // the loaded config.json with its other keys (token ids, ...), now describing float32 weights
         cj = json_deep_copy(m->hf_config);
         if (!cj)
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
@@ -314,8 +517,137 @@ int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
         rc = glm5_config_to_json(&m->cfg, &cj, err);
     }
     if (rc == 0)
-        rc = dsarl_json_write_file_atomic(cfg_path, cj, JSON_INDENT(2) | JSON_SORT_KEYS, err);
+        rc = dsarl_json_write_file_atomic(path, cj, JSON_INDENT(2) | JSON_SORT_KEYS, err);
     json_decref(cj);
-    free(st_path), free(cfg_path), free(entries), free(names), free(host);
+    free(path);
     return rc;
+}
+
+// Removes dir/name when it exists (a file of an earlier save the new one replaces).
+static int remove_stale(const char *dir, const char *name, dsarl_error *err)
+{
+    char *path = dsarl_path_join(dir, name);
+    if (!path)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+    int rc = DSARL_OK;
+    if (remove(path) != 0 && errno != ENOENT)
+        rc = DSARL_FAIL(err, DSARL_E_IO, "%s: cannot remove the earlier save's file: %s", path, strerror(errno));
+    free(path);
+    return rc;
+}
+
+// Downloads this rank's shards (router biases from their float32 copies) into host (m->n_weights values).
+static int download_local(dsarl_model *m, float *host, dsarl_error *err)
+{
+    DSARL_TRY(m->dev_ops->download_f32(m->dev, host, m->weights, m->storage, (size_t)m->n_weights, err));
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const float *copy = glm5_param_f32_copy(m, &m->params[i]);
+        if (copy)
+            DSARL_TRY(m->dev_ops->download_f32(m->dev, host + m->params[i].offset, copy, DSARL_DTYPE_F32,
+                                               (size_t)m->params[i].numel, err));
+    }
+    return DSARL_OK;
+}
+
+// Splits the parameters, in buffer order, into files of at most max_bytes of float32 each (a larger tensor gets a
+// file of its own): file f holds [starts[f], starts[f + 1]). Every rank computes the same split from the config.
+static int plan_files(const dsarl_model *m, int64_t max_bytes, int64_t **starts, int64_t *n_files, dsarl_error *err)
+{
+    int64_t *s = malloc((size_t)(m->n_params + 1) * sizeof(int64_t)), n = 0, bytes = 0;
+    if (!s)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory planning the save");
+    for (int64_t i = 0; i < m->n_params; i++) {
+        int64_t b = m->params[i].full_numel * (int64_t)sizeof(float);
+        if (i == 0 || (bytes > 0 && bytes + b > max_bytes))
+            s[n++] = i, bytes = 0;
+        bytes += b;
+    }
+    s[n] = m->n_params;
+    *starts = s, *n_files = n;
+    return DSARL_OK;
+}
+
+int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, dsarl_error *err)
+{
+    bool writer = dsarl_group_rank(world_group(m)) == 0;
+    bool split = false; // does any rank hold less than a whole tensor?
+    int64_t max_numel = 0, total_bytes = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        split |= m->params[i].shard_dim >= 0;
+        max_numel = m->params[i].numel > max_numel ? m->params[i].numel : max_numel;
+        total_bytes += m->params[i].full_numel * (int64_t)sizeof(float);
+    }
+    int64_t *starts = NULL, n_files = 0;
+    float *host = malloc((size_t)m->n_weights * sizeof(float)), *scratch = NULL, *buf = NULL;
+    float **data = calloc((size_t)m->n_params + 1, sizeof(float *));
+    json_t *weight_map = NULL;
+    int rc = (!host || !data) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir) : DSARL_OK;
+    if (rc == 0)
+        rc = download_local(m, host, err);
+    if (rc == 0)
+        rc = plan_files(m, max_file_bytes > 0 ? max_file_bytes : INT64_MAX, &starts, &n_files, err);
+    if (rc == 0 && writer) {
+        rc = dsarl_mkdir_p(dir, err);
+        // an earlier single-file save would shadow the new index (loaders prefer model.safetensors): it goes
+        // first, so a save that dies half way leaves a directory that fails to load rather than stale weights
+        if (rc == 0 && n_files > 1)
+            rc = remove_stale(dir, "model.safetensors", err);
+        if (rc == 0 && n_files > 1 && !(weight_map = json_object()))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        if (rc == 0 && split && !(scratch = malloc((size_t)max_numel * sizeof(float))))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+    }
+    rc = agree(m, rc, err); // a peer that could not download its shards stops everyone before any collective
+    // one file at a time: rank 0 holds at most one file's whole tensors
+    for (int64_t f = 0; rc == 0 && f < n_files; f++) {
+        int64_t first = starts[f], last = starts[f + 1], numel = 0;
+        for (int64_t i = first; i < last; i++)
+            numel += m->params[i].full_numel;
+        if (split && writer && !(buf = malloc((size_t)numel * sizeof(float))))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory gathering %lld weights to save to %s",
+                            (long long)numel, dir);
+        if (split)
+            rc = agree(m, rc, err);
+        for (int64_t i = first, at = 0; rc == 0 && i < last; i++) {
+            const glm5_param *p = &m->params[i];
+            data[i - first] = split ? (writer ? buf + at : NULL) : host + p->offset;
+            at += p->full_numel;
+            if (split)
+                rc = gather_param(m, p, host + p->offset, data[i - first], scratch, err);
+        }
+        char fname[64];
+        if (n_files == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05lld-of-%05lld.safetensors", (long long)f + 1, (long long)n_files);
+        char *path = writer && rc == 0 ? dsarl_path_join(dir, fname) : NULL;
+        if (writer && rc == 0)
+            rc = path ? write_file(m, path, fname, first, last, data, weight_map, err)
+                      : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        free(path);
+        free(buf), buf = NULL;
+        rc = agree(m, rc, err);
+    }
+    if (rc == 0 && writer)
+        rc = write_config(m, dir, err);
+    if (rc == 0 && writer && n_files == 1) // the new model.safetensors is complete: an earlier index is stale
+        rc = remove_stale(dir, "model.safetensors.index.json", err);
+    if (rc == 0 && writer && n_files > 1) { // the index last: the directory is a checkpoint once it exists
+        json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total_bytes,
+                                  "weight_map", weight_map);
+        char *path = dsarl_path_join(dir, "model.safetensors.index.json");
+        rc = index && path ? dsarl_json_write_file_atomic(path, index, JSON_INDENT(2), err)
+                           : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
+        json_decref(index);
+        free(path);
+    }
+    rc = agree(m, rc, err);
+    json_decref(weight_map);
+    free(starts), free(scratch), free(data), free(host);
+    return rc;
+}
+
+int glm5_save_hf(dsarl_model *m, const char *dir, dsarl_error *err)
+{
+    return glm5_save_hf_files(m, dir, GLM5_HF_MAX_FILE_BYTES, err);
 }

@@ -73,6 +73,14 @@ typedef struct glm5_layer {
     void *experts_gate_up, *experts_down;  /* (E, 2*moe_inter, C), (E, C, moe_inter) */
 } glm5_layer;
 
+/* What the last glm5_load_hf_weights read on this rank: the bytes of its tensor slices (in the file's dtype),
+ * the header bytes of the files it opened, and how many of the directory's files those were. Tests compare it
+ * with the rank's share of the model; the loader logs it at debug level. */
+typedef struct glm5_hf_read {
+    int64_t data_bytes, header_bytes;
+    int64_t files_opened, files_listed;
+} glm5_hf_read;
+
 struct dsarl_model {
     glm5_config cfg;
     json_t *hf_config;           /* config.json of the loaded directory (kept so save keeps its other keys), or NULL */
@@ -103,6 +111,7 @@ struct dsarl_model {
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
     struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
     struct glm5_train *train;    /* the pending training pass of train_forward (glm5_backward.c), or NULL */
+    glm5_hf_read hf_read;        /* what the last Hugging Face load read on this rank (glm5_hf_io.c) */
 };
 
 /* base advanced by n elements of the model's storage dtype. */
@@ -160,7 +169,9 @@ const glm5_param *glm5_model_find_param(const dsarl_model *model, const char *na
 /* Next-token logits (T, V) float32 in host memory for a packed batch (host memory). */
 int glm5_forward_logits(dsarl_model *model, const dsarl_token_batch *batch, float *logits, dsarl_error *err);
 
-/* Loads weights from a Hugging Face directory (config.json already parsed into model->cfg). */
+/* Loads weights from a Hugging Face directory (config.json already parsed into model->cfg). Collective over
+ * the world under tensor/expert parallelism: each rank opens only the files that hold its slices and reads only
+ * their bytes; every rank returns the first failing rank's error. */
 int glm5_load_hf_weights(dsarl_model *model, const char *dir, dsarl_error *err);
 
 /* Reads DIR/config.json into cfg. */
@@ -194,8 +205,17 @@ int glm5_train_backward(dsarl_model *model, const float *dlogprobs, float *index
 /* Frees the pending training pass, if any. */
 void glm5_train_release(dsarl_model *model);
 
-/* Writes config.json + model.safetensors (float32, per-expert keys) into dir atomically. */
+/* The largest safetensors file a save writes, as transformers' save_pretrained (max_shard_size "5GB"). */
+#define GLM5_HF_MAX_FILE_BYTES ((int64_t)5000000000)
+
+/* Writes config.json + model.safetensors (float32, per-expert keys, the whole tensors) into dir, each file
+ * atomically; a model over GLM5_HF_MAX_FILE_BYTES is written as model-0000k-of-0000n.safetensors files plus
+ * model.safetensors.index.json, written last. Collective over the world under tensor/expert parallelism: world
+ * rank 0 gathers the shards of one file at a time and writes it; every rank returns the same status. */
 int glm5_save_hf(dsarl_model *model, const char *dir, dsarl_error *err);
+
+/* glm5_save_hf with files of at most max_file_bytes (<= 0: one file whatever the size). */
+int glm5_save_hf_files(dsarl_model *model, const char *dir, int64_t max_file_bytes, dsarl_error *err);
 
 /* Optimizer (glm5_optim.c): the model ops of the same names; glm5_optim_free releases the state. */
 typedef struct glm5_optim glm5_optim;

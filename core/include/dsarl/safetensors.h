@@ -30,6 +30,9 @@ DSARL_API void dsarl_safetensors_close(dsarl_safetensors_file *f);
 /* The path the file was opened with. */
 DSARL_API const char *dsarl_safetensors_path(const dsarl_safetensors_file *f);
 
+/* Bytes before the data region (the 8-byte length plus the header): what opening the file read of it. */
+DSARL_API uint64_t dsarl_safetensors_header_bytes(const dsarl_safetensors_file *f);
+
 /* Number of tensors (the __metadata__ entry is not a tensor). */
 DSARL_API size_t dsarl_safetensors_count(const dsarl_safetensors_file *f);
 
