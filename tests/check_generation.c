@@ -724,6 +724,49 @@ START_TEST(test_ragged_batch_and_determinism)
 }
 END_TEST
 
+START_TEST(test_sequence_offset_splits_a_batch)
+{
+    // a data-parallel rank samples its rows of a batch with sequence_offset = the index of its first row: the two
+    // halves of a batch, generated apart, draw exactly what the whole batch draws (and without the offset the
+    // second half would draw the first half's streams)
+    loaded l = load_recipe(recipe_51, &glm5_1_model_ops, 15);
+    int32_t lens[4] = {5, 3, 7, 2}, *tokens, *cu;
+    dsarl_token_batch prompts = make_prompts(4, lens, 260, 17, &tokens, &cu);
+    dsarl_sampling_params sp = params(1.0f, 8, 321);
+    dsarl_generation_result all = run(&l, &prompts, &sp);
+    bool offset_matters = false;
+    for (int32_t half = 0; half < 2; half++) {
+        int32_t first = 2 * half, sub_cu[3] = {0, lens[first], lens[first] + lens[first + 1]};
+        dsarl_token_batch sub = {.struct_size = sizeof(sub), .n_tokens = sub_cu[2], .n_sequences = 2,
+                                 .tokens = tokens + cu[first], .cu_seqlens = sub_cu};
+        sp.sequence_offset = first;
+        dsarl_generation_result part = run(&l, &sub, &sp);
+        for (int32_t b = 0; b < 2; b++) {
+            int32_t len = all.cu_lengths[first + b + 1] - all.cu_lengths[first + b];
+            ck_assert_int_eq(part.cu_lengths[b + 1] - part.cu_lengths[b], len);
+            ck_assert_int_eq(memcmp(all.tokens + all.cu_lengths[first + b], part.tokens + part.cu_lengths[b],
+                                    (size_t)len * sizeof(int32_t)), 0);
+            for (int32_t i = 0; i < len; i++) {
+                float a = all.logprobs[all.cu_lengths[first + b] + i], o = part.logprobs[part.cu_lengths[b] + i];
+                ck_assert(fabsf(a - o) <= 1e-5f * fabsf(a) + 1e-6f);
+            }
+        }
+        if (half == 1) {
+            sp.sequence_offset = 0;
+            dsarl_generation_result wrong = run(&l, &sub, &sp);
+            offset_matters = wrong.cu_lengths[2] != part.cu_lengths[2] ||
+                             memcmp(wrong.tokens, part.tokens, (size_t)part.cu_lengths[2] * sizeof(int32_t)) != 0;
+            free_result(&wrong);
+        }
+        free_result(&part);
+    }
+    ck_assert_msg(offset_matters, "the second half drew the same tokens from the first half's streams");
+    free_result(&all);
+    free(tokens), free(cu);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
     loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 16);
@@ -827,6 +870,7 @@ static Suite *generation_suite(void)
     tcase_add_test(tc, test_tokenizer_eos_stops);
     tcase_add_test(tc, test_stop_strings);
     tcase_add_test(tc, test_ragged_batch_and_determinism);
+    tcase_add_test(tc, test_sequence_offset_splits_a_batch);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_cli_sampling);
     suite_add_tcase(s, tc);
