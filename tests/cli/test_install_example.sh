@@ -50,7 +50,7 @@ cc -std=c11 -Wall -Wextra -Werror ${san[@]+"${san[@]}"} "$src/plugins/examples/k
 installed="$prefix/bin/dsarl"
 for dir in "$tmp/ex" "$tmp/pc"; do
   out=$("$installed" plugins --plugin-path "$dir")
-  echo "$out" | grep -E "^environment +keyword +1.0.0 +1.2 +0 +$dir/dsarl-environment-keyword.so" >/dev/null ||
+  echo "$out" | grep -E "^environment +keyword +1.0.0 +1.3 +0 +$dir/dsarl-environment-keyword.so" >/dev/null ||
     { echo "FAIL: $dir: plugin not listed:"; echo "$out"; exit 1; } >&2
   echo "$out" | grep -q "refused: 0" || { echo "FAIL: refusals:"; echo "$out"; exit 1; } >&2
   # DSARL_PLUGIN_PATH works the same way.
