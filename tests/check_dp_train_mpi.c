@@ -5,7 +5,8 @@
  * gradients over dp_cp) and a one-process model on the whole batch. Loss, gradient norm and every weight after
  * three steps must agree, with the all-reduce path and with the distributed optimizer (sharded AdamW state,
  * reduce-scatter, all-gather), with gradient buckets small enough that the shards take several chunks and the
- * last one is padded. The sharded optimizer state then goes through save/load per rank. */
+ * last one is padded. The sharded optimizer state then goes through save/load per rank, and a session refuses a
+ * model that cannot reduce its gradients. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -256,6 +257,30 @@ START_TEST(test_no_reduction_differs)
 }
 END_TEST
 
+START_TEST(test_session_refuses_a_model_without_reduction)
+{
+    // a model table without reduce_gradients would train each rank on its own share: the session refuses it
+    dsarl_model_ops no_reduce = glm5_2_model_ops;
+    no_reduce.reduce_gradients = NULL;
+    dsarl_recipe *recipe;
+    OK(dsarl_recipe_load_string(recipe_text, "dp.yaml", &recipe, &err));
+    OK(dsarl_recipe_resolve(recipe, &err));
+    dsarl_session_config sc = {.struct_size = sizeof sc, .recipe = dsarl_recipe_root(recipe), .parallel = &par,
+                               .seed = 5, .threads = 1, .device_ops = &dsarl_cpu_device_ops,
+                               .dsa_ops = &dsarl_dsa_reference_ops, .model_ops = &no_reduce};
+    dsarl_session s;
+    ck_assert_int_eq(dsarl_session_open(&sc, &s, &err), DSARL_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "has no reduce_gradients") && strstr(err.message, "one data-parallel rank"),
+                  "%s", err.message);
+    dsarl_session_close(&s);
+    // the real table opens
+    sc.model_ops = &glm5_2_model_ops;
+    OK(dsarl_session_open(&sc, &s, &err));
+    dsarl_session_close(&s);
+    dsarl_recipe_free(recipe);
+}
+END_TEST
+
 int main(void)
 {
     dsarl_error_clear(&err);
@@ -283,6 +308,7 @@ int main(void)
     tcase_add_test(tc, test_glm51_all_reduce);
     tcase_add_test(tc, test_glm51_distributed_optimizer);
     tcase_add_test(tc, test_no_reduction_differs);
+    tcase_add_test(tc, test_session_refuses_a_model_without_reduction);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
