@@ -2,7 +2,8 @@
 # test_dp_grpo.sh BUILD_DIR SOURCE_DIR MPIEXEC: data-parallel GRPO through `dsarl run` under mpirun against the
 # one-process run of the same tiny GLM-5.2 / GLM-5.1 recipe. Rewards come from the overlong shaping on responses
 # that end early (stop ids 0..14 of the byte tokenizer), so advantages, the loss and the gradient are not zero.
-#   - DP2 with the distributed optimizer, DP2 without it, and DP4: every logged train/val metric of every step
+#   - DP2 with the distributed optimizer, DP2 without it, DP4 and DP2 with a reference-policy KL penalty (two
+#     optimizer slices per step, so old log-probs come from their own pass): every logged train/val metric of every step
 #     (reward, loss, grad norm, token counts, advantages ...; timings excepted) equals the one-process run's, and
 #     the sample dumps are the same;
 #   - checkpoints under DP2: a run stopped after 2 steps and resumed to 3 equals the uninterrupted one-process run,
@@ -57,6 +58,15 @@ same one dp2_replicated
 run dp4 4 grpo.max_num_steps=2
 same one dp4
 [ "$(ls -d "$tmp"/dp2/exp_* | wc -l)" -eq 1 ] || fail "more than one rank logged"
+
+# a reference policy with a KL penalty, log-prob passes of 3 sequences (not a divisor of the shares)
+kl=(loss_fn.reference_policy_kl_penalty=0.05 grpo.skip_reference_policy_logprobs_calculation=false
+    policy.logprob_batch_size=3)
+run one_kl 1 grpo.max_num_steps=2 "${kl[@]}"
+run dp2_kl 2 grpo.max_num_steps=2 "${kl[@]}"
+same one_kl dp2_kl
+grep -q '"train/kl_penalty": [1-9]\|"train/kl_penalty": 0\.0*[1-9]' "$tmp"/one_kl/exp_*/metrics.jsonl ||
+  fail "the KL run has no KL penalty"
 
 # --- GLM-5.1 ------------------------------------------------------------------------------------------------------
 run one51 1 grpo.max_num_steps=2 policy.model_family=glm5.1 policy.model_config.index_topk_freq=1
