@@ -327,8 +327,9 @@ int dsarl_group_all_reduce_host(const dsarl_group *g, void *buf, int64_t n, dsar
 {
     if (!g || g->size == 1 || n == 0)
         return DSARL_OK;
-    MPI_Datatype t;
-    MPI_Op o;
+    // set by mpi_type / mpi_op on success; gcc -O2 cannot see that and warns (an error under -Werror)
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Op o = MPI_OP_NULL;
     DSARL_TRY(mpi_type(dtype, true, &t, "all_reduce", err));
     DSARL_TRY(mpi_op(op, dtype, &o, err));
     size_t elem = dsarl_dtype_size(dtype);
@@ -350,7 +351,7 @@ int dsarl_group_all_gather_host(const dsarl_group *g, void *out, const void *in,
             memmove(out, in, (size_t)n * elem);
         return DSARL_OK;
     }
-    MPI_Datatype t;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
     DSARL_TRY(mpi_type(dtype, false, &t, "all_gather", err));
     DSARL_TRY(fits_int(n, "all_gather", err));
     WATCHED(g, "all_gather", MPI_Allgather(in, (int)n, t, out, (int)n, t, g->comm));
@@ -366,8 +367,8 @@ int dsarl_group_reduce_scatter_host(const dsarl_group *g, void *out, const void 
             memmove(out, in, (size_t)n * elem);
         return DSARL_OK;
     }
-    MPI_Datatype t;
-    MPI_Op o;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Op o = MPI_OP_NULL;
     DSARL_TRY(mpi_type(dtype, true, &t, "reduce_scatter", err));
     DSARL_TRY(mpi_op(op, dtype, &o, err));
     DSARL_TRY(fits_int(n, "reduce_scatter", err));
@@ -386,7 +387,7 @@ int dsarl_group_all_to_all_host(const dsarl_group *g, void *out, const int64_t *
             memmove(out, in, (size_t)send_counts[0] * elem);
         return DSARL_OK;
     }
-    MPI_Datatype t;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
     DSARL_TRY(mpi_type(dtype, false, &t, "all_to_all", err));
     int *counts = malloc(4 * (size_t)g->size * sizeof(int));
     if (!counts)
@@ -420,7 +421,7 @@ int dsarl_group_broadcast_host(const dsarl_group *g, void *buf, int64_t n, dsarl
         return DSARL_OK;
     if (root < 0 || root >= g->size)
         return DSARL_FAIL(err, DSARL_E_INVALID, "broadcast root %d outside group %s of %d", root, g->name, g->size);
-    MPI_Datatype t;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
     DSARL_TRY(mpi_type(dtype, false, &t, "broadcast", err));
     size_t elem = dsarl_dtype_size(dtype);
     for (int64_t at = 0; at < n; at += CHUNK) {
@@ -442,7 +443,7 @@ int dsarl_group_send_host(const dsarl_group *g, const void *buf, int64_t n, dsar
                           dsarl_error *err)
 {
     DSARL_TRY(check_peer(g, peer, "send", err));
-    MPI_Datatype t;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
     DSARL_TRY(mpi_type(dtype, false, &t, "send", err));
     size_t elem = dsarl_dtype_size(dtype);
     for (int64_t at = 0; at < n; at += CHUNK) {
@@ -456,7 +457,7 @@ int dsarl_group_recv_host(const dsarl_group *g, void *buf, int64_t n, dsarl_dtyp
                           dsarl_error *err)
 {
     DSARL_TRY(check_peer(g, peer, "recv", err));
-    MPI_Datatype t;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
     DSARL_TRY(mpi_type(dtype, false, &t, "recv", err));
     size_t elem = dsarl_dtype_size(dtype);
     for (int64_t at = 0; at < n; at += CHUNK) {
