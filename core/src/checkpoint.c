@@ -529,12 +529,12 @@ static int write_optimizer(const dsarl_model_ops *ops, dsarl_model *model, const
 // the unsharded optimizer state (with_optimizer), the trainer state and the recipe.
 static int write_contents(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops, dsarl_model *model,
                           const dsarl_trainer_state *state, const dsarl_node *recipe, const char *tmp,
-                          bool with_optimizer, dsarl_error *err)
+                          bool with_weights, bool with_optimizer, dsarl_error *err)
 {
     char *weights = dsarl_path_join(tmp, WEIGHTS_DIR);
     char *info = dsarl_path_join(tmp, TRAINING_INFO), *config = dsarl_path_join(tmp, "config.yaml");
     int rc = (!weights || !info || !config) ? DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory") : DSARL_OK;
-    if (rc == 0)
+    if (rc == 0 && with_weights)
         rc = ops->save(model, weights, err);
     if (rc == 0 && cfg->save_optimizer && with_optimizer)
         rc = write_optimizer(ops, model, tmp, NULL, err);
@@ -568,7 +568,8 @@ static int agree(const dsarl_group *world, int rc, const char *what, dsarl_error
 
 int dsarl_checkpoint_save_group(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops, dsarl_model *model,
                                 const dsarl_trainer_state *state, const dsarl_node *recipe, const dsarl_group *world,
-                                const dsarl_group *shards, char *saved_dir, size_t size, dsarl_error *err)
+                                const dsarl_group *shards, bool weights_collective, char *saved_dir, size_t size,
+                                dsarl_error *err)
 {
     if (!cfg->checkpoint_dir || !ops || !ops->save || !state || state->step < 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "checkpoint save needs checkpointing.checkpoint_dir, a model that "
@@ -584,8 +585,16 @@ int dsarl_checkpoint_save_group(const dsarl_checkpoint_config *cfg, const dsarl_
         rc = remove_tree(tmp, err); // a save that died before its rename
     if (rc == 0 && lead)
         rc = dsarl_mkdir_p(tmp, err);
+    if (weights_collective) { // every rank takes part in the save that gathers the model's shards
+        rc = agree(world, rc, "making the checkpoint directory", err);
+        char *weights = rc == 0 ? dsarl_path_join(tmp, WEIGHTS_DIR) : NULL;
+        if (rc == 0)
+            rc = weights ? ops->save(model, weights, err) : DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory");
+        free(weights);
+        rc = agree(world, rc, "writing the weights", err);
+    }
     if (rc == 0 && lead)
-        rc = write_contents(cfg, ops, model, state, recipe, tmp, !sharded, err);
+        rc = write_contents(cfg, ops, model, state, recipe, tmp, !weights_collective, !sharded, err);
     rc = agree(world, rc, "writing the checkpoint", err);
     // 2. every rank writes its optimizer shard into the directory that now exists
     if (rc == 0 && sharded && cfg->save_optimizer)
@@ -618,7 +627,7 @@ int dsarl_checkpoint_save(const dsarl_checkpoint_config *cfg, const dsarl_model_
                           const dsarl_trainer_state *state, const dsarl_node *recipe, char *saved_dir, size_t size,
                           dsarl_error *err)
 {
-    return dsarl_checkpoint_save_group(cfg, ops, model, state, recipe, NULL, NULL, saved_dir, size, err);
+    return dsarl_checkpoint_save_group(cfg, ops, model, state, recipe, NULL, NULL, false, saved_dir, size, err);
 }
 
 /* ------------------------------------------------------------------------------------------------------------

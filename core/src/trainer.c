@@ -74,9 +74,20 @@ static const dsarl_group *world_group(const dsarl_session *s)
     return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->world : NULL;
 }
 
+// Tensor, pipeline or expert parallelism: the ranks of one replica hold different shards of the model.
+static bool model_parallel(const dsarl_session *s)
+{
+    const dsarl_parallel *p = s->config.parallel;
+    return p && DSARL_PARALLEL_HAS_GROUPS(p) && (p->tp_size > 1 || p->pp_size > 1 || p->ep_size > 1);
+}
+
+// Under model parallelism every rank's optimizer state is its own (one file per world rank); else the
+// distributed optimizer's dp_cp shards, or one file.
 static const dsarl_group *shard_group(const dsarl_session *s)
 {
     const dsarl_parallel *p = s->config.parallel;
+    if (model_parallel(s))
+        return p->world;
     return p && DSARL_PARALLEL_HAS_GROUPS(p) && p->distributed_optimizer ? p->dp_cp : NULL;
 }
 
@@ -105,7 +116,7 @@ int dsarl_session_save_checkpoint(const dsarl_session *s, const dsarl_checkpoint
                                   const dsarl_trainer_state *state, char *saved_dir, size_t size, dsarl_error *err)
 {
     return dsarl_checkpoint_save_group(ckpt, s->model_ops, s->model, state, s->config.recipe, world_group(s),
-                                       shard_group(s), saved_dir, size, err);
+                                       shard_group(s), model_parallel(s), saved_dir, size, err);
 }
 
 void dsarl_session_close(dsarl_session *s)

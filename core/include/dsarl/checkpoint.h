@@ -124,10 +124,13 @@ DSARL_API int dsarl_checkpoint_save(const dsarl_checkpoint_config *cfg, const ds
  * dp_cp group of a distributed optimizer, size > 1) every member writes its own shard as
  * policy/optimizer/optimizer.shard<r>-of-<n>.safetensors; rank 0 writes the manifest over all of them last and
  * renames. Every rank returns the same outcome (a peer's failure as "another rank failed ..."). */
+/* weights_collective: the model is split across ranks (tensor/expert parallelism) and its save gathers the shards,
+ * so every rank calls ops->save on the same directory (world rank 0 writes the files). */
 DSARL_API int dsarl_checkpoint_save_group(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops,
                                           dsarl_model *model, const dsarl_trainer_state *state,
                                           const dsarl_node *recipe, const dsarl_group *world,
-                                          const dsarl_group *shards, char *saved_dir, size_t size, dsarl_error *err);
+                                          const dsarl_group *shards, bool weights_collective, char *saved_dir,
+                                          size_t size, dsarl_error *err);
 
 /* Checks step_dir against its manifest (present, parses, every listed file present with its size and CRC-32);
  * the error names the file and what is wrong. */
