@@ -116,7 +116,7 @@ int dsarl_session_save_checkpoint(const dsarl_session *s, const dsarl_checkpoint
                                   const dsarl_trainer_state *state, char *saved_dir, size_t size, dsarl_error *err)
 {
     return dsarl_checkpoint_save_group(ckpt, s->model_ops, s->model, state, s->config.recipe, world_group(s),
-                                       shard_group(s), model_parallel(s), saved_dir, size, err);
+                                       shard_group(s), dsarl_group_size(world_group(s)) > 1, saved_dir, size, err);
 }
 
 void dsarl_session_close(dsarl_session *s)

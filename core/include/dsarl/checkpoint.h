@@ -124,8 +124,8 @@ DSARL_API int dsarl_checkpoint_save(const dsarl_checkpoint_config *cfg, const ds
  * dp_cp group of a distributed optimizer, size > 1) every member writes its own shard as
  * policy/optimizer/optimizer.shard<r>-of-<n>.safetensors; rank 0 writes the manifest over all of them last and
  * renames. Every rank returns the same outcome (a peer's failure as "another rank failed ..."). */
-/* weights_collective: the model is split across ranks (tensor/expert parallelism) and its save gathers the shards,
- * so every rank calls ops->save on the same directory (world rank 0 writes the files). */
+/* weights_collective: the model's save is collective over the world (glm5's gathers tensor/expert shards and agrees
+ * on the outcome), so every rank calls ops->save on the same directory and world rank 0 writes the files. */
 DSARL_API int dsarl_checkpoint_save_group(const dsarl_checkpoint_config *cfg, const dsarl_model_ops *ops,
                                           dsarl_model *model, const dsarl_trainer_state *state,
                                           const dsarl_node *recipe, const dsarl_group *world,
