@@ -87,6 +87,15 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
     dsarl_add_mpi_test(glm5_hf_mpi_tp2ep2 NP 2 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 2 TIMEOUT 60)
     dsarl_add_mpi_test(glm5_hf_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_hf_mpi> 2 2 TIMEOUT 60)
   endif()
+
+  # `dsarl run` of the tiny GLM-5.2 GRPO recipe under each parallel layout, every metric against one process
+  set(DSARL_MPI_LAYOUTS
+      "2:policy.megatron_cfg.expert_model_parallel_size=2"
+      "4:policy.megatron_cfg.expert_model_parallel_size=4"
+      "4:policy.megatron_cfg.expert_model_parallel_size=2")
+  add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
+           "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS} -- ${DSARL_MPI_LAYOUTS})
+  set_tests_properties(mpi_grpo_layouts PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()
 
 # `mpirun -np 2 dsarl bench comm --device cpu --sizes small`: every collective timed, bandwidths by nccl-tests'

@@ -3,7 +3,8 @@
 # recipe trained one process and under each layout (N:override,override,...) on the cpu device; every layout's
 # metrics.jsonl must equal the one-process run's, step by step, within fp32 rounding (timing keys dropped). The
 # recipe is shrunk to a few seconds per step; the sizes divide every layout listed (4 heads, vocabulary 260,
-# 8 experts, 16 samples per step).
+# 8 experts, 16 samples per step). Rewards come from the overlong shaping of responses that end early (stop ids 0..14
+# of the byte tokenizer), so advantages, the loss and the gradients are not zero from random weights.
 #   e.g. ... -- "2:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
 set -uo pipefail
 build=$1 src=$2 mpiexec=$3
@@ -16,10 +17,13 @@ trap 'rm -rf "$tmp"' EXIT
 recipe="$src/configs/recipes/llm/grpo-glm5.2-tiny.yaml"
 common=(runtime.device=cpu runtime.threads=1 policy.megatron_cfg.model_overrides.dsa_kernel_backend=reference
         grpo.max_num_steps=3 grpo.num_prompts_per_step=4 grpo.num_generations_per_prompt=4
-        policy.train_global_batch_size=16 policy.train_micro_batch_size=4 policy.generation.max_new_tokens=12
+        policy.train_global_batch_size=16 policy.train_micro_batch_size=4
         grpo.val_at_start=false grpo.val_at_end=false grpo.val_period=0 checkpointing.enabled=false
         policy.megatron_cfg.scheduler.lr_warmup_iters=0 policy.megatron_cfg.optimizer.lr=1.0e-3
-        policy.make_sequence_length_divisible_by=4)
+        policy.make_sequence_length_divisible_by=4
+        grpo.reward_shaping.enabled=true grpo.reward_shaping.overlong_buffer_length=12
+        grpo.reward_shaping.max_response_length=16 "policy.generation.stop_token_ids=[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14]"
+        policy.generation.max_new_tokens=16)
 run() { # run NAME NP OVERRIDES...
   local name=$1 np=$2
   shift 2
