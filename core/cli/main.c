@@ -32,6 +32,7 @@ static void print_usage(FILE *out)
             "  config keys [KIND/NAME]             print the recipe keys plugins declare (type, default, doc)\n"
             "  bench dsa [options]                 time a DSA backend's kernels against the device's ceilings\n"
             "  bench train|generate [options]      a model config's training step (MFU) / greedy generation\n"
+            "  bench comm [options]                the device's collectives over the launched ranks (mpirun)\n"
 #ifdef DSARL_CLI_HAVE_MODEL_COMMANDS
             "  logits --model-dir DIR ...          next-token logits of a Hugging Face glm_moe_dsa model (.npy)\n"
             "  generate --model-dir DIR ...        greedy/sampled continuation of prompt token ids\n"
