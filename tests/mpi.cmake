@@ -96,6 +96,10 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
            "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS} -- ${DSARL_MPI_LAYOUTS})
   set_tests_properties(mpi_grpo_layouts PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  # SIGKILL of one rank of an EP2 run after a checkpoint; the rerun resumes and equals the uninterrupted run
+  add_test(NAME mpi_kill_resume COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_kill_resume.sh"
+           "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS})
+  set_tests_properties(mpi_kill_resume PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()
 
 # `mpirun -np 2 dsarl bench comm --device cpu --sizes small`: every collective timed, bandwidths by nccl-tests'
