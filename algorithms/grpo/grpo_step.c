@@ -32,9 +32,26 @@ static int log_samples(trainer *tr, const char *prefix, int64_t step, const roll
 }
 
 /* One GRPO step; on return tr->step has advanced and the step's train metrics are recorded (not committed). */
+// Seconds this rank has waited in collectives of every group of its layout so far (0 in a single process).
+static double collective_seconds(const trainer *tr)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    if (!p || !DSARL_PARALLEL_HAS_GROUPS(p))
+        return 0;
+    const dsarl_group *groups[] = {p->world, p->tp, p->pp, p->cp, p->dp, p->dp_cp, p->ep, p->edp, p->tp_dp_cp};
+    double total = 0;
+    for (size_t i = 0; i < DSARL_ARRAY_LEN(groups); i++) {
+        double s;
+        int64_t calls;
+        dsarl_group_time(groups[i], &s, &calls);
+        total += s;
+    }
+    return total;
+}
+
 int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err)
 {
-    double t0 = now_s();
+    double t0 = now_s(), comm0 = collective_seconds(tr);
     rollout_set rs = {0};
     packed_batch p = {0};
     step_stats st;
@@ -139,6 +156,8 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
             {"timing/train/policy_and_reference_logprobs", t_lp - t_adv},
             {"timing/train/policy_training", t_train - t_lp},
             {"timing/train/total_step_time", t_train - t0},
+            // rank 0's waits in collectives (host MPI calls and the device's bracketed NCCL waits) over the step
+            {"timing/train/collectives", collective_seconds(tr) - comm0},
             {"train/tokens_per_sec", (double)p.T / fmax(t_train - t0, 1e-9)},
         };
         for (size_t i = 0; i < DSARL_ARRAY_LEN(rows) && rc == DSARL_OK; i++)
