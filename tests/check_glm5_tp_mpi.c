@@ -6,7 +6,8 @@
  *   every parameter gradient, this rank's shard against the slice of the whole gradient (routed experts, which see
  *   only this rank's rows, after their sum over tp: the data-parallel reduction over edp completes them); the
  *   gradients of replicated parameters are also equal on every tp rank;
- * - forward_logits (gathered) and cached decode (prefill, then decode steps) logits;
+ * - forward_logits (gathered) and cached decode (prefill, then decode steps) logits, and the native generation
+ *   engine's rollouts (sampled and greedy): the same tokens on every rank and as one process;
  * in both attention forms, on a tiny GLM-5.2 config (IndexShare layers, MoE with shared experts, 4 heads: 2 per
  * rank, activation recompute in one round) and a GLM-5.1 one with GLM-5's real asymmetric head dims (qk_nope 192,
  * rope 64, v 256, kv_lora 512) and a tiny hidden size. A layout that does not split (3 heads over tp 2) and a batch
@@ -22,6 +23,7 @@
 #include "dsa_reference.h"
 #include "glm5_cache.h"
 #include "glm5_ops.h"
+#include "native_generator.h"
 #include "recipe_internal.h"
 
 static dsarl_comm *comm;
@@ -255,6 +257,37 @@ static void check_round(dsarl_model *single, dsarl_model *tp, glm5_attention_for
     ck_assert_msg(e_dec < 1e-5, "%s: cached decode logits differ from one process by %.3g", what, e_dec);
 }
 
+// Rollouts of the native engine on both models: the same tokens, log-probs within 1e-5; returns the log-prob error.
+static double compare_generation(const dsarl_model_ops *ops, dsarl_model *single, dsarl_model *tp, float temperature)
+{
+    int32_t tokens[7] = {3, 9, 1, 4, 8, 2, 6}, cu[3] = {0, 4, 7};
+    dsarl_token_batch prompts = {.struct_size = sizeof(prompts), .n_tokens = 7, .n_sequences = 2, .tokens = tokens,
+                                 .cu_seqlens = cu};
+    dsarl_sampling_params sp = {.struct_size = sizeof(sp), .temperature = temperature, .top_p = 0.9f, .top_k = 8,
+                                .max_new_tokens = 6, .seed = 5};
+    dsarl_generator *g1, *g2;
+    dsarl_generation_result r1, r2;
+    OK(native_create(NULL, ops, single, &g1, &err));
+    OK(native_create(NULL, ops, tp, &g2, &err));
+    OK(native_generate(g1, &prompts, &sp, &r1, &err));
+    OK(native_generate(g2, &prompts, &sp, &r2, &err));
+    ck_assert_int_eq(r1.cu_lengths[2], r2.cu_lengths[2]);
+    int32_t n = r1.cu_lengths[2], mine[16], lo[16], hi[16];
+    ck_assert_int_le(n, 16);
+    for (int32_t i = 0; i < n; i++) {
+        ck_assert_msg(r1.tokens[i] == r2.tokens[i], "temperature %g: completion token %d is %d, one process %d",
+                      (double)temperature, i, r2.tokens[i], r1.tokens[i]);
+        mine[i] = lo[i] = hi[i] = r2.tokens[i];
+    }
+    // every tp rank drew the same tokens
+    OK(dsarl_group_all_reduce_host(par.tp, lo, n, DSARL_DTYPE_I32, DSARL_REDUCE_MIN, &err));
+    OK(dsarl_group_all_reduce_host(par.tp, hi, n, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, &err));
+    ck_assert(memcmp(lo, mine, (size_t)n * sizeof(int32_t)) == 0 && memcmp(hi, mine, (size_t)n * sizeof(int32_t)) == 0);
+    double e = max_rel(r2.logprobs, r1.logprobs, n, 1e-2);
+    native_destroy(g1), native_destroy(g2);
+    return e;
+}
+
 static void check_config(const char *text, glm5_family family, const char *name)
 {
     dsarl_recipe *r1, *r2;
@@ -271,6 +304,13 @@ static void check_config(const char *text, glm5_family family, const char *name)
     single->activation_recompute = tp->activation_recompute = true;
     snprintf(what, sizeof what, "%s absorbed, activation recompute", name);
     check_round(single, tp, GLM5_FORM_ABSORBED, what, 3);
+    const dsarl_model_ops *ops = family == GLM5_FAMILY_51 ? &glm5_1_model_ops : &glm5_2_model_ops;
+    double e_sampled = compare_generation(ops, single, tp, 0.8f), e_greedy = compare_generation(ops, single, tp, 0.0f);
+    if (par.world_rank == 0)
+        fprintf(stderr, "  %s native generation: same tokens; log-probs %.3g (sampled), %.3g (greedy)\n", name,
+                e_sampled, e_greedy);
+    ck_assert_msg(e_sampled < 1e-5 && e_greedy < 1e-5, "%s: rollout log-probs differ by %.3g / %.3g", name,
+                  e_sampled, e_greedy);
     glm5_model_free(single), glm5_model_free(tp);
     dsarl_recipe_free(r1), dsarl_recipe_free(r2);
 }
