@@ -38,13 +38,7 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     inner_rows = inner_rows > moe_rows ? inner_rows : moe_rows;
     inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
     size_t e = p->m->elem, f = sizeof(float);
-    // tensor parallelism: the residual stream's gathered gradients and partial sums (sp), and the indexer loss's
-    // every-head queries and lse (the loss distils the attention summed over all heads)
-    int32_t tp = p->m->shards.tp_size;
-    int64_t full = p->sp ? T * C : 0, heads = tp > 1 && p->m->indexer_loss_coeff > 0.0f ? T * H * tp : 0;
     struct { void **ptr; size_t bytes; } plan[] = {
-        {&g->dfull, full * e}, {&g->dpart, full * e}, {&g->q_heads, heads * dqk * e}, {&g->q_stage, heads * dqk * e},
-        {(void **)&g->lse_heads, heads * f}, {(void **)&g->lse_stage, heads * f},
         {(void **)&g->dlogits, T * V * f}, {(void **)&g->drouter, Ts * E * f},
         {(void **)&g->dscale, R * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
         {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f},
@@ -62,8 +56,17 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
-    if (!p->sp) // every row is local: no gathers, and row-parallel layers write their sums in place
-        g->dfull = g->dpart = NULL;
+    // tensor parallelism: the residual stream's gathered gradients and partial sums (sp; without it every row is
+    // local and row-parallel layers write their sums in place), and the indexer loss's every-head queries and lse
+    // (the loss distils the attention summed over all heads)
+    int32_t tp = p->m->shards.tp_size;
+    int64_t heads = p->m->indexer_loss_coeff > 0.0f ? T * H * tp : 0;
+    struct { void **ptr; size_t bytes; } tp_plan[] = {
+        {&g->dfull, T * C * e}, {&g->dpart, T * C * e}, {&g->q_heads, heads * dqk * e}, {&g->q_stage, heads * dqk * e},
+        {(void **)&g->lse_heads, heads * f}, {(void **)&g->lse_stage, heads * f},
+    };
+    for (size_t i = 0; p->sp && i < sizeof tp_plan / sizeof tp_plan[0]; i++)
+        DSARL_TRY(glm5_pass_alloc(p, tp_plan[i].bytes, tp_plan[i].ptr, err));
     // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
     g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {

@@ -6,7 +6,11 @@
  *   (d_qk = kv_lora + rope, d_v = kv_lora); the latent output is brought back to v_head_dim by W_UV.
  * - headwise (transformers' expanded form): [k_nope_h | v_h] = rmsnorm(c_kv) kv_b_proj_h^T, k_h = [k_nope_h |
  *   rope(k_rope)] (the rope key shared by every head), q_h as projected; per-head attention writes attn directly.
- * Cached decode always uses the absorbed form: the cache holds the latent, not per-head keys. */
+ * Cached decode always uses the absorbed form: the cache holds the latent, not per-head keys.
+ *
+ * Under tensor parallelism (docs/parallel.md) a rank holds T/tp rows of the residual stream (sequence parallel),
+ * gathers the norms to every row before attention and the MLPs, runs its own heads, features and vocabulary slice,
+ * and reduce-scatters the row-parallel partial sums back to its rows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +78,6 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     int64_t k_heads = headwise ? T * H * c->qk_head_dim : 0, v_heads = headwise ? T * H * c->v_head_dim : 0;
     struct { void **p; size_t bytes; } plan[] = {
         {&a->x_in, Ts * C * e}, {&a->h1, T * C * e}, {&a->x_mid, Ts * C * e}, {&a->h2, Ts * C * e},
-        {&a->h2_full, (p->sp ? T * C : 0) * e},
         {(void **)&a->rstd1, Ts * f}, {(void **)&a->rstd2, Ts * f}, {(void **)&a->rstd_qa, T * f},
         {(void **)&a->rstd_kv, T * f}, {&a->qa, T * c->q_lora_rank * e}, {&a->q_resid, T * c->q_lora_rank * e},
         {&a->q, T * H * c->qk_head_dim * e}, {&a->ckv, T * dqk * e}, {&a->latent, T * c->kv_lora_rank * e},
@@ -96,8 +99,9 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].p, err));
     a->slot = a->rows + R, a->slot_inv = a->rows + 2 * R; // one block: one upload per MoE layer
-    if (!p->sp) // every row is local: the gathered norm is the norm
-        a->h2_full = a->h2;
+    a->h2_full = a->h2; // every row is local without sp: the gathered norm is the norm
+    if (p->sp)
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &a->h2_full, err));
     // route_w[N] = 0: the routing weight of padding rows (moe_route_forward writes the first N)
     DSARL_TRY(p->m->dev_ops->zero(p->m->dev, a->route_w + N, sizeof(float), err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
@@ -454,10 +458,11 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4},
-        {&p->part, (p->sp ? T * C : 0) * e}};
+        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    if (p->sp) // the row-parallel layers' partial sums before their reduce-scatter
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &p->part, err));
     // tokens, positions, key_start, key_end: one block, uploaded at once by upload_batch
     p->positions = p->tokens + T, p->key_start = p->tokens + 2 * T, p->key_end = p->tokens + 3 * T;
     // the batch decides the form, and the form the activation buffers
