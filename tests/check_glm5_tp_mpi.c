@@ -3,15 +3,16 @@
  * backend. Every rank also builds the one-process model (same config and seed, so the same weights) and compares:
  * - log-probabilities of a fresh random batch (forward_logprobs and train_forward), max relative error 1e-5;
  * - after a backward (glm5_backward, then train_forward/train_backward accumulating onto it): the indexer loss and
- *   every parameter gradient, this rank's shard against the slice of the whole gradient (routed experts, which see
- *   only this rank's rows, after their sum over tp: the data-parallel reduction over edp completes them); the
- *   gradients of replicated parameters are also equal on every tp rank;
+ *   every parameter gradient (max relative error 2e-5 per tensor), this rank's shard against the slice of the whole
+ *   gradient (routed experts, which see only this rank's rows, after their sum over tp: the data-parallel reduction
+ *   over edp completes them); the gradients of replicated parameters are also equal on every tp rank;
  * - forward_logits (gathered) and cached decode (prefill, then decode steps) logits, and the native generation
  *   engine's rollouts (sampled and greedy): the same tokens on every rank and as one process;
  * in both attention forms, on a tiny GLM-5.2 config (IndexShare layers, MoE with shared experts, 4 heads: 2 per
- * rank, activation recompute in one round) and a GLM-5.1 one with GLM-5's real asymmetric head dims (qk_nope 192,
- * rope 64, v 256, kv_lora 512) and a tiny hidden size. A layout that does not split (3 heads over tp 2) and a batch
- * whose token count tp does not divide are refused in one sentence. */
+ * rank, activation recompute in one round, a logit scale in some batches) and a GLM-5.1 one with GLM-5's real
+ * asymmetric head dims (qk_nope 192, rope 64, v 256, kv_lora 512), a tiny hidden size and tied embeddings. A layout
+ * that does not split (3 heads over tp 2) and a batch whose token count tp does not divide are refused in one
+ * sentence. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +46,8 @@ static const char *glm52_recipe =
     "    n_shared_experts: 2\n    initializer_range: 0.35\n"
     "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.25\n";
 
-// GLM-5's head dims (qk_nope 192, rope 64, v 256, kv_lora 512) with few heads and a tiny hidden size
+// GLM-5's head dims (qk_nope 192, rope 64, v 256, kv_lora 512) with few heads and a tiny hidden size; tied
+// embeddings (one vocab-parallel tensor serves both ends) and the dense indexer loss
 static const char *glm51_recipe =
     "policy:\n"
     "  model_config:\n"
@@ -54,7 +56,7 @@ static const char *glm51_recipe =
     "    kv_lora_rank: 512\n    qk_nope_head_dim: 192\n    qk_rope_head_dim: 64\n    v_head_dim: 256\n"
     "    n_routed_experts: 4\n    num_experts_per_tok: 2\n    n_group: 1\n    topk_group: 1\n    index_topk: 4\n"
     "    index_head_dim: 64\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
-    "    n_shared_experts: 1\n    initializer_range: 0.1\n"
+    "    n_shared_experts: 1\n    initializer_range: 0.1\n    tie_word_embeddings: true\n"
     "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.5\n      dsa_indexer_use_sparse_loss: false\n";
 
 static uint64_t mix(uint64_t x)
@@ -119,8 +121,9 @@ static void make_batch(tp_batch *b, int64_t V, uint64_t salt)
         s = mix(s);
         b->dlogprobs[t] = (float)((double)(s >> 11) / 9007199254740992.0) - 0.3f;
     }
+    // some rounds divide the logits by a sampling temperature (logit_scale)
     b->b = (dsarl_token_batch){.struct_size = sizeof(dsarl_token_batch), .n_tokens = T, .n_sequences = NSEQ,
-                               .tokens = b->tokens, .cu_seqlens = b->cu};
+                               .tokens = b->tokens, .cu_seqlens = b->cu, .logit_scale = salt % 2 ? 0.0f : 1.4f};
 }
 
 // max |a - b| / max(|b|, floor) over n values
@@ -130,6 +133,22 @@ static double max_rel(const float *a, const float *b, int64_t n, double floor)
     for (int64_t i = 0; i < n; i++)
         worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor));
     return worst;
+}
+
+// The largest of x over every rank (the printed errors cover every rank's batch).
+static double world_max(double x)
+{
+    OK(dsarl_group_all_reduce_host(par.world, &x, 1, DSARL_DTYPE_F64, DSARL_REDUCE_MAX, &err));
+    return x;
+}
+
+// max |a - b| / max |b| over n values (logits: relative to the row scale, not to values near 0)
+static double max_rel_scaled(const float *a, const float *b, int64_t n)
+{
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++)
+        diff = fmax(diff, fabs((double)a[i] - b[i])), scale = fmax(scale, fabs((double)b[i]));
+    return diff / fmax(scale, 1e-30);
 }
 
 // Every parameter gradient of tp against the slice of single's whole gradient; returns the worst tensor's error
@@ -170,9 +189,12 @@ static double compare_grads(dsarl_model *single, dsarl_model *tp, const char *wh
             worst = diff / scale, worst_name = q->name;
         free(ref), free(got);
     }
+    double everywhere = world_max(worst);
     if (par.world_rank == 0)
-        fprintf(stderr, "  %s: worst gradient tensor %.3g (%s)\n", what, worst, worst_name);
-    ck_assert_msg(worst < 1e-5, "%s: gradient of %s differs from one process by %.3g", what, worst_name, worst);
+        fprintf(stderr, "  %s: worst gradient tensor %.3g on any rank (rank 0: %.3g, %s)\n", what, everywhere, worst,
+                worst_name);
+    // norm-wise per tensor; the glm5.2 model's large init (0.35) amplifies float32 reordering to a few 1e-6
+    ck_assert_msg(worst < 2e-5, "%s: gradient of %s differs from one process by %.3g", what, worst_name, worst);
     return worst;
 }
 
@@ -204,7 +226,7 @@ static double compare_decode(dsarl_model *single, dsarl_model *tp, const tp_batc
         }
         OK(glm5_forward_cached(single, c1, batch, slots, l1, &err));
         OK(glm5_forward_cached(tp, c2, batch, slots, l2, &err));
-        worst = fmax(worst, max_rel(l2, l1, 2 * V, 1.0));
+        worst = fmax(worst, max_rel_scaled(l2, l1, 2 * V));
     }
     glm5_cache_free(c1), glm5_cache_free(c2);
     free(l1), free(l2);
@@ -226,7 +248,7 @@ static void check_round(dsarl_model *single, dsarl_model *tp, glm5_attention_for
     float *g1 = malloc((size_t)(T * V) * sizeof(float)), *g2 = malloc((size_t)(T * V) * sizeof(float));
     OK(glm5_forward_logits(single, &b.b, g1, &err));
     OK(glm5_forward_logits(tp, &b.b, g2, &err));
-    double e_logits = max_rel(g2, g1, T * V, 1.0);
+    double e_logits = max_rel_scaled(g2, g1, T * V);
     free(g1), free(g2);
     // a backward, then a training pass accumulating onto it (its log-probs too)
     float il1 = 0, il2 = 0, il1b = 0, il2b = 0;
@@ -248,9 +270,11 @@ static void check_round(dsarl_model *single, dsarl_model *tp, glm5_attention_for
     compare_grads(single, tp, label);
     double e_il = fmax(fabs((double)il2 - il1) / fabs((double)il1), fabs((double)il2b - il1b) / fabs((double)il1b));
     double e_dec = compare_decode(single, tp, &b);
+    double any_lp = world_max(e_lp), any_logits = world_max(e_logits), any_il = world_max(e_il);
+    double any_dec = world_max(e_dec);
     if (par.world_rank == 0)
-        fprintf(stderr, "  %s: log-probs %.3g, logits %.3g, indexer loss %.7g (%.3g), decode logits %.3g\n", what,
-                e_lp, e_logits, (double)il1, e_il, e_dec);
+        fprintf(stderr, "  %s, worst rank: log-probs %.3g, logits %.3g, indexer loss %.3g (rank 0's %.7g), decode "
+                "logits %.3g\n", what, any_lp, any_logits, any_il, (double)il1, any_dec);
     ck_assert_msg(e_lp < 1e-5, "%s: log-probs differ from one process by %.3g (relative)", what, e_lp);
     ck_assert_msg(e_logits < 1e-5, "%s: logits differ from one process by %.3g", what, e_logits);
     ck_assert_msg(il1 > 0 && e_il < 1e-5, "%s: indexer loss %g vs one process %g", what, (double)il2, (double)il1);
@@ -295,6 +319,9 @@ static void check_config(const char *text, glm5_family family, const char *name)
     OK(create_model(text, family, NULL, &r1, &single));
     OK(create_model(text, family, &par, &r2, &tp));
     ck_assert_int_eq(tp->shards.tp_size, par.tp_size);
+    if (strstr(text, "tie_word_embeddings: true"))
+        ck_assert(tp->cfg.tie_word_embeddings && !glm5_model_find_param(tp, "lm_head.weight") &&
+                  tp->lm_head == tp->embed);
     perturb_vectors(single, tp);
     char what[128];
     snprintf(what, sizeof what, "%s absorbed", name);
@@ -305,7 +332,8 @@ static void check_config(const char *text, glm5_family family, const char *name)
     snprintf(what, sizeof what, "%s absorbed, activation recompute", name);
     check_round(single, tp, GLM5_FORM_ABSORBED, what, 3);
     const dsarl_model_ops *ops = family == GLM5_FAMILY_51 ? &glm5_1_model_ops : &glm5_2_model_ops;
-    double e_sampled = compare_generation(ops, single, tp, 0.8f), e_greedy = compare_generation(ops, single, tp, 0.0f);
+    double e_sampled = world_max(compare_generation(ops, single, tp, 0.8f));
+    double e_greedy = world_max(compare_generation(ops, single, tp, 0.0f));
     if (par.world_rank == 0)
         fprintf(stderr, "  %s native generation: same tokens; log-probs %.3g (sampled), %.3g (greedy)\n", name,
                 e_sampled, e_greedy);
