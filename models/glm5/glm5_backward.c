@@ -341,15 +341,26 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
     return glm5_linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
 }
 
-// Uploads the targets (T), checked against the vocabulary.
-static int upload_targets(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, dsarl_error *err)
+// Uploads the targets (T_real), checked against the vocabulary; *padded: them with -1 (ignored) at the pad rows of
+// a padded pass (p->T), the array the vocab-parallel log-softmax reads.
+static int upload_targets(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, const int32_t **padded,
+                          dsarl_error *err)
 {
-    int64_t T = p->T;
+    int64_t T = p->T_real;
     for (int64_t t = 0; t < T; t++)
         if (targets[t] >= p->m->cfg.vocab_size)
             return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: target id %d at position %lld is outside the vocabulary "
                               "[0, %lld)", targets[t], (long long)t, (long long)p->m->cfg.vocab_size);
-    return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)T * sizeof(int32_t),
+    *padded = targets;
+    if (p->T != T) {
+        int32_t *all;
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)p->T * sizeof(int32_t), (void **)&all, err));
+        memcpy(all, targets, (size_t)T * sizeof(int32_t));
+        for (int64_t t = T; t < p->T; t++)
+            all[t] = -1;
+        *padded = all;
+    }
+    return p->m->dev_ops->copy(p->m->dev, g->targets, *padded, (size_t)p->T * sizeof(int32_t),
                                DSARL_COPY_HOST_TO_DEVICE, err);
 }
 
@@ -408,10 +419,10 @@ static int vocab_parallel_logprobs(glm5_pass *p, const int32_t *targets, float *
     }
     DSARL_TRY(d->copy(m->dev, dlp, lp, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
     DSARL_TRY(dsarl_device_all_reduce(d, m->dev, m->parallel.tp, dlp, T, DSARL_DTYPE_F32, DSARL_REDUCE_SUM, err));
-    return d->copy(m->dev, logprobs, dlp, (size_t)T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
+    return d->copy(m->dev, logprobs, dlp, (size_t)p->T_real * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
 }
 
-// logprobs (T) host of the pass's logits and the uploaded targets (g->targets; targets on the host).
+// logprobs (T_real) host of the pass's logits and the uploaded targets (g->targets; targets (T) on the host).
 static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -420,8 +431,8 @@ static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets
     // into dlogprobs' room: train_backward overwrites it with the caller's gradients
     DSARL_TRY(m->dev_ops->logprobs_forward(m->dev, g->dlogprobs, p->logits, g->targets, p->T, m->cfg.vocab_size,
                                            err));
-    return m->dev_ops->copy(m->dev, logprobs, g->dlogprobs, (size_t)p->T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
-                            err);
+    return m->dev_ops->copy(m->dev, logprobs, g->dlogprobs, (size_t)p->T_real * sizeof(float),
+                            DSARL_COPY_DEVICE_TO_HOST, err);
 }
 
 /* dlogits (T, V/tp) of the vocab-parallel log-softmax from dlogprobs (T, device): d z_v = g ([v == y] - exp(z_v -
@@ -453,30 +464,33 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
+    const int32_t *all_targets = targets;
     if (rc == 0)
-        rc = upload_targets(&p, &g, targets, err);
+        rc = upload_targets(&p, &g, targets, &all_targets, err);
     if (rc == 0)
-        rc = pass_logprobs(&p, &g, targets, logprobs, err);
+        rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
     glm5_pass_free(&p);
     return rc;
 }
 
-// dst (n) float32 device = value, through one upload.
-static int upload_constant(dsarl_model *m, float *dst, float value, int64_t n, dsarl_error *err)
+// dst (n) float32 device = value in the first `real` entries, 0 after them (pad rows), through one upload.
+static int upload_constant(dsarl_model *m, float *dst, float value, int64_t real, int64_t n, dsarl_error *err)
 {
     float *host = malloc((size_t)n * sizeof(float));
     if (!host)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
     for (int64_t i = 0; i < n; i++)
-        host[i] = value;
+        host[i] = i < real ? value : 0.0f;
     int rc = m->dev_ops->copy(m->dev, dst, host, (size_t)n * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
     free(host);
     return rc;
 }
 
-// *loss = sum over full layers (last to first, as the backward visits them) of coeff * mean_t KL(t), from the
-// per-layer rows of g->ilosses in one download.
-static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T, double *loss, dsarl_error *err)
+// *loss = sum over full layers (last to first, as the backward visits them) of coeff * mean_t KL(t) over the first
+// `real` of T tokens (a padded pass's pad rows are not the caller's), from the per-layer rows of g->ilosses in one
+// download.
+static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T, int64_t real, double *loss,
+                              dsarl_error *err)
 {
     int64_t L = m->cfg.num_hidden_layers;
     float *host = malloc((size_t)(L * T) * sizeof(float));
@@ -488,9 +502,9 @@ static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T
         if (!m->layers[i].idx_wq_b)
             continue;
         double sum = 0.0;
-        for (int64_t t = 0; t < T; t++)
+        for (int64_t t = 0; t < real; t++)
             sum += host[i * T + t];
-        *loss += m->indexer_loss_coeff * sum / (double)T;
+        *loss += m->indexer_loss_coeff * sum / (double)real;
     }
     free(host);
     return rc;
@@ -503,7 +517,10 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(m);
-    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    if (T != p->T_real) // pad rows: no gradient (their targets are ignored too)
+        DSARL_TRY(d->zero(m->dev, g->dlogprobs, (size_t)T * sizeof(float), err));
+    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)p->T_real * sizeof(float), DSARL_COPY_HOST_TO_DEVICE,
+                      err));
     if (m->shards.tp_size > 1)
         DSARL_TRY(vocab_parallel_dlogits(p, g, err));
     else
@@ -522,8 +539,9 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, Ts, C, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
-    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer
-        DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)T, T, err));
+    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer;
+        // 0 at the pad rows of a padded pass
+        DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
     for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
         const glm5_layer *L = &m->layers[i];
         glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i];
@@ -559,7 +577,7 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     }
     double iloss = 0.0;
     if (indexer_loss)
-        DSARL_TRY(sum_indexer_losses(m, g, T, &iloss, err));
+        DSARL_TRY(sum_indexer_losses(m, g, T, p->T_real, &iloss, err));
     if (indexer_loss_out)
         *indexer_loss_out = (float)iloss;
     return d->synchronize(m->dev, err);
@@ -661,10 +679,11 @@ int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int
     int rc = glm5_pass_forward(m, batch, true, &tr->p, err);
     if (rc == 0)
         rc = alloc_targets(&tr->p, &tr->g, err);
+    const int32_t *all_targets = targets;
     if (rc == 0)
-        rc = upload_targets(&tr->p, &tr->g, targets, err);
+        rc = upload_targets(&tr->p, &tr->g, targets, &all_targets, err);
     if (rc == 0)
-        rc = pass_logprobs(&tr->p, &tr->g, targets, logprobs, err);
+        rc = pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err);
     m->train = tr;
     if (rc != 0)
         glm5_train_release(m);

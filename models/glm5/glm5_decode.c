@@ -111,7 +111,7 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     memset(&p, 0, sizeof(p));
     // tensor parallelism without sequence parallelism: every rank runs every row (a few tokens per step) for its
     // heads and vocabulary slice, the row-parallel sums all-reduced; the latent cache is whole on every rank
-    p.m = m, p.T = T, p.T_sp = T, p.sp = false, p.cache = cache, p.topk_width = c->index_topk;
+    p.m = m, p.T = p.T_real = T, p.T_sp = T, p.sp = false, p.cache = cache, p.topk_width = c->index_topk;
     p.form = DSARL_DSA_FORM_ABSORBED; // the cache holds latents, not per-head keys (and the batch no host segments)
     int64_t stage = glm5_local_heads(m) * T * glm5_head_stage(c); // head-major staging (glm5_heads.c)
     size_t e = m->elem, i4 = sizeof(int32_t);

@@ -391,6 +391,28 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
     return DSARL_OK;
 }
 
+// A batch of T tokens that tp does not divide, with one more segment of pad tokens (id 0) up to the next multiple:
+// a segment of its own, so no real token attends to a pad; the caller's rows come first (p->T_real of p->T).
+static int pad_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_token_batch *out, dsarl_error *err)
+{
+    int32_t tp = p->m->shards.tp_size, n = b->n_sequences;
+    int64_t T = b->n_tokens, padded = (T + tp - 1) / tp * tp;
+    if (n < 1 || !b->cu_seqlens || !b->tokens || b->cu_seqlens[0] != 0 || b->cu_seqlens[n] != T)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: batch cu_seqlens must start at 0 and end at n_tokens (%lld)",
+                          (long long)T);
+    int32_t *tokens, *cu;
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)padded * sizeof(int32_t), (void **)&tokens, err)); // zeroed
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(n + 2) * sizeof(int32_t), (void **)&cu, err));
+    memcpy(tokens, b->tokens, (size_t)T * sizeof(int32_t));
+    memcpy(cu, b->cu_seqlens, (size_t)(n + 1) * sizeof(int32_t));
+    cu[n + 1] = (int32_t)padded;
+    *out = *b;
+    out->struct_size = sizeof(*out) < b->struct_size ? sizeof(*out) : b->struct_size;
+    out->n_tokens = padded, out->n_sequences = n + 1, out->tokens = tokens, out->cu_seqlens = cu;
+    p->T = padded;
+    return DSARL_OK;
+}
+
 // The attention form of a training/prefill pass: the recipe's choice, or under auto the backend's preference.
 static int choose_form(glm5_pass *p, dsarl_error *err)
 {
@@ -442,10 +464,12 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     if (m->shards.ep_size > 1) // the weights shard already; the routed experts do not exchange tokens yet
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the forward under expert parallelism (ep %d) is not "
                           "implemented yet", m->shards.ep_size);
+    p->T_real = T;
+    dsarl_token_batch padded;
+    if (T % tp != 0) // not divisible into equal sequence-parallel row blocks: pad (policy.make_sequence_length_
+        DSARL_TRY(pad_batch(p, batch, &padded, err)); // divisible_by avoids it), T grows
     if (T % tp != 0)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a batch of %lld tokens does not split into %d equal "
-                          "sequence-parallel row blocks (policy.megatron_cfg.tensor_model_parallel_size = %d); pad "
-                          "every sequence with policy.make_sequence_length_divisible_by", (long long)T, tp, tp);
+        batch = &padded, T = p->T;
     p->sp = tp > 1, p->T_sp = T / tp;
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
     p->topk_width = c->index_topk;
@@ -537,8 +561,13 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
 {
     glm5_pass p;
     int rc = glm5_pass_forward(m, batch, false, &p, err);
+    float *rows = logits; // a padded pass has more rows than the caller's
+    if (rc == 0 && p.T != p.T_real)
+        rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
     if (rc == 0) // a tool path: every rank gets the whole (T, V) rows
-        rc = glm5_gather_vocab(m, logits, p.logits, batch->n_tokens, err);
+        rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
+    if (rc == 0 && rows != logits)
+        memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);
     glm5_pass_free(&p);

@@ -62,7 +62,10 @@ typedef enum glm5_head_map {
 
 typedef struct glm5_pass {
     dsarl_model *m;
-    int64_t T;                                 // tokens of the batch: attention, indexer and LM head rows
+    int64_t T;                                 // tokens of the pass: attention, indexer and LM head rows
+    int64_t T_real;                            // the caller's tokens: T, or under tp a batch that tp does not
+                                               // divide, padded by one segment of T - T_real pad tokens (ignored
+                                               // targets, outside the indexer loss) so the rows split evenly
     bool sp;                                   // sequence parallel (tp > 1, training and prefill): the residual
                                                // stream, norms and routed experts hold T_sp = T / tp rows, rank r
                                                // rows [r T_sp, (r+1) T_sp); cached decode keeps every row (sp off)
