@@ -109,3 +109,15 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-device-cpu)
            "${CMAKE_BINARY_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS})
   set_tests_properties(bench_comm_mpi_np2 PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
 endif()
+
+# Tensor and sequence parallelism inside the glm5 model: TP2 and TP2 x DP2 against the one-process model.
+if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects
+   AND TARGET dsarl-generation-native-objects)
+  add_executable(check_glm5_tp_mpi check_glm5_tp_mpi.c)
+  set_target_properties(check_glm5_tp_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  target_link_libraries(check_glm5_tp_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                        dsarl-generation-native-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+  target_compile_definitions(check_glm5_tp_mpi PRIVATE _GNU_SOURCE)
+  dsarl_add_mpi_test(glm5_tp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_tp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
+endif()

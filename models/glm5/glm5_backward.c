@@ -22,8 +22,8 @@ static int alloc_targets(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
-    int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, H = c->num_attention_heads;
-    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, kvr = c->kv_lora_rank;
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(p->m), H = glm5_local_heads(p->m);
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = Ts * K, kvr = c->kv_lora_rank;
     int64_t dqk = kvr + c->qk_rope_head_dim, qr = c->q_lora_rank, nI = c->index_n_heads, dI = c->index_head_dim;
     bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
     // head-major staging (H, T, glm5_head_stage) where the form needs it (see alloc_head_layout in glm5_forward.c)
@@ -33,17 +33,17 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
     int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
     int64_t inner_rows = T * c->intermediate_size;
-    int64_t R = glm5_moe_rows(p->m, T); // routed rows with padding room (glm5_pass.h)
-    int64_t moe_rows = glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size;
+    int64_t R = glm5_moe_rows(p->m, Ts); // this rank's routed rows, with padding room where padded (glm5_pass.h)
+    int64_t moe_rows = glm5_moe_act_rows(p->m, Ts) * c->moe_intermediate_size;
     int64_t sh_rows = T * c->moe_intermediate_size * c->n_shared_experts;
     inner_rows = inner_rows > moe_rows ? inner_rows : moe_rows;
     inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
     size_t e = p->m->elem, f = sizeof(float);
     struct { void **ptr; size_t bytes; } plan[] = {
-        {(void **)&g->dlogits, T * V * f}, {(void **)&g->drouter, T * E * f},
+        {(void **)&g->dlogits, T * V * f}, {(void **)&g->drouter, Ts * E * f},
         {(void **)&g->dscale, R * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
         {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f},
-        {&g->dx, T * C * e}, {&g->dh, T * C * e}, {&g->dh2, T * C * e}, {&g->dtmp, T * C * e},
+        {&g->dx, Ts * C * e}, {&g->dh, Ts * C * e}, {&g->dh2, Ts * C * e}, {&g->dtmp, Ts * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
         {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
         {&g->dkv_heads, hw_rows * nv * e}, {&g->dk_sum, (headwise ? T * qk : 0) * e}, {&g->ones, hw_rows * e},
@@ -57,6 +57,17 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    // tensor parallelism: the residual stream's gathered gradients and partial sums (sp; without it every row is
+    // local and row-parallel layers write their sums in place), and the indexer loss's every-head queries and lse
+    // (the loss distils the attention summed over all heads)
+    int32_t tp = p->m->shards.tp_size;
+    int64_t heads = p->m->indexer_loss_coeff > 0.0f ? T * H * tp : 0;
+    struct { void **ptr; size_t bytes; } tp_plan[] = {
+        {&g->dfull, T * C * e}, {&g->dpart, T * C * e}, {&g->q_heads, heads * dqk * e}, {&g->q_stage, heads * dqk * e},
+        {(void **)&g->lse_heads, heads * f}, {(void **)&g->lse_stage, heads * f},
+    };
+    for (size_t i = 0; p->sp && i < sizeof tp_plan / sizeof tp_plan[0]; i++)
+        DSARL_TRY(glm5_pass_alloc(p, tp_plan[i].bytes, tp_plan[i].ptr, err));
     // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
     g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {
@@ -109,15 +120,45 @@ static int mlp_backward(dsarl_model *m, glm5_grad_bufs *g, void *dx, const void 
     return glm5_linear_dinput(m, dx, g->dgu, w_gate_up, n, C, 2 * inner, 1.0f, err);
 }
 
-// MoE layer backward: the shared experts, then the routed experts and the router (glm5_moe.c); dh2 accumulates.
+// The gradient dy (T_sp, C) of this rank's rows gathered over tp into (T, C) (itself without sp).
+static int gather_dy(glm5_pass *p, glm5_grad_bufs *g, const void *dy, const void **full, dsarl_error *err)
+{
+    *full = p->sp ? g->dfull : dy;
+    return p->sp ? glm5_sp_gather(p, g->dfull, dy, p->m->cfg.hidden_size, err) : DSARL_OK;
+}
+
+// Backward of a tensor-parallel SwiGLU MLP (column-parallel gate/up, row-parallel down) on every row: from the
+// local rows' dy (T_sp, C), dx (T_sp, C) accumulated with this rank's block of the sum over tp of the partial input
+// gradients.
+static int mlp_backward_tp(glm5_pass *p, glm5_grad_bufs *g, void *dx, const void *dy, const void *x, const void *gu,
+                           const void *act, const void *w_gate_up, const void *w_down, int64_t inner,
+                           dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    int64_t C = m->cfg.hidden_size;
+    if (!p->sp)
+        return mlp_backward(m, g, dx, dy, x, gu, act, w_gate_up, w_down, p->T, inner, err);
+    const void *dy_full;
+    DSARL_TRY(gather_dy(p, g, dy, &dy_full, err));
+    DSARL_TRY(m->dev_ops->zero(m->dev, g->dpart, (size_t)(p->T * C) * m->elem, err));
+    DSARL_TRY(mlp_backward(m, g, g->dpart, dy_full, x, gu, act, w_gate_up, w_down, p->T, inner, err));
+    DSARL_TRY(glm5_sp_reduce(p, g->dtmp, g->dpart, C, err));
+    return m->dev_ops->add(m->dev, dx, dx, g->dtmp, p->T_sp * C, err);
+}
+
+// MoE layer backward: the shared experts, then the routed experts and the router (glm5_moe.c, on this rank's rows:
+// p->T is T_sp around the call, as in the forward); dh2 accumulates.
 static int moe_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                         const void *dy, void *dh2, dsarl_error *err)
 {
-    dsarl_model *m = p->m;
     if (L->mlp_gate_up)
-        DSARL_TRY(mlp_backward(m, g, dh2, dy, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, p->T,
-                               L->mlp_inner, err));
-    return glm5_moe_backward(p, g, a, L, dy, dh2, err);
+        DSARL_TRY(mlp_backward_tp(p, g, dh2, dy, a->h2_full, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down,
+                                  L->mlp_inner, err));
+    int64_t T = p->T;
+    p->T = p->T_sp;
+    int rc = glm5_moe_backward(p, g, a, L, dy, dh2, err);
+    p->T = T;
+    return rc;
 }
 
 // Absorbed form, from dattn (T, H*v): dq (T, H*qk), dlatn (T, kv_lora) = d rmsnorm(c_kv), the rope key's gradient in
@@ -128,7 +169,7 @@ static int absorbed_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim;
     int64_t rope = c->qk_rope_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope;
     // attn_h = out_latent_h W_UV_h^T, every head in one batched GEMM over head-major copies (glm5_heads.c);
@@ -171,7 +212,7 @@ static int headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim;
     int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope;
     dsarl_dsa_headwise_inputs hw = {.struct_size = sizeof(hw), .q = a->q, .k = a->k_heads, .v = a->v_heads,
@@ -191,17 +232,23 @@ static int headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     return d->copy_2d(m->dev, glm5_at(m, g->dkv, kvr), dqk, glm5_at(m, g->dk_sum, nope), qk, T, rope, err);
 }
 
-// d of attention output dy (T,C) -> dh1 (T,C) overwritten, weight gradients accumulated.
+// d of attention output dy (T_sp,C) -> dh1 (T_sp,C) overwritten, weight gradients accumulated. Under tp the
+// attention ran on every row for this rank's heads: dy is gathered, and the input gradient of every row is a
+// partial sum over heads (so are the gradients of the replicated q_a/kv_a weights, summed after the backward),
+// reduced to this rank's rows.
 static int attention_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
-                              const void *dy, void *dh1, dsarl_error *err)
+                              const void *dy_local, void *dh1_local, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, C = c->hidden_size, H = glm5_local_heads(m), nope = c->qk_nope_head_dim;
     int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope, qr = c->q_lora_rank;
     float rs = (float)c->attention_scaling;
+    const void *dy;
+    DSARL_TRY(gather_dy(p, g, dy_local, &dy, err));
+    void *dh1 = p->sp ? g->dpart : dh1_local; // (T, C)
     DSARL_TRY(glm5_linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
     DSARL_TRY(glm5_linear_dweight(m, L->o_proj, dy, a->attn, T, H * v, C, err));
     if (p->form == DSARL_DSA_FORM_HEADWISE)
@@ -224,7 +271,23 @@ static int attention_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
     DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dckv, kvr), glm5_at(m, g->dckv, kvr), p->positions, m->inv_freq,
                                rs, T, 1, dqk, 0, rope, err));
     DSARL_TRY(glm5_linear_dweight(m, L->kv_a_proj, g->dckv, a->h1, T, C, dqk, err));
-    return glm5_linear_dinput(m, dh1, g->dckv, L->kv_a_proj, T, C, dqk, 1.0f, err);
+    DSARL_TRY(glm5_linear_dinput(m, dh1, g->dckv, L->kv_a_proj, T, C, dqk, 1.0f, err));
+    return glm5_sp_reduce(p, dh1_local, dh1, C, err);
+}
+
+// full (T, H_all, w) = every tp rank's local (T, H, w) heads in rank order (rank r holds heads [r H, (r+1) H)): an
+// all-gather (tp, T, H, w) into stage, then one strided copy per rank. w in values of dtype.
+static int gather_heads(glm5_pass *p, void *full, void *stage, const void *local, int64_t H, int64_t w,
+                        dsarl_dtype dtype, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    int32_t tp = m->shards.tp_size;
+    int64_t T = p->T, u = (int64_t)(dsarl_dtype_size(dtype) / m->elem); // storage elements per value
+    DSARL_TRY(dsarl_device_all_gather(m->dev_ops, m->dev, m->parallel.tp, stage, local, T * H * w, dtype, err));
+    for (int32_t r = 0; r < tp; r++)
+        DSARL_TRY(m->dev_ops->copy_2d(m->dev, glm5_at(m, full, r * H * w * u), tp * H * w * u,
+                                      glm5_at(m, stage, r * T * H * w * u), H * w * u, T, H * w * u, err));
+    return DSARL_OK;
 }
 
 // Indexer KL loss of one full layer: its per-token losses into g->ilosses row `layer` (summed by backward_pass
@@ -235,8 +298,8 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, rope = c->qk_rope_head_dim;
-    int64_t nI = c->index_n_heads, dI = c->index_head_dim, qr = c->q_lora_rank;
+    int64_t T = p->T, C = c->hidden_size, H = glm5_local_heads(m), rope = c->qk_rope_head_dim;
+    int64_t nI = c->index_n_heads, dI = c->index_head_dim, qr = c->q_lora_rank, dqk = c->kv_lora_rank + rope;
     float rs = (float)c->attention_scaling;
     // the loss distils the absorbed form's attention (q_abs over the latent); the headwise form keeps no q_abs, so
     // it is rebuilt here (its lse equals the absorbed one: the same logits, regrouped)
@@ -245,16 +308,24 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
         DSARL_TRY(glm5_absorb_queries(p, L, a->q, g->q_abs, g->s1, g->s2, err));
         q_abs = g->q_abs;
     }
+    // its target sums the attention over ALL heads: under tp every rank gathers the others' heads (queries and lse)
+    // and computes the same loss on the same rows, so the indexer's gradients are equal on every rank
+    const float *lse = a->lse;
+    if (m->shards.tp_size > 1) {
+        DSARL_TRY(gather_heads(p, g->q_heads, g->q_stage, q_abs, H, dqk, m->storage, err));
+        DSARL_TRY(gather_heads(p, g->lse_heads, g->lse_stage, a->lse, H, 1, DSARL_DTYPE_F32, err));
+        q_abs = g->q_heads, lse = g->lse_heads, H *= m->shards.tp_size;
+    }
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = a->kv, .n_heads = (int32_t)H,
-                                     .d_qk = (int32_t)(c->kv_lora_rank + rope), .d_v = (int32_t)c->kv_lora_rank,
+                                     .d_qk = (int32_t)dqk, .d_v = (int32_t)c->kv_lora_rank,
                                      .softmax_scale = (float)c->softmax_scale};
     dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
                                    .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
     const int32_t *indices = m->indexer_sparse_loss ? a->topk : NULL;
-    DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
+    DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, lse, &in, indices, p->topk_width,
                                                g->ilosses + (L - m->layers) * T, err));
     DSARL_TRY(d->zero(m->dev, g->dik, (size_t)(T * dI) * m->elem, err));
-    DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, a->lse, &in, indices, p->topk_width,
+    DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, lse, &in, indices, p->topk_width,
                                                 g->idloss, g->diq, g->dik, g->iw_grad, err));
     // weights: iw_scaled = s * (h weights_proj^T); h is detached
     DSARL_TRY(d->convert(m->dev, g->diw, m->storage, g->iw_grad, DSARL_DTYPE_F32, T * nI,
@@ -271,16 +342,118 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
     return glm5_linear_dweight(m, L->idx_wk, g->dik_raw, a->h1, T, C, dI, err);
 }
 
-// Uploads the targets (T), checked against the vocabulary.
-static int upload_targets(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, dsarl_error *err)
+// Uploads the targets (T_real), checked against the vocabulary; *padded: them with -1 (ignored) at the pad rows of
+// a padded pass (p->T), the array the vocab-parallel log-softmax reads.
+static int upload_targets(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, const int32_t **padded,
+                          dsarl_error *err)
 {
-    int64_t T = p->T;
+    int64_t T = p->T_real;
     for (int64_t t = 0; t < T; t++)
         if (targets[t] >= p->m->cfg.vocab_size)
             return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: target id %d at position %lld is outside the vocabulary "
                               "[0, %lld)", targets[t], (long long)t, (long long)p->m->cfg.vocab_size);
-    return p->m->dev_ops->copy(p->m->dev, g->targets, targets, (size_t)T * sizeof(int32_t),
+    *padded = targets;
+    if (p->T != T) {
+        int32_t *all;
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)p->T * sizeof(int32_t), (void **)&all, err));
+        memcpy(all, targets, (size_t)T * sizeof(int32_t));
+        for (int64_t t = T; t < p->T; t++)
+            all[t] = -1;
+        *padded = all;
+    }
+    return p->m->dev_ops->copy(p->m->dev, g->targets, *padded, (size_t)p->T * sizeof(int32_t),
                                DSARL_COPY_HOST_TO_DEVICE, err);
+}
+
+/* The vocab-parallel log-softmax (tp > 1): rank r holds logits z (T, V/tp) of the ids [r V/tp, (r+1) V/tp). Per row,
+ * lse_r = log sum exp over the slice (from the device's own log-probs of local id 0: lse_r = z_0 - logp_0), the
+ * (T) lse of every rank are all-gathered and combined in double, lse = log sum_r exp(lse_r); the rank owning the
+ * target contributes z_y - lse = logp_local(y) + lse_r - lse, the others 0, all-reduced (SUM) over tp. Only (T)
+ * vectors cross ranks; the (T, V) logits never do. Keeps for the backward p->vocab_rest = log sum exp of the OTHER
+ * ranks' logits and p->vocab_targets (vocab_parallel_dlogits). logprobs (T) host. */
+static int vocab_parallel_logprobs(glm5_pass *p, const int32_t *targets, float *logprobs, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    int32_t tp = m->shards.tp_size, me = m->shards.tp_rank;
+    int64_t T = p->T, Vl = glm5_local_vocab(m), v0 = Vl * me, u = glm5_f32_units(m);
+    // host: local targets (-1 where another rank owns the id), zeros, the backward's targets (vocab_parallel_dlogits:
+    // the extra column V/tp where another rank owns the id) | z_0, logp_0, logp_local, every lse (tp, T)
+    int32_t *ids;
+    float *host, *dev;
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(3 * T) * sizeof(int32_t), (void **)&ids, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)((3 + tp) * T) * sizeof(float), (void **)&host, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)T * sizeof(float), (void **)&p->vocab_rest, err));
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)(3 * T + (4 + tp) * T) * sizeof(float), (void **)&dev, err));
+    for (int64_t t = 0; t < T; t++) {
+        bool mine = targets[t] >= v0 && targets[t] < v0 + Vl;
+        ids[t] = mine ? (int32_t)(targets[t] - v0) : -1, ids[T + t] = 0;
+        ids[2 * T + t] = targets[t] < 0 ? -1 : mine ? ids[t] : (int32_t)Vl;
+    }
+    int32_t *dids = (int32_t *)dev;
+    p->vocab_targets = dids + 2 * T;
+    float *dz = dev + 3 * T, *dlp0 = dz + T, *dlp = dz + 2 * T, *dlse = dz + 3 * T, *dall = dz + 4 * T;
+    DSARL_TRY(d->copy(m->dev, dids, ids, (size_t)(3 * T) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
+    // z_0 of every row: column 0 of the float32 logits, moved as storage elements
+    DSARL_TRY(d->copy_2d(m->dev, dz, u, p->logits, Vl * u, T, u, err));
+    DSARL_TRY(d->logprobs_forward(m->dev, dlp0, p->logits, dids + T, T, Vl, err));
+    DSARL_TRY(d->logprobs_forward(m->dev, dlp, p->logits, dids, T, Vl, err));
+    DSARL_TRY(d->copy(m->dev, host, dz, (size_t)(3 * T) * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err));
+    float *z0 = host, *lp0 = host + T, *lp = host + 2 * T, *all = host + 3 * T;
+    for (int64_t t = 0; t < T; t++)
+        lp0[t] = z0[t] - lp0[t]; // this rank's lse
+    DSARL_TRY(d->copy(m->dev, dlse, lp0, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(dsarl_device_all_gather(d, m->dev, m->parallel.tp, dall, dlse, T, DSARL_DTYPE_F32, err));
+    DSARL_TRY(d->copy(m->dev, all, dall, (size_t)(tp * T) * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err));
+    for (int64_t t = 0; t < T; t++) {
+        double top = all[t];
+        for (int32_t r = 1; r < tp; r++)
+            top = all[r * T + t] > top ? all[r * T + t] : top;
+        double sum = 0.0, rest = 0.0;
+        for (int32_t r = 0; r < tp; r++) {
+            double e = exp(all[r * T + t] - top);
+            sum += e, rest += r == me ? 0.0 : e;
+        }
+        double lse = top + log(sum);
+        p->vocab_rest[t] = (float)(top + log(rest));
+        lp[t] = ids[t] >= 0 ? (float)(lp[t] + (double)all[me * T + t] - lse) : 0.0f;
+    }
+    DSARL_TRY(d->copy(m->dev, dlp, lp, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(dsarl_device_all_reduce(d, m->dev, m->parallel.tp, dlp, T, DSARL_DTYPE_F32, DSARL_REDUCE_SUM, err));
+    return d->copy(m->dev, logprobs, dlp, (size_t)p->T_real * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
+}
+
+// logprobs (T_real) host of the pass's logits and the uploaded targets (g->targets; targets (T) on the host).
+static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    if (m->shards.tp_size > 1)
+        return vocab_parallel_logprobs(p, targets, logprobs, err);
+    // into dlogprobs' room: train_backward overwrites it with the caller's gradients
+    DSARL_TRY(m->dev_ops->logprobs_forward(m->dev, g->dlogprobs, p->logits, g->targets, p->T, m->cfg.vocab_size,
+                                           err));
+    return m->dev_ops->copy(m->dev, logprobs, g->dlogprobs, (size_t)p->T_real * sizeof(float),
+                            DSARL_COPY_DEVICE_TO_HOST, err);
+}
+
+/* dlogits (T, V/tp) of the vocab-parallel log-softmax from dlogprobs (T, device): d z_v = g ([v == y] - exp(z_v -
+ * lse)). The device's logprobs_backward computes it over a row it normalises itself, so each row gets one more
+ * column holding the other ranks' log sum exp (p->vocab_rest): the softmax of (T, V/tp + 1) is then the global
+ * softmax on the local columns, and a target owned elsewhere points at the extra column (whose gradient is
+ * dropped). */
+static int vocab_parallel_dlogits(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t T = p->T, Vl = glm5_local_vocab(m), u = glm5_f32_units(m), W = Vl + 1;
+    float *aug, *daug, *rest;
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * T * W + T) * sizeof(float), (void **)&aug, err));
+    daug = aug + T * W, rest = daug + T * W;
+    DSARL_TRY(d->copy(m->dev, rest, p->vocab_rest, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
+    DSARL_TRY(d->copy_2d(m->dev, aug, W * u, p->logits, Vl * u, T, Vl * u, err));
+    DSARL_TRY(d->copy_2d(m->dev, aug + Vl, W * u, rest, u, T, u, err));
+    DSARL_TRY(d->logprobs_backward(m->dev, daug, g->dlogprobs, aug, p->vocab_targets, T, W, err));
+    return d->copy_2d(m->dev, g->dlogits, Vl * u, daug, W * u, T, Vl * u, err);
 }
 
 int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
@@ -292,33 +465,33 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
+    const int32_t *all_targets = targets;
     if (rc == 0)
-        rc = upload_targets(&p, &g, targets, err);
+        rc = upload_targets(&p, &g, targets, &all_targets, err);
     if (rc == 0)
-        rc = m->dev_ops->logprobs_forward(m->dev, g.dlogprobs, p.logits, g.targets, p.T, m->cfg.vocab_size, err);
-    if (rc == 0)
-        rc = m->dev_ops->copy(m->dev, logprobs, g.dlogprobs, (size_t)p.T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
-                              err);
+        rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
     glm5_pass_free(&p);
     return rc;
 }
 
-// dst (n) float32 device = value, through one upload.
-static int upload_constant(dsarl_model *m, float *dst, float value, int64_t n, dsarl_error *err)
+// dst (n) float32 device = value in the first `real` entries, 0 after them (pad rows), through one upload.
+static int upload_constant(dsarl_model *m, float *dst, float value, int64_t real, int64_t n, dsarl_error *err)
 {
     float *host = malloc((size_t)n * sizeof(float));
     if (!host)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
     for (int64_t i = 0; i < n; i++)
-        host[i] = value;
+        host[i] = i < real ? value : 0.0f;
     int rc = m->dev_ops->copy(m->dev, dst, host, (size_t)n * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err);
     free(host);
     return rc;
 }
 
-// *loss = sum over full layers (last to first, as the backward visits them) of coeff * mean_t KL(t), from the
-// per-layer rows of g->ilosses in one download.
-static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T, double *loss, dsarl_error *err)
+// *loss = sum over full layers (last to first, as the backward visits them) of coeff * mean_t KL(t) over the first
+// `real` of T tokens (a padded pass's pad rows are not the caller's), from the per-layer rows of g->ilosses in one
+// download.
+static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T, int64_t real, double *loss,
+                              dsarl_error *err)
 {
     int64_t L = m->cfg.num_hidden_layers;
     float *host = malloc((size_t)(L * T) * sizeof(float));
@@ -330,9 +503,9 @@ static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T
         if (!m->layers[i].idx_wq_b)
             continue;
         double sum = 0.0;
-        for (int64_t t = 0; t < T; t++)
+        for (int64_t t = 0; t < real; t++)
             sum += host[i * T + t];
-        *loss += m->indexer_loss_coeff * sum / (double)T;
+        *loss += m->indexer_loss_coeff * sum / (double)real;
     }
     free(host);
     return rc;
@@ -344,54 +517,140 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
 {
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, V = c->vocab_size;
-    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)T * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
-    DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(m);
+    if (T != p->T_real) // pad rows: no gradient (their targets are ignored too)
+        DSARL_TRY(d->zero(m->dev, g->dlogprobs, (size_t)T * sizeof(float), err));
+    DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)p->T_real * sizeof(float), DSARL_COPY_HOST_TO_DEVICE,
+                      err));
+    if (m->shards.tp_size > 1)
+        DSARL_TRY(vocab_parallel_dlogits(p, g, err));
+    else
+        DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
     if (p->logit_scale != 1.0f) // logits = scale * h W^T: the factor carries into dlogits of the product
         DSARL_TRY(d->convert(m->dev, g->dlogits, DSARL_DTYPE_F32, g->dlogits, DSARL_DTYPE_F32, T * V, p->logit_scale,
                              err));
     int rc = 0;
     const void *dlogits = glm5_storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
     DSARL_TRY(rc);
+    // vocab-parallel LM head: every row's input gradient is a partial sum over the vocabulary slices
+    void *dh = p->sp ? g->dpart : g->dh;
     DSARL_TRY(glm5_linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
-    DSARL_TRY(glm5_linear_dinput(m, g->dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
+    DSARL_TRY(glm5_linear_dinput(m, dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
+    DSARL_TRY(glm5_sp_reduce(p, g->dh, dh, C, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
-                                  p->rstd_final, T, C, err));
+                                  p->rstd_final, Ts, C, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
-    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer
-        DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)T, T, err));
+    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer;
+        // 0 at the pad rows of a padded pass
+        DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
     for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
         const glm5_layer *L = &m->layers[i];
         glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i];
         if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
-            DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(T * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
+            DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(Ts * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
             DSARL_TRY(glm5_layer_forward(p, a, i, i > 0 ? p->topk_saved[i - 1] : NULL, err));
         }
-        // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid))
-        DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(T * C) * m->elem, err));
+        // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid)); the residual stream's gradients are this rank's rows
+        DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(Ts * C) * m->elem, err));
         if (c->mlp_sparse[i])
             DSARL_TRY(moe_backward(p, g, a, L, g->dx, g->dh2, err));
         else
-            DSARL_TRY(mlp_backward(m, g, g->dh2, g->dx, a->h2, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T,
-                                   L->mlp_inner, err));
+            DSARL_TRY(mlp_backward_tp(p, g, g->dh2, g->dx, a->h2_full, a->gate_up, a->act, L->mlp_gate_up,
+                                      L->mlp_down, L->mlp_inner, err));
         DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->post_attention_norm), g->dh2, a->x_mid,
-                                      L->post_attention_norm, a->rstd2, T, C, err));
-        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, T * C, err));
+                                      L->post_attention_norm, a->rstd2, Ts, C, err));
+        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
         // attention branch: x_mid = x_in + attn(rmsnorm(x_in))
         DSARL_TRY(attention_backward(p, g, a, L, g->dx, g->dh, err));
         DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->input_norm), g->dh, a->x_in, L->input_norm,
-                                      a->rstd1, T, C, err));
-        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, T * C, err));
+                                      a->rstd1, Ts, C, err));
+        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
         if (L->idx_wq_b && indexer_loss)
             DSARL_TRY(indexer_loss_layer(p, g, a, L, err));
     }
-    DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err));
+    if (m->shards.tp_size == 1) {
+        DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err));
+    } else { // vocab-parallel: every row's gradient, kept where this rank's slice holds the id
+        DSARL_TRY(glm5_sp_gather(p, g->dfull, g->dx, C, err));
+        DSARL_TRY(d->scale_rows(m->dev, g->dfull, p->vocab_mask, T, C, err));
+        DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dfull, p->vocab_ids, T, C, err));
+    }
     double iloss = 0.0;
     if (indexer_loss)
-        DSARL_TRY(sum_indexer_losses(m, g, T, &iloss, err));
+        DSARL_TRY(sum_indexer_losses(m, g, T, p->T_real, &iloss, err));
     if (indexer_loss_out)
         *indexer_loss_out = (float)iloss;
+    return d->synchronize(m->dev, err);
+}
+
+/* Tensor parallelism leaves the gradients of replicated parameters partial on each rank: the norms and the router
+ * saw only this rank's rows, q_a_proj/kv_a_proj and their norms only this rank's heads' share of the gradient. They
+ * are summed over tp after the backward, except the indexer's: every rank computed the same whole gradient (same
+ * rows, every head gathered), so those are averaged, which keeps them equal. Gradients accumulate across backward
+ * calls, so what earlier calls left (already reduced, equal on every rank) is set aside first and added back after
+ * the reduction. Packed in one buffer: the summed tensors, then the averaged ones (two collectives). */
+static bool replicated_reduced(const glm5_param *p)
+{
+    return p->trainable && p->shard == GLM5_SHARD_REPLICATED;
+}
+
+static bool replicated_averaged(const glm5_param *p)
+{
+    return strstr(p->name, ".indexer.") != NULL;
+}
+
+// Copies every reduced replicated gradient into packed (to_pack) or back out of it; *n_sum, *n_avg: their sizes.
+static int pack_replicated(dsarl_model *m, void *packed, bool to_pack, int64_t *n_sum, int64_t *n_avg,
+                           dsarl_error *err)
+{
+    int64_t at = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t i = 0; i < m->n_params; i++) {
+            const glm5_param *p = &m->params[i];
+            if (!replicated_reduced(p) || replicated_averaged(p) != (pass == 1))
+                continue;
+            if (packed) {
+                void *grad = glm5_at(m, m->grads, p->offset), *slot = glm5_at(m, packed, at);
+                DSARL_TRY(m->dev_ops->copy(m->dev, to_pack ? slot : grad, to_pack ? grad : slot,
+                                           (size_t)p->numel * m->elem, DSARL_COPY_DEVICE_TO_DEVICE, err));
+            }
+            at += p->numel;
+        }
+        if (pass == 0)
+            *n_sum = at;
+    }
+    *n_avg = at - *n_sum;
+    return DSARL_OK;
+}
+
+// Sets aside the replicated gradients earlier backward calls left (*saved, owned by the pass) and zeroes them.
+static int replicated_grads_begin(glm5_pass *p, void **saved, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    int64_t n_sum, n_avg;
+    DSARL_TRY(pack_replicated(m, NULL, true, &n_sum, &n_avg, err));
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * (n_sum + n_avg)) * m->elem, saved, err));
+    DSARL_TRY(pack_replicated(m, *saved, true, &n_sum, &n_avg, err));
+    void *zero = glm5_at(m, *saved, n_sum + n_avg);
+    DSARL_TRY(m->dev_ops->zero(m->dev, zero, (size_t)(n_sum + n_avg) * m->elem, err));
+    return pack_replicated(m, zero, false, &n_sum, &n_avg, err);
+}
+
+// Reduces this backward's replicated gradients over tp and adds back what begin set aside.
+static int replicated_grads_end(glm5_pass *p, void *saved, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t n_sum, n_avg;
+    DSARL_TRY(pack_replicated(m, NULL, true, &n_sum, &n_avg, err));
+    void *packed = glm5_at(m, saved, n_sum + n_avg); // the second half: begin's zeroes, free again
+    DSARL_TRY(pack_replicated(m, packed, true, &n_sum, &n_avg, err));
+    DSARL_TRY(dsarl_device_all_reduce(d, m->dev, m->parallel.tp, packed, n_sum, m->storage, DSARL_REDUCE_SUM, err));
+    DSARL_TRY(dsarl_device_all_reduce(d, m->dev, m->parallel.tp, glm5_at(m, packed, n_sum), n_avg, m->storage,
+                                      DSARL_REDUCE_AVG, err));
+    DSARL_TRY(d->add(m->dev, packed, packed, saved, n_sum + n_avg, err));
+    DSARL_TRY(pack_replicated(m, packed, false, &n_sum, &n_avg, err));
     return d->synchronize(m->dev, err);
 }
 
@@ -421,14 +680,11 @@ int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int
     int rc = glm5_pass_forward(m, batch, true, &tr->p, err);
     if (rc == 0)
         rc = alloc_targets(&tr->p, &tr->g, err);
+    const int32_t *all_targets = targets;
     if (rc == 0)
-        rc = upload_targets(&tr->p, &tr->g, targets, err);
-    if (rc == 0) // into dlogprobs' room: train_backward overwrites it with the caller's gradients
-        rc = m->dev_ops->logprobs_forward(m->dev, tr->g.dlogprobs, tr->p.logits, tr->g.targets, tr->p.T,
-                                          m->cfg.vocab_size, err);
+        rc = upload_targets(&tr->p, &tr->g, targets, &all_targets, err);
     if (rc == 0)
-        rc = m->dev_ops->copy(m->dev, logprobs, tr->g.dlogprobs, (size_t)tr->p.T * sizeof(float),
-                              DSARL_COPY_DEVICE_TO_HOST, err);
+        rc = pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err);
     m->train = tr;
     if (rc != 0)
         glm5_train_release(m);
@@ -441,10 +697,15 @@ int glm5_train_backward(dsarl_model *m, const float *dlogprobs, float *indexer_l
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: train_backward needs a pending train_forward (none is "
                           "pending: each train_forward is followed by at most one train_backward)");
     int rc = m->grads ? DSARL_OK : glm5_zero_grad(m, err);
+    void *saved = NULL;
     if (rc == 0)
         rc = alloc_grad_bufs(&m->train->p, &m->train->g, err);
+    if (rc == 0 && m->shards.tp_size > 1)
+        rc = replicated_grads_begin(&m->train->p, &saved, err);
     if (rc == 0)
         rc = backward_pass(m, &m->train->p, &m->train->g, dlogprobs, indexer_loss, err);
+    if (rc == 0 && m->shards.tp_size > 1)
+        rc = replicated_grads_end(&m->train->p, saved, err);
     glm5_train_release(m);
     return rc;
 }

@@ -74,26 +74,28 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, V = c->vocab_size, B = b->n_sequences;
+    int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m), B = b->n_sequences;
     const int32_t *last_rows = p->cache_rows + T; // (B) device, uploaded with the batch
     DSARL_TRY(upload_cached_batch(p, p->cache, b, slots, err));
+    if (m->shards.tp_size > 1)
+        DSARL_TRY(glm5_upload_vocab_ids(p, b->tokens, err));
     // buffers sized now that the top-k width is known (dense attention widens it)
     if (!(p->acts = calloc(1, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
     p->n_acts = 1;
     DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[0], err));
-    DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
+    DSARL_TRY(glm5_embed(p, err));
     const int32_t *prev_topk = NULL;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
         DSARL_TRY(glm5_layer_forward(p, &p->acts[0], i, prev_topk, err));
         prev_topk = p->acts[0].topk; // indices into the cache: every layer's arrays share the row layout
     }
-    // final norm and LM head on the last new token of each sequence only: (B, C) -> (B, V)
+    // final norm and LM head on the last new token of each sequence only: (B, C) -> (B, V/tp), gathered to (B, V)
     DSARL_TRY(d->gather_rows(m->dev, p->tmp, p->x, last_rows, B, C, err));
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->tmp, m->final_norm, B, C,
                                  (float)c->rms_norm_eps, err));
     DSARL_TRY(d->gemm_f32out(m->dev, false, true, B, V, C, 1.0f, p->h_final, m->lm_head, 0.0f, p->logits, err));
-    DSARL_TRY(d->download_f32(m->dev, logits, p->logits, DSARL_DTYPE_F32, (size_t)(B * V), err));
+    DSARL_TRY(glm5_gather_vocab(m, logits, p->logits, B, err));
     return d->synchronize(m->dev, err);
 }
 
@@ -125,12 +127,14 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
         return serve_experts(m, err);
     DSARL_TRY(check_batch(cache, b, slots, err));
     const glm5_config *c = &m->cfg;
-    int64_t T = b->n_tokens, C = c->hidden_size, V = c->vocab_size, B = b->n_sequences;
+    int64_t T = b->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m), B = b->n_sequences;
     glm5_pass p;
     memset(&p, 0, sizeof(p));
-    p.m = m, p.T = T, p.cache = cache, p.topk_width = c->index_topk;
+    // tensor parallelism without sequence parallelism: every rank runs every row (a few tokens per step) for its
+    // heads and vocabulary slice, the row-parallel sums all-reduced; the latent cache is whole on every rank
+    p.m = m, p.T = p.T_real = T, p.T_sp = T, p.sp = false, p.cache = cache, p.topk_width = c->index_topk;
     p.form = DSARL_DSA_FORM_ABSORBED; // the cache holds latents, not per-head keys (and the batch no host segments)
-    int64_t stage = c->num_attention_heads * T * glm5_head_stage(c); // head-major staging (glm5_heads.c)
+    int64_t stage = glm5_local_heads(m) * T * glm5_head_stage(c); // head-major staging (glm5_heads.c)
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},

@@ -6,7 +6,11 @@
  *   (d_qk = kv_lora + rope, d_v = kv_lora); the latent output is brought back to v_head_dim by W_UV.
  * - headwise (transformers' expanded form): [k_nope_h | v_h] = rmsnorm(c_kv) kv_b_proj_h^T, k_h = [k_nope_h |
  *   rope(k_rope)] (the rope key shared by every head), q_h as projected; per-head attention writes attn directly.
- * Cached decode always uses the absorbed form: the cache holds the latent, not per-head keys. */
+ * Cached decode always uses the absorbed form: the cache holds the latent, not per-head keys.
+ *
+ * Under tensor parallelism (docs/parallel.md) a rank holds T/tp rows of the residual stream (sequence parallel),
+ * gathers the norms to every row before attention and the MLPs, runs its own heads, features and vocabulary slice,
+ * and reduce-scatters the row-parallel partial sums back to its rows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +65,10 @@ static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
 int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
-    int64_t T = p->T;
+    int64_t T = p->T, Ts = p->T_sp; // attention rows; residual-stream (and routed-expert) rows of this rank
     size_t e = p->m->elem, f = sizeof(float), i4 = sizeof(int32_t);
-    int64_t H = c->num_attention_heads, C = c->hidden_size, dqk = c->kv_lora_rank + c->qk_rope_head_dim;
-    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = T * K, R = glm5_moe_rows(p->m, T);
+    int64_t H = glm5_local_heads(p->m), C = c->hidden_size, dqk = c->kv_lora_rank + c->qk_rope_head_dim;
+    int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = Ts * K, R = glm5_moe_rows(p->m, Ts);
     int64_t nI = c->index_n_heads, dI = c->index_head_dim;
     int64_t dense = max2(c->intermediate_size, c->moe_intermediate_size), sh = c->moe_intermediate_size *
                                                                               c->n_shared_experts;
@@ -73,8 +77,8 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     int64_t q_abs = headwise ? 0 : T * H * dqk, out_latent = headwise ? 0 : T * H * c->kv_lora_rank;
     int64_t k_heads = headwise ? T * H * c->qk_head_dim : 0, v_heads = headwise ? T * H * c->v_head_dim : 0;
     struct { void **p; size_t bytes; } plan[] = {
-        {&a->x_in, T * C * e}, {&a->h1, T * C * e}, {&a->x_mid, T * C * e}, {&a->h2, T * C * e},
-        {(void **)&a->rstd1, T * f}, {(void **)&a->rstd2, T * f}, {(void **)&a->rstd_qa, T * f},
+        {&a->x_in, Ts * C * e}, {&a->h1, T * C * e}, {&a->x_mid, Ts * C * e}, {&a->h2, Ts * C * e},
+        {(void **)&a->rstd1, Ts * f}, {(void **)&a->rstd2, Ts * f}, {(void **)&a->rstd_qa, T * f},
         {(void **)&a->rstd_kv, T * f}, {&a->qa, T * c->q_lora_rank * e}, {&a->q_resid, T * c->q_lora_rank * e},
         {&a->q, T * H * c->qk_head_dim * e}, {&a->ckv, T * dqk * e}, {&a->latent, T * c->kv_lora_rank * e},
         {&a->latent_norm, T * c->kv_lora_rank * e}, {&a->kv, T * dqk * e}, {&a->q_abs, q_abs * e},
@@ -84,17 +88,20 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
         {&a->ik, T * dI * e}, {(void **)&a->ik_mean, T * f}, {(void **)&a->ik_rstd, T * f},
         {(void **)&a->iw_scaled, T * nI * f},
         {(void **)&a->topk, T * (int64_t)p->topk_width * i4},
-        {&a->gate_up, max2(T * dense, glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size) * 2 * e},
-        {&a->act, max2(T * dense, glm5_moe_act_rows(p->m, T) * c->moe_intermediate_size) * e},
+        {&a->gate_up, max2(T * dense, glm5_moe_act_rows(p->m, Ts) * c->moe_intermediate_size) * 2 * e},
+        {&a->act, max2(T * dense, glm5_moe_act_rows(p->m, Ts) * c->moe_intermediate_size) * e},
         {&a->sh_gate_up, T * 2 * sh * e}, {&a->sh_act, T * sh * e},
         {&a->expert_in, R * C * e}, {&a->expert_out, R * C * e},
-        {(void **)&a->router_logits, T * E * f}, {(void **)&a->router_probs, T * E * f},
+        {(void **)&a->router_logits, Ts * E * f}, {(void **)&a->router_probs, Ts * E * f},
         {(void **)&a->route_idx, N * i4}, {(void **)&a->route_w, (N + 1) * f},
         {(void **)&a->rows, (2 * R + N) * i4}, {(void **)&a->row_scale, R * f},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].p, err));
     a->slot = a->rows + R, a->slot_inv = a->rows + 2 * R; // one block: one upload per MoE layer
+    a->h2_full = a->h2; // every row is local without sp: the gathered norm is the norm
+    if (p->sp)
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &a->h2_full, err));
     // route_w[N] = 0: the routing weight of padding rows (moe_route_forward writes the first N)
     DSARL_TRY(p->m->dev_ops->zero(p->m->dev, a->route_w + N, sizeof(float), err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
@@ -117,15 +124,47 @@ static int swiglu_mlp(dsarl_model *m, void *y, const void *x, void *gu, void *ac
     return glm5_linear(m, y, act, down, n, inner, C, err);
 }
 
-// MoE layer: the routed experts (glm5_moe.c) plus the shared experts, which see the same normed input.
+int glm5_sp_gather(glm5_pass *p, void *full, const void *local, int64_t width, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    if (!p->sp)
+        return full == local ? DSARL_OK
+                             : m->dev_ops->copy(m->dev, full, local, (size_t)(p->T * width) * m->elem,
+                                                DSARL_COPY_DEVICE_TO_DEVICE, err);
+    return dsarl_device_all_gather(m->dev_ops, m->dev, m->parallel.tp, full, local, p->T_sp * width, m->storage,
+                                   err);
+}
+
+int glm5_sp_reduce(glm5_pass *p, void *local, void *partial, int64_t width, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    if (p->sp)
+        return dsarl_device_reduce_scatter(m->dev_ops, m->dev, m->parallel.tp, local, partial, p->T_sp * width,
+                                           m->storage, DSARL_REDUCE_SUM, err);
+    if (m->shards.tp_size > 1) // cached decode: every rank keeps every row
+        DSARL_TRY(dsarl_device_all_reduce(m->dev_ops, m->dev, m->parallel.tp, partial, p->T * width, m->storage,
+                                          DSARL_REDUCE_SUM, err));
+    return partial == local ? DSARL_OK
+                            : m->dev_ops->copy(m->dev, local, partial, (size_t)(p->T * width) * m->elem,
+                                               DSARL_COPY_DEVICE_TO_DEVICE, err);
+}
+
+// MoE layer: the routed experts (glm5_moe.c) plus the shared experts, which see the same normed input. The routed
+// experts take this rank's rows: glm5_moe.c routes p->T rows of a->h2, so p->T is T_sp around the call.
 static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    DSARL_TRY(glm5_moe_forward(p, a, L, y, err));
-    if (L->mlp_gate_up) {
-        DSARL_TRY(swiglu_mlp(m, p->tmp, a->h2, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, p->T,
+    int64_t T = p->T;
+    p->T = p->T_sp;
+    int rc = glm5_moe_forward(p, a, L, y, err);
+    p->T = T;
+    DSARL_TRY(rc);
+    if (L->mlp_gate_up) { // column-parallel gate/up, row-parallel down over every row: partial sums over tp
+        void *part = glm5_partial_out(p, p->tmp);
+        DSARL_TRY(swiglu_mlp(m, part, a->h2_full, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, p->T,
                              L->mlp_inner, err));
-        DSARL_TRY(m->dev_ops->add(m->dev, y, y, p->tmp, p->T * m->cfg.hidden_size, err));
+        DSARL_TRY(glm5_sp_reduce(p, p->tmp, part, m->cfg.hidden_size, err));
+        DSARL_TRY(m->dev_ops->add(m->dev, y, y, p->tmp, p->T_sp * m->cfg.hidden_size, err));
     }
     return DSARL_OK;
 }
@@ -137,7 +176,7 @@ static int headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, 
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
     int64_t kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
     // one GEMM for every head: kv_heads (T, H, nope + v), as transformers' kv_b_proj output
     DSARL_TRY(glm5_linear(m, p->kv_heads, a->latent_norm, L->kv_b_proj, T, kvr, H * (nope + v), err));
@@ -195,7 +234,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, C = c->hidden_size, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, C = c->hidden_size, H = glm5_local_heads(m), nope = c->qk_nope_head_dim;
     int64_t rope = c->qk_rope_head_dim, qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     int64_t dqk = kvr + rope, qr = c->q_lora_rank;
     float rs = (float)c->attention_scaling;
@@ -253,24 +292,68 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     const glm5_layer *L = &m->layers[i];
-    int64_t T = p->T, C = c->hidden_size;
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size;
     size_t e = m->elem;
     float eps = (float)c->rms_norm_eps;
     if (p->save) // the layer's inputs are read only by the backward
-        DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
-    DSARL_TRY(d->rmsnorm_forward(m->dev, a->h1, a->rstd1, p->x, L->input_norm, T, C, eps, err));
-    DSARL_TRY(attention_forward(p, a, L, prev_topk, p->tmp, err));
-    DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, T * C, err));
+        DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(Ts * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    // the norm of this rank's rows, gathered: attention projects every row (its heads, over the whole sequence)
+    void *h1_local = p->sp ? p->tmp : a->h1;
+    DSARL_TRY(d->rmsnorm_forward(m->dev, h1_local, a->rstd1, p->x, L->input_norm, Ts, C, eps, err));
+    DSARL_TRY(glm5_sp_gather(p, a->h1, h1_local, C, err));
+    // o_proj is row-parallel: each rank's heads give partial (T, C) sums, reduced to this rank's rows
+    void *part = glm5_partial_out(p, p->tmp);
+    DSARL_TRY(attention_forward(p, a, L, prev_topk, part, err));
+    DSARL_TRY(glm5_sp_reduce(p, p->tmp, part, C, err));
+    DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, Ts * C, err));
     if (p->save)
-        DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
-    DSARL_TRY(d->rmsnorm_forward(m->dev, a->h2, a->rstd2, p->x, L->post_attention_norm, T, C, eps, err));
+        DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(Ts * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+    DSARL_TRY(d->rmsnorm_forward(m->dev, a->h2, a->rstd2, p->x, L->post_attention_norm, Ts, C, eps, err));
+    DSARL_TRY(glm5_sp_gather(p, a->h2_full, a->h2, C, err));
     // the MLP writes to h_final (free until the final norm): tmp is the shared experts' scratch
     void *y = p->h_final;
-    if (c->mlp_sparse[i])
+    if (c->mlp_sparse[i]) {
         DSARL_TRY(moe_forward(p, a, L, y, err));
-    else
-        DSARL_TRY(swiglu_mlp(m, y, a->h2, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner, err));
-    return d->add(m->dev, p->x, p->x, y, T * C, err);
+    } else { // column-parallel gate/up, row-parallel down: partial sums over tp
+        part = glm5_partial_out(p, y);
+        DSARL_TRY(swiglu_mlp(m, part, a->h2_full, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner,
+                             err));
+        DSARL_TRY(glm5_sp_reduce(p, y, part, C, err));
+    }
+    return d->add(m->dev, p->x, p->x, y, Ts * C, err);
+}
+
+int glm5_upload_vocab_ids(glm5_pass *p, const int32_t *tokens, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    int64_t T = p->T, Vl = glm5_local_vocab(m), v0 = Vl * m->shards.tp_rank;
+    // ids then mask: one host block in the layout of one device block, one upload
+    int32_t *host;
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(2 * T) * sizeof(int32_t), (void **)&host, err));
+    float *mask = (float *)(host + T);
+    for (int64_t t = 0; t < T; t++) {
+        bool mine = tokens[t] >= v0 && tokens[t] < v0 + Vl;
+        host[t] = mine ? (int32_t)(tokens[t] - v0) : 0, mask[t] = mine ? 1.0f : 0.0f;
+    }
+    DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * T) * sizeof(int32_t), (void **)&p->vocab_ids, err));
+    p->vocab_mask = (float *)(p->vocab_ids + T);
+    return m->dev_ops->copy(m->dev, p->vocab_ids, host, (size_t)(2 * T) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE,
+                            err);
+}
+
+int glm5_embed(glm5_pass *p, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t T = p->T, C = m->cfg.hidden_size;
+    if (m->shards.tp_size == 1)
+        return d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, m->cfg.vocab_size, err);
+    // vocab-parallel: every row looks up its id in this rank's slice (ids outside it give a zero row), summed over
+    // tp into this rank's rows
+    void *part = glm5_partial_out(p, p->x);
+    DSARL_TRY(d->embedding_forward(m->dev, part, p->vocab_ids, m->embed, T, C, glm5_local_vocab(m), err));
+    DSARL_TRY(d->scale_rows(m->dev, part, p->vocab_mask, T, C, err));
+    return glm5_sp_reduce(p, p->x, part, C, err);
 }
 
 // Uploads token ids, positions within each sequence and the causal key ranges of the packed batch.
@@ -308,6 +391,28 @@ static int upload_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_error *e
     return DSARL_OK;
 }
 
+// A batch of T tokens that tp does not divide, with one more segment of pad tokens (id 0) up to the next multiple:
+// a segment of its own, so no real token attends to a pad; the caller's rows come first (p->T_real of p->T).
+static int pad_batch(glm5_pass *p, const dsarl_token_batch *b, dsarl_token_batch *out, dsarl_error *err)
+{
+    int32_t tp = p->m->shards.tp_size, n = b->n_sequences;
+    int64_t T = b->n_tokens, padded = (T + tp - 1) / tp * tp;
+    if (n < 1 || !b->cu_seqlens || !b->tokens || b->cu_seqlens[0] != 0 || b->cu_seqlens[n] != T)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: batch cu_seqlens must start at 0 and end at n_tokens (%lld)",
+                          (long long)T);
+    int32_t *tokens, *cu;
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)padded * sizeof(int32_t), (void **)&tokens, err)); // zeroed
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(n + 2) * sizeof(int32_t), (void **)&cu, err));
+    memcpy(tokens, b->tokens, (size_t)T * sizeof(int32_t));
+    memcpy(cu, b->cu_seqlens, (size_t)(n + 1) * sizeof(int32_t));
+    cu[n + 1] = (int32_t)padded;
+    *out = *b;
+    out->struct_size = sizeof(*out) < b->struct_size ? sizeof(*out) : b->struct_size;
+    out->n_tokens = padded, out->n_sequences = n + 1, out->tokens = tokens, out->cu_seqlens = cu;
+    p->T = padded;
+    return DSARL_OK;
+}
+
 // The attention form of a training/prefill pass: the recipe's choice, or under auto the backend's preference.
 static int choose_form(glm5_pass *p, dsarl_error *err)
 {
@@ -334,7 +439,7 @@ static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads;
+    int64_t T = p->T, H = glm5_local_heads(m);
     // the headwise form absorbs queries only for the indexer loss (it distils the absorbed attention)
     bool absorbed = p->form == DSARL_DSA_FORM_ABSORBED, indexer_loss = save && m->indexer_loss_coeff > 0.0f;
     int64_t stage = absorbed || indexer_loss ? H * T * glm5_head_stage(c) : 0;
@@ -350,14 +455,19 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
 {
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = batch->n_tokens, C = c->hidden_size, V = c->vocab_size;
+    int64_t T = batch->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m);
+    int32_t tp = m->shards.tp_size;
     memset(p, 0, sizeof(*p));
     p->m = m, p->T = T, p->logit_scale = dsarl_token_batch_logit_scale(batch);
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
-    if (m->shards.tp_size > 1) // the weights shard already; the passes do not yet (expert parallelism: glm5_moe.c)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the forward under tensor parallelism (tp %d) is not "
-                          "implemented yet", m->shards.tp_size);
+    p->T_real = T;
+    dsarl_token_batch padded;
+    if (T % tp != 0) // not divisible into equal sequence-parallel row blocks: pad (policy.make_sequence_length_
+        DSARL_TRY(pad_batch(p, batch, &padded, err)); // divisible_by avoids it), T grows
+    if (T % tp != 0)
+        batch = &padded, T = p->T;
+    p->sp = tp > 1, p->T_sp = T / tp;
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
     p->topk_width = c->index_topk;
     for (int32_t s = 0; m->dense_attention && batch->cu_seqlens && s < batch->n_sequences; s++)
@@ -372,10 +482,14 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
         {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
+    if (p->sp) // the row-parallel layers' partial sums before their reduce-scatter
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &p->part, err));
     // tokens, positions, key_start, key_end: one block, uploaded at once by upload_batch
     p->positions = p->tokens + T, p->key_start = p->tokens + 2 * T, p->key_end = p->tokens + 3 * T;
     // the batch decides the form, and the form the activation buffers
     DSARL_TRY(upload_batch(p, batch, err));
+    if (tp > 1)
+        DSARL_TRY(glm5_upload_vocab_ids(p, batch->tokens, err));
     DSARL_TRY(choose_form(p, err));
     DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
@@ -386,17 +500,18 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
         for (int32_t i = 0; i < c->num_hidden_layers; i++) {
-            DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &p->x_saved[i], err));
+            DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->T_sp * C) * e, &p->x_saved[i], err));
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * p->topk_width) * sizeof(int32_t), (void **)&p->topk_saved[i],
                                       err));
         }
     }
-    DSARL_TRY(d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, V, err));
+    DSARL_TRY(glm5_embed(p, err));
     const int32_t *prev_topk = NULL;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
         glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? i : 0];
         if (p->recompute)
-            DSARL_TRY(d->copy(m->dev, p->x_saved[i], p->x, (size_t)(T * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
+            DSARL_TRY(d->copy(m->dev, p->x_saved[i], p->x, (size_t)(p->T_sp * C) * e, DSARL_COPY_DEVICE_TO_DEVICE,
+                              err));
         DSARL_TRY(glm5_layer_forward(p, a, i, prev_topk, err));
         prev_topk = a->topk;
         if (p->recompute) {
@@ -406,19 +521,50 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
         }
     }
     float eps = (float)c->rms_norm_eps;
-    DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->x, m->final_norm, T, C, eps, err));
-    // LM-head logits in float32 (log-softmax over a large vocabulary needs it), times the batch's logit factor
+    void *h_local = p->sp ? p->tmp : p->h_final;
+    DSARL_TRY(d->rmsnorm_forward(m->dev, h_local, p->rstd_final, p->x, m->final_norm, p->T_sp, C, eps, err));
+    DSARL_TRY(glm5_sp_gather(p, p->h_final, h_local, C, err));
+    // LM-head logits in float32 (log-softmax over a large vocabulary needs it), times the batch's logit factor;
+    // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
                                    p->logits, err);
+}
+
+int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    int32_t tp = m->shards.tp_size;
+    int64_t V = m->cfg.vocab_size, Vl = glm5_local_vocab(m);
+    if (tp == 1)
+        return d->download_f32(m->dev, host, local, DSARL_DTYPE_F32, (size_t)(rows * V), err);
+    // (tp, rows, V/tp) rank-major, then each rank's slice into its columns of (rows, V) on the host
+    float *all = NULL, *stage = malloc((size_t)(rows * V) * sizeof(float));
+    int rc = stage ? d->alloc(m->dev, (size_t)(rows * V) * sizeof(float), (void **)&all, err)
+                   : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld logits", (long long)(rows * V));
+    if (rc == 0)
+        rc = dsarl_device_all_gather(d, m->dev, m->parallel.tp, all, local, rows * Vl, DSARL_DTYPE_F32, err);
+    if (rc == 0)
+        rc = d->download_f32(m->dev, stage, all, DSARL_DTYPE_F32, (size_t)(rows * V), err);
+    for (int32_t r = 0; rc == 0 && r < tp; r++)
+        for (int64_t t = 0; t < rows; t++)
+            memcpy(host + t * V + r * Vl, stage + (r * rows + t) * Vl, (size_t)Vl * sizeof(float));
+    if (all)
+        d->free(m->dev, all);
+    free(stage);
+    return rc;
 }
 
 int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *logits, dsarl_error *err)
 {
     glm5_pass p;
     int rc = glm5_pass_forward(m, batch, false, &p, err);
-    if (rc == 0)
-        rc = m->dev_ops->download_f32(m->dev, logits, p.logits, DSARL_DTYPE_F32,
-                                      (size_t)(batch->n_tokens * m->cfg.vocab_size), err);
+    float *rows = logits; // a padded pass has more rows than the caller's
+    if (rc == 0 && p.T != p.T_real)
+        rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
+    if (rc == 0) // a tool path: every rank gets the whole (T, V) rows
+        rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
+    if (rc == 0 && rows != logits)
+        memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);
     glm5_pass_free(&p);

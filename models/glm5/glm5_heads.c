@@ -52,10 +52,10 @@ static head_slice broadcast(int64_t W, int64_t off, int64_t width, int64_t base)
     return (head_slice){base + off, W, 0, width};
 }
 
-// The plans of every map, in units (see glm5_head_map in glm5_pass.h for what each moves).
-static void plans(const glm5_config *c, int64_t T, int64_t u, map_plan *out)
+// The plans of every map over H heads (this rank's), in units (see glm5_head_map in glm5_pass.h for what each moves).
+static void plans(const glm5_config *c, int64_t T, int64_t H, int64_t u, map_plan *out)
 {
-    int64_t H = c->num_attention_heads, nope = c->qk_nope_head_dim / u, rope = c->qk_rope_head_dim / u;
+    int64_t nope = c->qk_nope_head_dim / u, rope = c->qk_rope_head_dim / u;
     int64_t kvr = c->kv_lora_rank / u, v = c->v_head_dim / u, qk = nope + rope, dqk = kvr + rope, nv = nope + v;
     out[GLM5_MAP_Q_NOPE_HM] = (map_plan){true, 1, {token_major(H, qk, 0, nope, 0)}};
     out[GLM5_MAP_Q_ABS] = (map_plan){false, 2, {head_major(T, kvr, 0), token_major(H, rope, 0, rope, H * T * kvr)}};
@@ -112,14 +112,14 @@ void glm5_head_maps_free(dsarl_model *m)
 static int build_maps(dsarl_model *m, int64_t T, dsarl_error *err)
 {
     const glm5_config *c = &m->cfg;
-    int64_t H = c->num_attention_heads, u = glm5_head_unit(c);
+    int64_t H = glm5_local_heads(m), u = glm5_head_unit(c);
     // sources are at most (T, H, kv_lora + v + nope + rope) plus a rope part: every unit index fits when this does
     int64_t widest = c->kv_lora_rank + c->qk_nope_head_dim + c->qk_rope_head_dim + c->v_head_dim;
     if (T * H * (widest + c->qk_rope_head_dim) / u > INT32_MAX)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: %lld tokens x %lld heads is too large for the int32 rows "
                           "of the head-layout gathers", (long long)T, (long long)H);
     map_plan pl[GLM5_MAP_COUNT];
-    plans(c, T, u, pl);
+    plans(c, T, H, u, pl);
     struct glm5_head_maps *hm = calloc(1, sizeof *hm);
     if (!hm)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for the head-layout maps");
@@ -165,8 +165,8 @@ int glm5_head_gather(glm5_pass *p, glm5_head_map k, void *out, const void *src, 
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: head-layout map %d was not prepared for this pass", (int)k);
     int64_t u = glm5_head_unit(c);
     map_plan pl[GLM5_MAP_COUNT];
-    plans(c, p->T, u, pl);
-    return m->dev_ops->gather_rows(m->dev, out, src, p->head_maps[k], map_units(&pl[k], p->T, c->num_attention_heads),
+    plans(c, p->T, glm5_local_heads(m), u, pl);
+    return m->dev_ops->gather_rows(m->dev, out, src, p->head_maps[k], map_units(&pl[k], p->T, glm5_local_heads(m)),
                                    u, err);
 }
 
@@ -176,7 +176,7 @@ int glm5_absorb_queries(glm5_pass *p, const glm5_layer *L, const void *q, void *
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
     int64_t qk = c->qk_head_dim, kvr = c->kv_lora_rank, v = c->v_head_dim;
     // stage_in (H, T, nope) = q_nope; stage_out (H, T, kv_lora) = q_nope_h W_UK_h, W_UK_h the first nope rows of
     // head h in kv_b_proj (nope, kv_lora); then the rope parts (T, H, rope) after it, the second source of q_abs
@@ -192,7 +192,7 @@ int glm5_values_from_latent(glm5_pass *p, const glm5_layer *L, const void *out_l
 {
     dsarl_model *m = p->m;
     const glm5_config *c = &m->cfg;
-    int64_t T = p->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim;
+    int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim;
     int64_t kvr = c->kv_lora_rank, v = c->v_head_dim;
     // (H, T, kv_lora) latent outputs times W_UV_h^T, W_UV_h the last v rows of head h in kv_b_proj (v, kv_lora)
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_LATENT_HM, stage_in, out_latent, err));

@@ -114,6 +114,19 @@ struct dsarl_model {
     glm5_hf_read hf_read;        /* what the last Hugging Face load read on this rank (glm5_hf_io.c) */
 };
 
+/* Attention heads of this rank: tensor parallelism splits them into contiguous blocks (q_b_proj, kv_b_proj rows,
+ * o_proj columns). */
+static inline int64_t glm5_local_heads(const dsarl_model *m)
+{
+    return m->cfg.num_attention_heads / m->shards.tp_size;
+}
+
+/* Vocabulary rows of this rank (embedding and LM head split by tensor parallelism), from tp_rank times it. */
+static inline int64_t glm5_local_vocab(const dsarl_model *m)
+{
+    return m->cfg.vocab_size / m->shards.tp_size;
+}
+
 /* base advanced by n elements of the model's storage dtype. */
 static inline void *glm5_at(const dsarl_model *m, const void *base, int64_t n)
 {

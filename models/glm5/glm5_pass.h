@@ -8,10 +8,14 @@
 #include "glm5_cache.h"
 #include "glm5_model.h"
 
-// Activations of one decoder layer (T tokens; K = experts per token; N = T*K routed rows).
+// Activations of one decoder layer (T tokens; Ts = T_sp rows of the residual stream on this rank, T / tp under
+// sequence parallelism, else T; H = this rank's heads; K = experts per token; N = Ts*K routed rows).
 typedef struct glm5_layer_acts {
-    void *x_in, *h1, *x_mid, *h2;              // (T,C): layer input, its norm, after attention, its norm
-    float *rstd1, *rstd2, *rstd_qa, *rstd_kv;  // (T)
+    void *x_in, *x_mid;                        // (Ts,C): layer input, after attention
+    void *h1;                                  // (T,C): the input norm of every row (gathered over tp)
+    void *h2, *h2_full;                        // (Ts,C) the post-attention norm; (T,C) gathered (== h2 without sp)
+    float *rstd1, *rstd2;                      // (Ts)
+    float *rstd_qa, *rstd_kv;                  // (T)
     void *qa, *q_resid;                        // (T, q_lora)
     void *q;                                   // (T, H*qk) rope slices rotated
     void *ckv;                                 // (T, kv_lora + rope) rope slice rotated
@@ -29,9 +33,9 @@ typedef struct glm5_layer_acts {
     void *gate_up, *act;                       // dense MLP (T, 2I), (T, I); routed experts (N, 2I), (N, I)
     void *sh_gate_up, *sh_act;                 // shared experts (T, 2Is), (T, Is)
     void *expert_in, *expert_out;              // (N, C)
-    float *router_logits, *router_probs;       // (T, E)
-    int32_t *route_idx;                        // (T, K)
-    float *route_w;                            // (T, K)
+    float *router_logits, *router_probs;       // (Ts, E): routed experts see this rank's rows
+    int32_t *route_idx;                        // (Ts, K)
+    float *route_w;                            // (Ts, K)
     int32_t *rows;                             // (R) token of each routed row, grouped by expert
     int32_t *slot, *slot_inv;                  // (R) t*K + k of each routed row (N: a padding row), and (N) the
                                                // row of each t*K + k (rows, slot, slot_inv: one device block)
@@ -59,7 +63,21 @@ typedef enum glm5_head_map {
 
 typedef struct glm5_pass {
     dsarl_model *m;
-    int64_t T;
+    int64_t T;                                 // tokens of the pass: attention, indexer and LM head rows
+    int64_t T_real;                            // the caller's tokens: T, or under tp a batch that tp does not
+                                               // divide, padded by one segment of T - T_real pad tokens (ignored
+                                               // targets, outside the indexer loss) so the rows split evenly
+    bool sp;                                   // sequence parallel (tp > 1, training and prefill): the residual
+                                               // stream, norms and routed experts hold T_sp = T / tp rows, rank r
+                                               // rows [r T_sp, (r+1) T_sp); cached decode keeps every row (sp off)
+    int64_t T_sp;                              // rows of the residual stream on this rank (T without sp)
+    void *part;                                // (T,C) partial sums of row-parallel layers before their reduction
+                                               // over tp (NULL without sp: they reduce in place)
+    int32_t *vocab_ids;                        // tp > 1: (T) token ids local to this rank's vocabulary slice (0
+    float *vocab_mask;                         // outside it) and (T) 1 inside, 0 outside; one device block
+    float *vocab_rest;                         // tp > 1, host (T): log sum exp of the other ranks' logits per row
+                                               // (the vocab-parallel log-softmax, kept for the backward)
+    int32_t *vocab_targets;                    // tp > 1: (T) device targets of the backward's widened rows
     int32_t topk_width;                        // index_topk, or the longest sequence under dense attention
     float logit_scale;                         // LM-head logit factor (1 / temperature; dsarl_token_batch)
     dsarl_dsa_form form;                       // attention form of this pass (cached decode: always absorbed)
@@ -71,10 +89,10 @@ typedef struct glm5_pass {
     bool recompute;                            // training with activation recompute: layers rerun in backward
     void **x_saved;                            // recompute: (layers) each layer's input (T,C)
     int32_t **topk_saved;                      // recompute: (layers) each layer's top-k (T, topk_width)
-    void *x;                                   // (T,C) residual stream
-    void *h_final;                             // (T,C) final norm output
-    float *rstd_final;                         // (T)
-    float *logits;                             // (T,V) device, float32 whatever the storage
+    void *x;                                   // (T_sp,C) residual stream
+    void *h_final;                             // (T,C) final norm output (gathered over tp)
+    float *rstd_final;                         // (T_sp)
+    float *logits;                             // (T,V/tp) device, float32 whatever the storage: this rank's slice
     void *head_in, *head_out;                  // head-major staging (H, T, glm5_head_stage(cfg)) each
     void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T, then
                                                // (T, rope) room for the shared rope key (k_heads' second part)
@@ -89,6 +107,30 @@ typedef struct glm5_pass {
     void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
     int n_bufs, n_host, cap_bufs, cap_host;
 } glm5_pass;
+
+/* Sequence-parallel collectives over the tp group (identities in a single process):
+ * glm5_sp_gather: full (T, width) = every rank's local (T_sp, width) rows; without sp, a copy unless they alias.
+ * glm5_sp_reduce: local (T_sp, width) = this rank's block of the sum over tp of partial (T, width) (reduce-scatter);
+ *   without sp the sum is all-reduced in place in partial (then copied to local unless they alias).
+ * glm5_partial_out: where a row-parallel layer writes its partial (T, width) sums for glm5_sp_reduce into local:
+ *   p->part under sp, else local itself. width is in storage elements. */
+int glm5_sp_gather(glm5_pass *p, void *full, const void *local, int64_t width, dsarl_error *err);
+int glm5_sp_reduce(glm5_pass *p, void *local, void *partial, int64_t width, dsarl_error *err);
+static inline void *glm5_partial_out(glm5_pass *p, void *local)
+{
+    return p->sp ? p->part : local;
+}
+
+/* Uploads p->vocab_ids and p->vocab_mask (allocated here) for the T token ids of the batch (tp > 1 only). */
+int glm5_upload_vocab_ids(glm5_pass *p, const int32_t *tokens, dsarl_error *err);
+
+/* x (T_sp, C) = the embedding rows of the batch's tokens (vocab-parallel under tp: each rank looks up the ids of
+ * its slice, the partial rows are summed over tp). */
+int glm5_embed(glm5_pass *p, dsarl_error *err);
+
+/* host (rows, V) float32 = the whole rows of the vocab-parallel device logits local (rows, V/tp) of every tp rank
+ * (an all-gather: the tool paths forward_logits and cached decode, never training). */
+int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err);
 
 /* Runs the forward pass; save keeps every layer's activations for glm5_backward_pass. Free with
  * glm5_pass_free, also on failure. */
@@ -200,7 +242,11 @@ typedef struct glm5_grad_bufs {
     float *dlogits, *dlogprobs, *drouter, *dscale, *droute_w, *iw_grad, *idloss;
     float *ilosses;                                     // (layers, T) per-token indexer KL, summed after the loop
     int32_t *targets;
-    void *dx, *dh, *dh2, *dtmp;                         // (T,C)
+    void *dx, *dh, *dh2, *dtmp;                         // (T_sp,C) residual-stream rows
+    void *dfull, *dpart;                                // sp: (T,C) gathered gradients and partial sums (else
+                                                        // NULL: the T_sp = T buffers above serve)
+    void *q_heads, *q_stage;                            // tp > 1 with the indexer loss: every head's q_abs
+    float *lse_heads, *lse_stage;                       // (T,H_all,d_qk) and lse (T,H_all), and their all-gathers
     void *dattn, *dout_latent, *dq_abs, *dkv, *dq;      // attention (dout_latent, dq_abs: absorbed form only)
     void *dk_heads, *dv_heads, *dkv_heads, *dk_sum;     // headwise form: (T,H,qk), (T,H,v), (T,H*(nope+v)), (T,qk)
     void *ones;                                         // headwise form: (T,H) ones, the head-sum GEMM's left side
