@@ -182,7 +182,7 @@ END_TEST
  *   dense MLP: 3 I = 36 bf16 = 72: layer 0 = 324.
  *   MoE: router logits 4 x 4 = 16, top-k weights and indices 2 x 8 = 16, (k C 16 + 2 k M 16 + k M 8 + k C 16) = 56
  *   bf16 = 112, shared 3 M = 12 bf16 = 24: +168 -> layer 1 and 3 = 420, layer 2 (shared) = 388.
- *   recompute keeps the layer input: C bf16 = 16.
+ *   recompute keeps the layer input, C bf16 = 16, and the layer's int32 top-k, 8 x 4 = 32: 48.
  * Tokens per rank: 1 x 16 / CP1 / TP2 = 8; stage 0 holds min(pp 2 - 0, 2 micro-batches) = 2, stage 1 holds 1;
  * the last stage adds fp32 logits + gradient of 16 tokens over V/TP: 16 x 8 x 16 / 2 = 1024. */
 START_TEST(test_activation_bytes)
@@ -197,7 +197,8 @@ START_TEST(test_activation_bytes)
     ck_assert_msg(f.layers[0].act_bytes == 324.0, "%g", f.layers[0].act_bytes);
     ck_assert_msg(f.layers[1].act_bytes == 420.0, "%g", f.layers[1].act_bytes);
     ck_assert_msg(f.layers[2].act_bytes == 388.0, "%g", f.layers[2].act_bytes);
-    ck_assert(f.layers[3].act_bytes == 420.0 && f.layers[1].act_bytes_recompute == 16.0);
+    ck_assert(f.layers[3].act_bytes == 420.0 && f.layers[1].act_bytes_recompute == 48.0 &&
+              f.layers[2].act_bytes_recompute == 48.0);
     dsarl_plan_settings s;
     settings(&s, &l);
     dsarl_plan p;
@@ -209,7 +210,7 @@ START_TEST(test_activation_bytes)
     dsarl_plan_free(&p);
     s.recompute = true; // inputs of every in-flight layer + one layer rebuilt at a time
     ck_assert_int_eq(dsarl_plan_compute(&s, &f.mp, NULL, &p, &err), 0);
-    ck_assert_msg(p.stages[0].gpu.activations == 16.0 * 3 * 8 * 2 + 420.0 * 8, "%g", p.stages[0].gpu.activations);
+    ck_assert_msg(p.stages[0].gpu.activations == 48.0 * 3 * 8 * 2 + 420.0 * 8, "%g", p.stages[0].gpu.activations);
     // the generation cache: 4 rollouts over DP2 x CP1 = 2 sequences x 16 tokens of stage 0's 20 + 20 + 12 bytes
     ck_assert_msg(p.stages[0].gpu.cache == 52.0 * 2 * 16, "%g", p.stages[0].gpu.cache);
     dsarl_plan_free(&p);
@@ -314,6 +315,48 @@ START_TEST(test_settings_from_recipe)
 }
 END_TEST
 
+/* Dedicated generation on 2 GPUs at TP1 x EP2: every layer on each GPU, experts halved. Per GPU: layer 0 =
+ * 226 + 352 + 160 = 738, layers 1 and 3 = 258 + 224 + 96 + 192 = 770, layer 2 = 154 + 224 + 96 + 192 = 666, embedding
+ * 128, head 136: 3208 elements, 2 x 3208 + 4 x 12 (three router biases) bytes of weights. Cache: 20 + 20 + 12 + 20
+ * = 72 bytes per token over 2 TP1 replicas: 2 of the 4 rollouts x 16 tokens each. */
+START_TEST(test_dedicated_generation)
+{
+    fixture f;
+    open_fixture(&f);
+    dsarl_error err;
+    dsarl_error_clear(&err);
+    dsarl_layout l, gl;
+    ck_assert_int_eq(dsarl_layout_make(8, 2, 2, 1, 2, &l, &err), 0);
+    ck_assert_msg(plan_at(&f, &l, &err) == 0, "%s", err.message);
+    fixture g;
+    open_fixture(&g);
+    ck_assert_int_eq(dsarl_layout_make(2, 1, 1, 1, 2, &gl, &err), 0);
+    ck_assert_msg(plan_at(&g, &gl, &err) == 0, "%s", err.message);
+    dsarl_plan_settings s;
+    settings(&s, &l);
+    s.colocated = false, s.gen_gpus = 2, s.gen_tp = 1, s.gen_ep = 2;
+    s.reserve_bytes = 2.0 * 1024 * 1024 * 1024;
+    dsarl_plan p;
+    ck_assert_msg(dsarl_plan_compute(&s, &f.mp, &g.mp, &p, &err) == 0, "%s", err.message);
+    ck_assert(p.dedicated);
+    ck_assert_int_eq(dsarl_plan_params(p.gen.params), 3208);
+    ck_assert(p.gen.weights == 2.0 * 3208 + 4.0 * 12);
+    ck_assert(p.gen.grads == 0.0 && p.gen.optimizer == 0.0);
+    ck_assert_msg(p.gen.cache == 72.0 * 2 * 16, "%g", p.gen.cache);
+    ck_assert(p.stages[0].gpu.cache == 0.0 && p.stages[0].gpu.gen_total == 0.0); // training GPUs do not generate
+    ck_assert_int_eq(dsarl_plan_check_fit(&s, &p, &err), 0);
+    // a generation budget below the 2 GiB reserve refuses the generation GPUs, with the number over
+    s.gen_memory_utilization = 0.01; // 0.8 GiB of 80
+    ck_assert_int_ne(dsarl_plan_check_fit(&s, &p, &err), 0);
+    expect_one_sentence(&err, "each dedicated generation GPU needs 2.0 GiB");
+    ck_assert_msg(strstr(err.message, "1.2 GiB more than the 0.8 GiB policy.generation.gpu_memory_utilization "
+                                      "allows") != NULL, "%s", err.message);
+    dsarl_plan_free(&p);
+    dsarl_recipe_free(f.recipe);
+    dsarl_recipe_free(g.recipe);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -323,6 +366,7 @@ int main(void)
     tcase_add_test(tc, test_activation_bytes);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_settings_from_recipe);
+    tcase_add_test(tc, test_dedicated_generation);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -124,7 +124,9 @@ static int plan_family(glm5_family family, const dsarl_model_config *config, con
     for (int32_t i = 0; i < cfg.num_hidden_layers; i++) {
         dsarl_model_plan_layer *L = &out->layers[i];
         L->act_bytes = layer_act_bytes(&cfg, i, indexer_loss);
-        L->act_bytes_recompute = C * BF16; // full recompute keeps the layer input only
+        // full recompute keeps the layer input, and (as glm5's training pass does) every layer's top-k indices, so
+        // the rerun forward skips the indexer and selects the same keys
+        L->act_bytes_recompute = C * BF16 + (double)cfg.index_topk * I32;
         // the MLA latent and rope key (shared by every head, so each TP rank caches it whole), and on layers that
         // run their indexer its key
         L->cache_bytes = (double)(cfg.kv_lora_rank + cfg.qk_rope_head_dim) * BF16 +
