@@ -5,7 +5,8 @@
  * model config is policy.model_name's config.json when that is a local directory, else --model-config FILE, else the
  * recipe's inline policy.model_config, else configs/models/<hub name>.json shipped with dsarl (the real GLM-5.1 and
  * GLM-5.2 configs, so the seed recipes plan without downloading a checkpoint). Generation on dedicated nodes
- * (policy.generation.colocated.enabled false) leaves the training layout the other nodes. The arithmetic is plan.c's. */
+ * (policy.generation.colocated.enabled false) leaves the training layout the other nodes. The arithmetic is
+ * plan.c's. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -264,7 +265,10 @@ static void print_stages(const dsarl_plan_settings *s, const dsarl_plan *p, cons
     }
     if (mp->n_experts > 0) {
         int32_t per = mp->n_experts / l->ep;
-        if (per == 1)
+        if (l->ep == 1)
+            printf("experts: each MoE layer's %d routed experts (top %d per token): every rank holds all of them "
+                   "(EP1)\n", mp->n_experts, mp->experts_per_token);
+        else if (per == 1)
             printf("experts: each MoE layer's %d routed experts over EP%d: EP rank e (world rank mod %d) holds expert "
                    "e; EDP%d replicas of each\n", mp->n_experts, l->ep, l->ep, l->edp);
         else
@@ -463,8 +467,9 @@ static int run_plan(plan_run *r, const cli_options *opts, dsarl_error *err)
     char desc[256];
     dsarl_layout_describe(&layout, desc, sizeof desc);
     printf("dsarl plan: %s\n", r->o.recipe);
-    printf("model: %s (%s), config %s: %s; %.1f B trainable parameters\n", mo->common.name, sel.model.selected_by,
-           r->pm.config_from, r->train.summary, (double)r->train.total_params / 1e9);
+    double total = (double)r->train.total_params;
+    printf("model: %s (%s), config %s: %s; %.1f %s trainable parameters\n", mo->common.name, sel.model.selected_by,
+           r->pm.config_from, r->train.summary, total >= 1e9 ? total / 1e9 : total / 1e6, total >= 1e9 ? "B" : "M");
     printf("layout: %s; %lld nodes x %lld GPUs for training%s\n", desc, (long long)(nodes - gen_nodes),
            (long long)per_node, s.colocated ? ", generation colocated on them" : "");
     if (!s.colocated)
