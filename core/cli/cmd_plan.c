@@ -145,6 +145,7 @@ typedef struct plan_model {
     char model_dir[4096];      // policy.model_name when it is a local directory with config.json, else ""
     char config_from[4200];    // where the config came from, for the output
     char *config_override;     // "++policy.model_config=<flow>" when the config is given as a file, or NULL
+    bool replace_inline;       // the recipe has an inline config too: delete it first (++ would merge into it)
 } plan_model;
 
 // Decides where the model config comes from; a file becomes an inline policy.model_config override so that
@@ -195,6 +196,7 @@ static int choose_model_config(const dsarl_node *root, const plan_opts *o, plan_
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl plan: out of memory for the model config");
     }
     snprintf(pm->config_override, need, "++policy.model_config=%s", flow);
+    pm->replace_inline = inline_cfg && dsarl_node_kind(inline_cfg) == DSARL_NODE_MAP;
     free(flow);
     snprintf(pm->config_from, sizeof pm->config_from, "%s%s%s", file, o->model_config ? " (--model-config)" : "",
              mtp > 0 ? ", its MTP layers not planned (not trained)" : "");
@@ -410,12 +412,15 @@ static int run_plan(plan_run *r, const cli_options *opts, dsarl_error *err)
     // second pass with the config inlined and cluster.num_nodes = the training nodes
     char cluster[64];
     snprintf(cluster, sizeof cluster, "cluster.num_nodes=%lld", (long long)(nodes - gen_nodes));
-    r->overrides = calloc((size_t)r->o.n_overrides + 2, sizeof *r->overrides);
+    r->overrides = calloc((size_t)r->o.n_overrides + 3, sizeof *r->overrides);
     if (!r->overrides)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "dsarl plan: out of memory");
     int n = 0;
     for (int i = 0; i < r->o.n_overrides; i++)
         r->overrides[n++] = r->o.overrides[i];
+    char drop_inline[] = "~policy.model_config";
+    if (r->pm.replace_inline)
+        r->overrides[n++] = drop_inline;
     if (r->pm.config_override)
         r->overrides[n++] = r->pm.config_override;
     if (!colocated)

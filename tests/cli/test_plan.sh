@@ -80,6 +80,13 @@ one_error small "the GPUs of pipeline stage 1 (layers 9-18) need [0-9.]* GiB whi
 # no recompute at 128K tokens: the activations overflow
 run 3 no-recompute "$recipes/grpo-glm5.2-72n8g-megatron-noncolocated.yaml" policy.megatron_cfg.activation_checkpointing=false
 one_error no-recompute "the GPUs of pipeline stage 0 (layers 0-13) need"
+# --model-config replaces a recipe's inline config (the tiny recipe planned at full size on 64 x 8 GPUs)
+run 0 model-config "$recipes/grpo-glm5.2-tiny.yaml" --model-config "$src/configs/models/GLM-5.2.json" \
+  cluster.num_nodes=64 cluster.gpus_per_node=8 policy.megatron_cfg.tensor_model_parallel_size=8 \
+  policy.megatron_cfg.expert_model_parallel_size=64 policy.megatron_cfg.sequence_parallel=true \
+  policy.make_sequence_length_divisible_by=8 policy.train_micro_batch_size=1
+grep -q "(--model-config), its MTP layers not planned (not trained): 78 layers (75 MoE, 21 running their indexer)" \
+  "$tmp/out" || fail "model-config: the file's config is not the one planned: $(head -3 "$tmp/out")"
 # bad options
 run 2 option "$recipes/grpo-glm5.1-64n8g-megatron.yaml" --gpu-memory lots
 one_error option "dsarl plan: error: --gpu-memory needs a number"
