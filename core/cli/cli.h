@@ -73,5 +73,6 @@ int cli_is_help(const char *arg);
 int cmd_run(int argc, char **argv, const cli_options *opts);
 int cmd_plugins(int argc, char **argv, const cli_options *opts);
 int cmd_config(int argc, char **argv, const cli_options *opts);
+int cmd_plan(int argc, char **argv, const cli_options *opts);
 
 #endif /* DSARL_CLI_H */

@@ -1,6 +1,7 @@
 /* main.c: the dsarl host binary: global options and subcommand dispatch.
  *
  *   dsarl run RECIPE [overrides]        dsarl plugins
+ *   dsarl plan RECIPE [overrides]       (per-GPU memory and step time, nothing runs)
  *   dsarl config show RECIPE [overrides] dsarl config keys [KIND/NAME]
  *   dsarl logits ... / dsarl generate ... (model tools)
  */
@@ -27,6 +28,8 @@ static void print_usage(FILE *out)
             "commands:\n"
             "  run RECIPE [key=value ...]          run the recipe's job (Hydra-style overrides: a.b=v, +a.b=v,\n"
             "                                      ++a.b=v, ~a.b)\n"
+            "  plan RECIPE [key=value ...]         the layout at full model size: per-GPU memory and step time;\n"
+            "                                      refuses a layout that does not fit (nothing runs)\n"
             "  plugins                             list plugins found, their ops tables, and refused files\n"
             "  config show RECIPE [key=value ...]  print the resolved recipe, each value with where it came from\n"
             "  config keys [KIND/NAME]             print the recipe keys plugins declare (type, default, doc)\n"
@@ -92,6 +95,8 @@ static int dispatch(int argc, char **argv, const cli_options *global)
     }
     if (strcmp(command, "run") == 0)
         return cmd_run(argc, argv, &opts);
+    if (strcmp(command, "plan") == 0)
+        return cmd_plan(argc, argv, &opts);
     if (strcmp(command, "plugins") == 0)
         return cmd_plugins(argc, argv, &opts);
     if (strcmp(command, "config") == 0)

@@ -41,7 +41,7 @@ static const slot_rule model_rules[] = {
     MO(cache_create, 0), MO(cache_free, 0), MO(cache_reset, 0), MO(forward_cached, 0), MO(cache_length, 0),
     MO(device, 0),
     MO(accepts, 2), MO(flops, 2), MO(train_forward, 2), MO(train_backward, 2),
-    MO(reduce_gradients, 3),
+    MO(reduce_gradients, 3), MO(plan, 3),
 };
 #undef M
 #undef MO

@@ -247,6 +247,7 @@ const dsarl_model_ops glm5_1_model_ops = {
     .parameter_count_config = count_51,
     .accepts = glm5_accepts_51,
     .flops = glm5_flops_51,
+    .plan = glm5_plan_51,
     GLM5_SHARED_MODEL_OPS,
 };
 
@@ -258,5 +259,6 @@ const dsarl_model_ops glm5_2_model_ops = {
     .parameter_count_config = count_52,
     .accepts = glm5_accepts_52,
     .flops = glm5_flops_52,
+    .plan = glm5_plan_52,
     GLM5_SHARED_MODEL_OPS,
 };

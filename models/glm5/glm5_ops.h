@@ -34,4 +34,10 @@ int glm5_flops_51(const dsarl_model_config *config, const dsarl_token_batch *bat
 int glm5_flops_52(const dsarl_model_config *config, const dsarl_token_batch *batch, dsarl_model_flops *out,
                   dsarl_error *err);
 
+/* dsarl_model_ops.plan of each table (glm5_plan.c, ABI 1.3): sizes under one rank's layout for `dsarl plan`. */
+int glm5_plan_51(const dsarl_model_config *config, const dsarl_parallel *layout, dsarl_model_plan *out,
+                 dsarl_error *err);
+int glm5_plan_52(const dsarl_model_config *config, const dsarl_parallel *layout, dsarl_model_plan *out,
+                 dsarl_error *err);
+
 #endif /* DSARL_GLM5_OPS_H */

@@ -44,7 +44,8 @@ DSARL_BEGIN_DECLS
  * built against an older or equal minor and reads newer ops slots only when struct_size covers them and they are
  * set. 1.1: token_batch.logit_scale, dsa preferred_form/headwise/routes, device gemm_f32out/convert. 1.2: model
  * accepts/flops/train_forward/train_backward, ops_common.rank, device capabilities/stream, dsa device_requires.
- * 1.3: device collectives (all_reduce ... recv) on the process groups of dsarl/comm.h, dsarl_parallel's groups. */
+ * 1.3: device collectives (all_reduce ... recv) on the process groups of dsarl/comm.h, dsarl_parallel's groups,
+ * model plan (sizes under a layout, for `dsarl plan`). */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 3
 

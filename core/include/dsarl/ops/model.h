@@ -86,6 +86,55 @@ typedef struct dsarl_model_flops {
     char summary[256];        /* one line on the model's shape for benchmark output ("12 layers, 16 heads ...") */
 } dsarl_model_flops;
 
+/* ABI 1.3: how a parameter is split across ranks (Megatron semantics), for planning (dsarl_model_plan). */
+typedef enum dsarl_plan_shard {
+    DSARL_PLAN_REPLICATED = 0, /* whole on every TP rank (norms, router, low-rank down-projections) */
+    DSARL_PLAN_COLUMN = 1,     /* output features split over TP */
+    DSARL_PLAN_ROW = 2,        /* input features split over TP */
+    DSARL_PLAN_VOCAB = 3,      /* vocabulary rows split over TP (embedding, LM head) */
+    DSARL_PLAN_EXPERT = 4,     /* routed experts split over EP: reduced and sharded over edp, not dp_cp */
+    DSARL_PLAN_SHARD_COUNT = 5
+} dsarl_plan_shard;
+
+/* ABI 1.3: one decoder layer as one rank holds it (dsarl_model_plan.layers). Activation bytes are per token at the
+ * layer's full width (every head and feature): under sequence parallelism a rank holds tokens / (TP x CP) tokens'
+ * worth of them, which is also its share of the head-split parts, so the core multiplies by that token count. */
+typedef struct dsarl_model_plan_layer {
+    int64_t params[DSARL_PLAN_SHARD_COUNT]; /* trainable elements on one rank, by shard kind */
+    int64_t buffers;             /* elements that are not trained (router bias), on one rank */
+    double act_bytes;            /* per token: what the layer keeps from its forward for its backward */
+    double act_bytes_recompute;  /* per token, with activation recompute: what stays between the passes */
+    double cache_bytes;          /* per token on every rank holding the layer: the generation cache (not TP-split) */
+    double dispatch_bytes;       /* per token: expert all-to-all send + receive buffers of the layer (0: no MoE) */
+    double matmul_flops;         /* per token, forward: 2 x the weights a token passes through (MoE: its top-k) */
+    int32_t stage_start_ok;      /* 1: a pipeline stage may start at this layer; 0: see stage_start_rule */
+    int32_t reserved0;
+} dsarl_model_plan_layer;
+
+/* ABI 1.3: what only the model knows of its size under one rank's layout (dsarl_model_ops.plan). The core sums
+ * layers over pipeline stages and adds gradients, optimizer state, buffers and the generation cache itself. The
+ * caller sets struct_size, layer_capacity and layers; the model sets n_layers always (a capacity below it gets
+ * DSARL_E_INVALID after n_layers is set, so a caller may ask with capacity 0 first) and fills the rest. */
+typedef struct dsarl_model_plan {
+    uint32_t struct_size;
+    int32_t n_layers;                   /* out: decoder layers */
+    int32_t layer_capacity;             /* in: entries of layers */
+    dsarl_model_plan_layer *layers;     /* in: caller-owned; out: layers[0 .. n_layers) */
+    int64_t embedding[DSARL_PLAN_SHARD_COUNT]; /* on the first stage: the input embedding, one rank */
+    int64_t head[DSARL_PLAN_SHARD_COUNT];      /* on the last stage: final norm and LM head, one rank */
+    int64_t total_params;               /* trainable elements of the whole model, unsharded */
+    int64_t total_buffers;              /* non-trained elements of the whole model */
+    int64_t vocab_size;
+    int32_t n_experts;                  /* routed experts of a MoE layer (0: none) */
+    int32_t experts_per_token;
+    int32_t n_heads;                    /* attention heads (TP splits them) */
+    int32_t reserved0;
+    double stage_io_bytes;              /* per token: the activation one pipeline stage sends the next */
+    double logits_bytes;                /* per token at full vocabulary: LM-head logits and their gradient kept */
+    const char *stage_start_rule;       /* static text: why a layer with stage_start_ok 0 cannot start a stage */
+    char summary[256];                  /* one line on the model's shape */
+} dsarl_model_plan;
+
 typedef struct dsarl_model_ops {
     dsarl_ops_common common;
 
@@ -207,7 +256,15 @@ typedef struct dsarl_model_ops {
      * one-process gradient. Collective over dp_cp. NULL: the model trains on one data-parallel rank only. */
     int (*reduce_gradients)(dsarl_model *model, dsarl_error *err);
 
-    void *reserved[5];
+    /* ABI 1.3, optional (took a reserved slot): planning, for `dsarl plan`. */
+    /* The sizes of the model config describes as the rank layout describes holds them (its tp/ep sizes and
+     * ranks; pp is the core's), without building it: per-layer parameters by shard kind, activation, cache and
+     * dispatch bytes per token, the embedding and head. Refuses a layout the model cannot split (heads, vocab,
+     * experts) in one sentence naming the key. */
+    int (*plan)(const dsarl_model_config *config, const dsarl_parallel *layout, dsarl_model_plan *out,
+                dsarl_error *err);
+
+    void *reserved[4];
 } dsarl_model_ops;
 
 /* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */
