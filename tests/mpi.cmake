@@ -92,7 +92,10 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   set(DSARL_MPI_LAYOUTS
       "2:policy.megatron_cfg.expert_model_parallel_size=2"
       "4:policy.megatron_cfg.expert_model_parallel_size=4"
-      "4:policy.megatron_cfg.expert_model_parallel_size=2")
+      "4:policy.megatron_cfg.expert_model_parallel_size=2"
+      "2:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
+      "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
+      "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.megatron_cfg.expert_model_parallel_size=2")
   add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
            "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS} -- ${DSARL_MPI_LAYOUTS})
   set_tests_properties(mpi_grpo_layouts PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
@@ -120,4 +123,10 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGE
   target_compile_definitions(check_glm5_tp_mpi PRIVATE _GNU_SOURCE)
   dsarl_add_mpi_test(glm5_tp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_tp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
+endif()
+
+# The two tests that SIGKILL a rank find it among the running `dsarl run` processes: alone, so they never pick
+# another test's rank.
+if(TEST mpi_failures AND TEST mpi_kill_resume)
+  set_tests_properties(mpi_failures mpi_kill_resume PROPERTIES RUN_SERIAL TRUE)
 endif()
