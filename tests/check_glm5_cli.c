@@ -35,8 +35,13 @@ static float *read_npy(const char *path, long *count, char *header_out, size_t h
     return t.data;
 }
 
-static void check_fixture(const char *name)
+// env: a prefix for the commands ("" or "HF_HUB_CACHE=... "); model: what --model-dir gets (NULL = the fixture)
+static void check_fixture_as(const char *name, const char *env, const char *model)
 {
+    char fixture_dir[512];
+    snprintf(fixture_dir, sizeof fixture_dir, FIXTURES "%s", name);
+    if (!model)
+        model = fixture_dir;
     char cmd[2048], out[4096], header[256], path[512], prompt[512] = "", want_tokens[512] = "[";
     dsarl_error err;
     json_t *g = NULL;
@@ -51,8 +56,8 @@ static void check_fixture(const char *name)
     strcat(want_tokens, "]");
     json_decref(g);
     snprintf(path, sizeof path, "/tmp/check_glm5_cli_%d_%s.npy", (int)getpid(), name);
-    snprintf(cmd, sizeof cmd, "'%s' logits --model-dir '" FIXTURES "%s' --input-ids '" FIXTURES
-             "%s/input_ids.json' --out '%s' 2>&1", DSARL_BIN, name, name, path);
+    snprintf(cmd, sizeof cmd, "%s'%s' logits --model-dir '%s' --input-ids '" FIXTURES
+             "%s/input_ids.json' --out '%s' 2>&1", env, DSARL_BIN, model, name, path);
     ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
     long n = 0, nref = 0;
     float *got = read_npy(path, &n, header, sizeof header);
@@ -66,17 +71,50 @@ static void check_fixture(const char *name)
     ck_assert_msg(me / mx < 1e-4, "%s: max relative error %g", name, me / mx);
     remove(path);
     free(got), free(ref);
-    snprintf(cmd, sizeof cmd, "'%s' generate --model-dir '" FIXTURES "%s' --prompt-ids %s --max-new-tokens 7 "
-             "--greedy 2>/dev/null", DSARL_BIN, name, prompt);
+    snprintf(cmd, sizeof cmd, "%s'%s' generate --model-dir '%s' --prompt-ids %s --max-new-tokens 7 "
+             "--greedy 2>/dev/null", env, DSARL_BIN, model, prompt);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     ck_assert_msg(strncmp(out, want_tokens, strlen(want_tokens)) == 0, "%s: got %s want %s", name, out, want_tokens);
 }
+
+static void check_fixture(const char *name) { check_fixture_as(name, "", NULL); }
 
 START_TEST(test_glm51) { check_fixture("glm5.1-tiny"); }
 END_TEST
 START_TEST(test_glm52) { check_fixture("glm5.2-tiny"); }
 END_TEST
 START_TEST(test_groups) { check_fixture("glm5-groups-bf16"); }
+END_TEST
+
+/* The GLM-5.2 fixture as the Hugging Face tools lay out a download (snapshot files linking into blobs/, refs/main
+ * naming the snapshot) gives the same logits and tokens by hub id; a hub id that is not there is one line naming
+ * where it looked and how to download it. */
+START_TEST(test_hub_cache)
+{
+    char cache[] = "/tmp/check_glm5_cli_hub_XXXXXX", cmd[4096], out[4096], env[512];
+    ck_assert_ptr_nonnull(mkdtemp(cache));
+    const char *commit = "5f2c0d9e1a3b4c6d7e8f90a1b2c3d4e5f6a7b8c9";
+    snprintf(cmd, sizeof cmd, "set -e; r='%s/models--zai-org--GLM-5.2-tiny'; mkdir -p \"$r/blobs\" \"$r/refs\" "
+             "\"$r/snapshots/%s\"; for f in config.json model.safetensors; do "
+             "b=$(sha256sum '" FIXTURES "glm5.2-tiny/'$f | cut -c1-64); cp '" FIXTURES "glm5.2-tiny/'$f \"$r/blobs/$b\"; "
+             "ln -s ../../blobs/$b \"$r/snapshots/%s/$f\"; done; printf %s '%s' > \"$r/refs/main\"",
+             cache, commit, commit, "%s", commit);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    snprintf(env, sizeof env, "HF_HUB_CACHE='%s' ", cache);
+    check_fixture_as("glm5.2-tiny", env, "zai-org/GLM-5.2-tiny");
+    snprintf(cmd, sizeof cmd, "HF_HUB_CACHE='%s' '" DSARL_BIN "' generate --model-dir zai-org/GLM-5.1 --prompt-ids 1,2 "
+             "--max-new-tokens 2 --greedy 2>&1", cache);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 3);
+    ck_assert_msg(strstr(out, "models--zai-org--GLM-5.1") && strstr(out, "hf download zai-org/GLM-5.1"), "%s", out);
+    // a run names the recipe key, before any training
+    snprintf(cmd, sizeof cmd, "HF_HUB_CACHE='%s' '" DSARL_BIN "' run '" DSARL_SOURCE_DIR "/configs/recipes/llm/"
+             "sft-glm5.2-tiny.yaml' policy.model_name=zai-org/GLM-5.9 logger.log_dir='%s/logs' "
+             "checkpointing.checkpoint_dir='%s/ckpt' 2>&1", cache, cache, cache);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 3);
+    ck_assert_msg(strstr(out, "policy.model_name 'zai-org/GLM-5.9': not in the Hugging Face cache"), "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    ck_assert_int_eq(system(cmd), 0);
+}
 END_TEST
 
 START_TEST(test_errors)
@@ -114,6 +152,7 @@ int main(void)
     tcase_add_test(tc, test_glm51);
     tcase_add_test(tc, test_glm52);
     tcase_add_test(tc, test_groups);
+    tcase_add_test(tc, test_hub_cache);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "cmd_model.h"
 #include "dsarl/fileutil.h"
+#include "dsarl/hf_hub.h"
 #include "dsarl/npy.h"
 #include "dsarl/ops/generation.h"
 #include "dsarl/ops/model.h"
@@ -46,6 +47,11 @@ static int parse_threads(const char *cmd, const char *text, int *out)
 static int session_open(model_session *s, const char *model_dir, int threads, dsarl_error *err)
 {
     memset(s, 0, sizeof(*s));
+    char found[4096];
+    if (dsarl_hf_is_hub_id(model_dir)) {
+        DSARL_TRY(dsarl_hf_resolve(model_dir, NULL, "--model-dir", found, sizeof found, err));
+        model_dir = found;
+    }
     struct stat st;
     if (stat(model_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_INVALID,

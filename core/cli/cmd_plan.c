@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "dsarl/hf_hub.h"
 #include "dsarl/json.h"
 #include "dsarl/ops/model.h"
 #include "layout.h"
@@ -158,10 +159,18 @@ static int choose_model_config(const dsarl_node *root, const plan_opts *o, plan_
     if (o->model_config) {
         snprintf(file, sizeof file, "%s", o->model_config);
     } else if (name) {
-        char cfg[4200];
-        snprintf(cfg, sizeof cfg, "%s/config.json", name);
+        // a hub id in the Hugging Face cache plans with its own config.json; one that is not there falls back to
+        // the config this project ships for it
+        char dir[4096], cfg[4200];
+        const char *revision = NULL;
+        DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_revision", NULL, &revision, err));
+        dsarl_error quiet = {0};
+        if (!dsarl_hf_is_hub_id(name) || dsarl_hf_resolve(name, revision, "policy.model_name", dir, sizeof dir,
+                                                          &quiet) != 0)
+            snprintf(dir, sizeof dir, "%s", name);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
         if (is_file(cfg)) {
-            snprintf(pm->model_dir, sizeof pm->model_dir, "%s", name);
+            snprintf(pm->model_dir, sizeof pm->model_dir, "%s", dir);
             snprintf(pm->config_from, sizeof pm->config_from, "%s (policy.model_name)", cfg);
             return DSARL_OK;
         }

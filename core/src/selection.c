@@ -2,6 +2,7 @@
 #include "selection.h"
 #include "layout.h"
 
+#include "dsarl/hf_hub.h"
 #include "dsarl/ops/dsa.h"
 #include "dsarl/ops/model.h"
 
@@ -93,8 +94,16 @@ static int choose_model(const dsarl_node *root, const dsarl_registry *reg, dsarl
     const char *model_name = dsarl_node_text(name_node);
     char where[256];
     dsarl_node_where(name_node, where, sizeof where);
-    char config_path[4096];
-    snprintf(config_path, sizeof config_path, "%s/config.json", model_name);
+    // a hub id found in the Hugging Face cache probes by its config.json; one that is not there probes by name
+    // (the session refuses it when the weights are needed)
+    char found[4096], config_path[4200];
+    const char *revision = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_revision", NULL, &revision, err));
+    dsarl_error quiet = {0};
+    const char *dir = dsarl_hf_is_hub_id(model_name) &&
+                      dsarl_hf_resolve(model_name, revision, "policy.model_name", found, sizeof found, &quiet) == 0
+                          ? found : model_name;
+    snprintf(config_path, sizeof config_path, "%s/config.json", dir);
     struct stat st;
     bool has_config = stat(config_path, &st) == 0 && S_ISREG(st.st_mode);
     dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = model_name,
@@ -267,7 +276,11 @@ static const dsarl_key_spec host_keys[] = {
     {"policy.model_family", DSARL_KEY_STRING, NULL,
      "model plugin by name; null = the model plugin that accepts policy.model_name (else the highest-ranked)",
      DSARL_KEY_NULLABLE},
-    {"policy.model_name", DSARL_KEY_STRING, NULL, "Hugging Face model directory or hub id", DSARL_KEY_NULLABLE},
+    {"policy.model_name", DSARL_KEY_STRING, NULL,
+     "Hugging Face model directory, or a hub id (owner/name) read offline from the Hugging Face cache",
+     DSARL_KEY_NULLABLE},
+    {"policy.model_revision", DSARL_KEY_STRING, NULL,
+     "branch, tag or commit of a hub-id policy.model_name in the cache; null = main", DSARL_KEY_NULLABLE},
     {"policy.megatron_cfg.model_overrides.dsa_kernel_backend", DSARL_KEY_STRING, NULL,
      "dsa plugin by name; null = the highest-ranked backend that runs on the device", DSARL_KEY_NULLABLE},
     {"policy.generation.backend", DSARL_KEY_STRING, "native", "generation plugin", 0},

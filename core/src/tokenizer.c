@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "dsarl/fileutil.h"
+#include "dsarl/hf_hub.h"
 
 /* ---- construction ------------------------------------------------------------------------------------------ */
 
@@ -65,6 +66,11 @@ int dsarl_tokenizer_load(const char *name_or_path, dsarl_tokenizer **out, dsarl_
     int rc;
     if (strcmp(name_or_path, "byte") == 0) {
         rc = byte_tokenizer_init(tok, err);
+    } else if (dsarl_hf_is_hub_id(name_or_path)) {
+        char dir[4096];
+        rc = dsarl_hf_resolve(name_or_path, NULL, "tokenizer", dir, sizeof dir, err);
+        free(tok);
+        return rc < 0 ? rc : dsarl_tokenizer_load(dir, out, err);
     } else if (!dsarl_path_exists(name_or_path)) {
         rc = DSARL_FAIL(err, DSARL_E_NOT_FOUND, "tokenizer '%s': no such file or directory; use 'byte', a "
                         "directory holding tokenizer.json, or a tokenizer.json file", name_or_path);

@@ -3,7 +3,9 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "dsarl/hf_hub.h"
 #include "dsarl/log.h"
+#include "dsarl/recipe.h"
 #include "dsarl/trainer.h"
 
 static int create_model(const dsarl_session *s, const dsarl_model_ops *ops, dsarl_model **out, dsarl_error *err)
@@ -17,6 +19,27 @@ static int create_model(const dsarl_session *s, const dsarl_model_ops *ops, dsar
     return ops->create(&mc, out, err);
 }
 
+// A model or tokenizer named by hub id is read from the Hugging Face cache at policy.model_revision (the
+// tokenizer too when it names the same repository); a local path stays as it is.
+static int find_model_files(dsarl_session *s, dsarl_error *err)
+{
+    const char *revision = NULL;
+    if (s->config.recipe)
+        DSARL_TRY(dsarl_recipe_string_or(s->config.recipe, "policy.model_revision", NULL, &revision, err));
+    const char *model = s->config.model_dir, *tokenizer = s->config.tokenizer;
+    if (model) {
+        DSARL_TRY(dsarl_hf_resolve(model, revision, "policy.model_name", s->model_dir, sizeof s->model_dir, err));
+        s->config.model_dir = s->model_dir;
+    }
+    if (tokenizer && dsarl_hf_is_hub_id(tokenizer)) {
+        const char *tok_revision = model && strcmp(model, tokenizer) == 0 ? revision : NULL;
+        DSARL_TRY(dsarl_hf_resolve(tokenizer, tok_revision, "policy.tokenizer.name", s->tokenizer_path,
+                                   sizeof s->tokenizer_path, err));
+        s->config.tokenizer = s->tokenizer_path;
+    }
+    return DSARL_OK;
+}
+
 int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsarl_error *err)
 {
     memset(s, 0, sizeof *s);
@@ -25,6 +48,7 @@ int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsa
     s->config = *config;
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     const dsarl_session_config *c = &s->config;
+    DSARL_TRY(find_model_files(s, err));
     dsarl_device_config dc = {.struct_size = sizeof dc, .recipe = c->recipe,
                               .parallel = c->parallel ? c->parallel : &single, .threads = c->threads,
                               .seed = c->seed};

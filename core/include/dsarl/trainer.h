@@ -46,6 +46,8 @@ typedef struct dsarl_session {
     dsarl_model *model;
     dsarl_tokenizer *tokenizer;
     dsarl_metrics *log;                   /* set by dsarl_session_start */
+    char model_dir[4096];                 /* config.model_dir as found: a hub id becomes its cache snapshot */
+    char tokenizer_path[4096];            /* config.tokenizer as found, likewise */
 } dsarl_session;
 
 /* Opens device -> DSA -> model -> tokenizer, then checks that the model's vocabulary covers the tokenizer's ids.
