@@ -3,6 +3,7 @@
  * bad-directory errors exit with the documented statuses. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,11 @@ static float *read_npy(const char *path, long *count, char *header_out, size_t h
     return t.data;
 }
 
-// env: a prefix for the commands ("" or "HF_HUB_CACHE=... "); model: what --model-dir gets (NULL = the fixture)
-static void check_fixture_as(const char *name, const char *env, const char *model)
+// env: a prefix for the commands ("" or "HF_HUB_CACHE=... "); model: what --model-dir gets (NULL = the fixture);
+// extra: more arguments for both commands (--device ...); tol: the logits' max relative error; tokens: whether the
+// greedy tokens must equal transformers' (a bf16 run may flip a near tie of the random tiny model)
+static void check_fixture_with(const char *name, const char *env, const char *model, const char *extra, double tol,
+                               bool tokens)
 {
     char fixture_dir[512];
     snprintf(fixture_dir, sizeof fixture_dir, FIXTURES "%s", name);
@@ -57,7 +61,7 @@ static void check_fixture_as(const char *name, const char *env, const char *mode
     json_decref(g);
     snprintf(path, sizeof path, "/tmp/check_glm5_cli_%d_%s.npy", (int)getpid(), name);
     snprintf(cmd, sizeof cmd, "%s'%s' logits --model-dir '%s' --input-ids '" FIXTURES
-             "%s/input_ids.json' --out '%s' 2>&1", env, DSARL_BIN, model, name, path);
+             "%s/input_ids.json' --out '%s' %s 2>&1", env, DSARL_BIN, model, name, path, extra);
     ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
     long n = 0, nref = 0;
     float *got = read_npy(path, &n, header, sizeof header);
@@ -68,13 +72,20 @@ static void check_fixture_as(const char *name, const char *env, const char *mode
     double mx = 0, me = 0;
     for (long i = 0; i < n; i++)
         mx = fmax(mx, fabs(ref[i])), me = fmax(me, fabs((double)got[i] - ref[i]));
-    ck_assert_msg(me / mx < 1e-4, "%s: max relative error %g", name, me / mx);
+    ck_assert_msg(me / mx < tol, "%s %s: max relative error %g", name, extra, me / mx);
     remove(path);
     free(got), free(ref);
     snprintf(cmd, sizeof cmd, "%s'%s' generate --model-dir '%s' --prompt-ids %s --max-new-tokens 7 "
-             "--greedy 2>/dev/null", env, DSARL_BIN, model, prompt);
-    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
-    ck_assert_msg(strncmp(out, want_tokens, strlen(want_tokens)) == 0, "%s: got %s want %s", name, out, want_tokens);
+             "--greedy %s 2>&1", env, DSARL_BIN, model, prompt, extra);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s", out);
+    if (tokens)
+        ck_assert_msg(strncmp(out, want_tokens, strlen(want_tokens)) == 0, "%s %s: got %s want %s", name, extra, out,
+                      want_tokens);
+}
+
+static void check_fixture_as(const char *name, const char *env, const char *model)
+{
+    check_fixture_with(name, env, model, "", 1e-4, true);
 }
 
 static void check_fixture(const char *name) { check_fixture_as(name, "", NULL); }
@@ -139,11 +150,73 @@ START_TEST(test_errors)
     ck_assert_ptr_nonnull(strstr(out, "--threads needs an integer in [1, 1024], got '-1'"));
     ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.1-tiny --prompt-ids 1,2 "
                          "--max-new-tokens 2 --greedy --threads 99999 2>&1", out, sizeof out), 2);
+    // the device, backend and storage dtype by name: the cpu ones give the default run's tokens; what the machine
+    // or the device does not have is one line naming the option
+    char first[4096];
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.2-tiny --prompt-ids 1,2,3 "
+                         "--max-new-tokens 4 --greedy 2>&1", first, sizeof first), 0);
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.2-tiny --prompt-ids 1,2,3 "
+                         "--max-new-tokens 4 --greedy --device cpu --dsa reference --dtype f32 2>&1", out,
+                         sizeof out), 0);
+    ck_assert_str_eq(out, first);
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.2-tiny --prompt-ids 1,2,3 "
+                         "--max-new-tokens 4 --greedy --device nosuch 2>&1", out, sizeof out), 3);
+    ck_assert_msg(strstr(out, "--device: no device plugin named 'nosuch'; available:"), "%s", out);
+    ck_assert_int_eq(run("'" DSARL_BIN "' logits --model-dir " FIXTURES "glm5.2-tiny --input-ids x --out y "
+                         "--device cpu --dtype bf16 2>&1", out, sizeof out), 3);
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.2-tiny --prompt-ids 1,2,3 "
+                         "--max-new-tokens 4 --greedy --device cpu --dtype bf16 2>&1", out, sizeof out), 3);
+    ck_assert_msg(strstr(out, "--dtype bf16: device cpu stores f32 only"), "%s", out);
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.2-tiny --prompt-ids 1,2,3 "
+                         "--max-new-tokens 4 --greedy --dtype fp8 2>&1", out, sizeof out), 3);
+    ck_assert_msg(strstr(out, "--dtype 'fp8': valid values are bf16 and f32"), "%s", out);
+    ck_assert_int_eq(run("'" DSARL_BIN "' generate --model-dir " FIXTURES "glm5.2-tiny --prompt-ids 1,2,3 "
+                         "--max-new-tokens 4 --greedy --dsa 2>&1", out, sizeof out), 2);
     ck_assert_int_eq(run("'" DSARL_BIN "' logits --help", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--dtype bf16|f32"));
     ck_assert_ptr_nonnull(strstr(out, "--input-ids"));
 }
 END_TEST
 
+#ifdef DSARL_TEST_CUDA
+/* The same fixtures on the GPU with the kernels training uses: float32 storage holds transformers' logits to 1e-3
+ * and its greedy tokens; bf16 storage to 3e-2. */
+static void check_cuda(const char *dsa)
+{
+    const char *fixtures[] = {"glm5.1-tiny", "glm5.2-tiny", "glm5-groups-bf16"};
+    char extra[128];
+    for (int i = 0; i < 3; i++) {
+        snprintf(extra, sizeof extra, "--device cuda --dsa %s --dtype f32", dsa);
+        check_fixture_with(fixtures[i], "", NULL, extra, 1e-3, true);
+        snprintf(extra, sizeof extra, "--device cuda --dsa %s --dtype bf16", dsa);
+        check_fixture_with(fixtures[i], "", NULL, extra, 3e-2, false);
+    }
+}
+
+START_TEST(test_cuda_tilelang) { check_cuda("tilelang"); }
+END_TEST
+START_TEST(test_cuda_cudnn) { check_cuda("cudnn"); }
+END_TEST
+
+int main(void)
+{
+    if (system("nvidia-smi -L >/dev/null 2>&1") != 0) {
+        printf("no GPU visible (nvidia-smi -L failed): skipped\n");
+        return 77;
+    }
+    Suite *s = suite_create("glm5_cli_cuda");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_cuda_tilelang);
+    tcase_add_test(tc, test_cuda_cudnn);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+#else
 int main(void)
 {
     Suite *s = suite_create("glm5_cli");
@@ -161,3 +234,4 @@ int main(void)
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+#endif

@@ -70,3 +70,12 @@ if(TARGET dsarl-device-cuda-objects)
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;CK_FORK=no;CK_DEFAULT_TIMEOUT=300")
   endif()
 endif()
+
+# `dsarl logits` and `dsarl generate` on the GPU (--device cuda --dsa tilelang|cudnn --dtype f32|bf16) against the
+# transformers fixtures; the same source as check_glm5_cli, built with its GPU cases.
+if(TARGET dsarl-device-cuda AND TARGET dsarl-dsa-cudnn AND TARGET dsarl-model-glm5)
+  dsarl_add_check_test(check_glm5_cli_cuda SOURCES check_glm5_cli.c LABELS gpu TIMEOUT 600 LIBS PkgConfig::JANSSON)
+  target_compile_definitions(check_glm5_cli_cuda PRIVATE DSARL_TEST_CUDA=1)
+  add_dependencies(check_glm5_cli_cuda dsarl_cli dsarl-model-glm5 dsarl-device-cuda dsarl-dsa-tilelang
+                   dsarl-dsa-cudnn)
+endif()

@@ -1,5 +1,6 @@
 /* cmd_model.c: `dsarl logits` and `dsarl generate` for any Hugging Face directory a loaded model plugin accepts,
- * on the highest-ranked host-memory device and the highest-ranked DSA backend that runs on it (float32 results). */
+ * by default on the highest-ranked host-memory device and the highest-ranked DSA backend that runs on it (float32
+ * results); --device, --dsa and --dtype run them on what training uses (the GPU and its kernels). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,10 +16,12 @@
 #include "dsarl/ops/generation.h"
 #include "dsarl/ops/model.h"
 #include "dsarl/trainer.h"
+#include "recipe_internal.h"
 
 // Everything one command holds; closed in reverse order.
 typedef struct model_session {
     dsarl_registry *registry;
+    dsarl_recipe *recipe;             // the device's settings (--dtype)
     dsarl_session core;               // device, DSA backend, the model
     const dsarl_model_ops *model_ops; // borrowed from core
     dsarl_model *model;
@@ -27,6 +30,7 @@ typedef struct model_session {
 static void session_close(model_session *s)
 {
     dsarl_session_close(&s->core);
+    dsarl_recipe_free(s->recipe);
     dsarl_registry_free(s->registry);
     memset(s, 0, sizeof(*s));
 }
@@ -44,7 +48,15 @@ static int parse_threads(const char *cmd, const char *text, int *out)
     return CLI_EXIT_OK;
 }
 
-static int session_open(model_session *s, const char *model_dir, int threads, dsarl_error *err)
+// Where a command runs: --device, --dsa and --dtype as given (NULL: the defaults below).
+typedef struct run_target {
+    const char *device; // device plugin, or "auto": the highest-ranked one this machine runs; NULL: host memory
+    const char *dsa;    // DSA backend; NULL: the highest-ranked one that runs on the device
+    const char *dtype;  // storage dtype "bf16" | "f32" (runtime.cuda_storage_dtype); NULL: the device's default
+} run_target;
+
+static int session_open(model_session *s, const char *model_dir, int threads, const run_target *target,
+                        const char *cmd, dsarl_error *err)
 {
     memset(s, 0, sizeof(*s));
     char found[4096];
@@ -57,18 +69,33 @@ static int session_open(model_session *s, const char *model_dir, int threads, ds
         return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_INVALID,
                           "--model-dir '%s' is %s; it takes a Hugging Face model directory (config.json and "
                           "model.safetensors)", model_dir, errno == ENOENT ? "missing" : "not a directory");
+    if (target->dtype && strcmp(target->dtype, "bf16") != 0 && strcmp(target->dtype, "f32") != 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl %s --dtype '%s': valid values are bf16 and f32", cmd,
+                          target->dtype);
     cli_options none = {0};
     const dsarl_ops_common *dev_c = NULL, *dsa_c = NULL, *model_c = NULL;
     int rc = cli_open_registry(NULL, &none, &s->registry, err);
     if (rc < 0)
         return rc;
-    // float32 host results: the highest-ranked host-memory device, the highest-ranked backend on it, and the
-    // model table that accepts the directory's config.json
-    dev_c = dsarl_select_default_device(s->registry, DSARL_DEVICE_CAP_HOST_MEMORY);
-    dsa_c = dev_c ? dsarl_select_default_dsa(s->registry, (const dsarl_device_ops *)dev_c) : NULL;
-    if (!dev_c || !dsa_c)
-        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl logits/generate: no loaded %s", !dev_c
-                          ? "device plugin with host memory can run here" : "DSA backend runs on that device");
+    char where[64];
+    if (!target->device) {
+        // float32 host results by default: the highest-ranked host-memory device
+        dev_c = dsarl_select_default_device(s->registry, DSARL_DEVICE_CAP_HOST_MEMORY);
+        if (!dev_c)
+            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl %s: no loaded device plugin with host memory can run "
+                              "here; name one with --device", cmd);
+    } else {
+        const char *device = strcmp(target->device, "auto") == 0 ? NULL : target->device;
+        snprintf(where, sizeof where, "dsarl %s", cmd);
+        DSARL_TRY(cli_choose_device(s->registry, where, 0, &device, &dev_c, err));
+    }
+    if (target->dsa) {
+        snprintf(where, sizeof where, "dsarl %s --dsa", cmd);
+        DSARL_TRY(dsarl_registry_require(s->registry, DSARL_KIND_DSA, target->dsa, where, &dsa_c, err));
+    } else if (!(dsa_c = dsarl_select_default_dsa(s->registry, (const dsarl_device_ops *)dev_c))) {
+        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl %s: no loaded DSA backend runs on device %s; name one with "
+                          "--dsa", cmd, dev_c->name);
+    }
     char config_path[4200];
     snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
     dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = model_dir,
@@ -77,15 +104,25 @@ static int session_open(model_session *s, const char *model_dir, int threads, ds
     if (rc < 0)
         return rc;
     if (!model_c)
-        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl logits/generate: no loaded model plugin accepts %s",
-                          model_dir);
+        return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "dsarl %s: no loaded model plugin accepts %s", cmd, model_dir);
+    // the device reads its storage dtype from the recipe key a run sets
+    char yaml[128];
+    snprintf(yaml, sizeof yaml, "runtime:\n  cuda_storage_dtype: %s\n", target->dtype ? target->dtype : "bf16");
+    DSARL_TRY(dsarl_recipe_load_string(yaml, "--dtype", &s->recipe, err));
     dsarl_session_config sc = {.struct_size = sizeof(sc), .host = dsarl_registry_host(s->registry),
-                               .threads = threads, .device_ops = (const dsarl_device_ops *)dev_c,
-                               .dsa_ops = (const dsarl_dsa_ops *)dsa_c, .model_ops = (const dsarl_model_ops *)model_c,
-                               .model_dir = model_dir};
+                               .recipe = dsarl_recipe_root(s->recipe), .threads = threads,
+                               .device_ops = (const dsarl_device_ops *)dev_c, .dsa_ops = (const dsarl_dsa_ops *)dsa_c,
+                               .model_ops = (const dsarl_model_ops *)model_c, .model_dir = model_dir};
     rc = dsarl_session_open(&sc, &s->core, err);
     s->model_ops = s->core.model_ops;
     s->model = s->core.model;
+    if (rc == 0 && target->dtype) {
+        dsarl_dtype want = strcmp(target->dtype, "bf16") == 0 ? DSARL_DTYPE_BF16 : DSARL_DTYPE_F32;
+        dsarl_dtype have = sc.device_ops->storage_dtype(s->core.device);
+        if (have != want)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl %s --dtype %s: device %s stores %s only", cmd,
+                              target->dtype, dev_c->name, dsarl_dtype_name(have));
+    }
     return rc;
 }
 
@@ -154,22 +191,29 @@ static int parse_id_rows(const char *path, const char *text, int32_t **ids, int3
 
 static const char *logits_help =
     "usage: dsarl logits --model-dir DIR --input-ids FILE.json --out OUT.npy [--threads N]\n"
+    "                    [--device NAME|auto] [--dsa NAME] [--dtype bf16|f32]\n"
     "\n"
     "Next-token logits of a Hugging Face glm_moe_dsa model (config.json + safetensors) in float32 on the\n"
     "highest-ranked host-memory device and the highest-ranked DSA backend on it (cpu and reference by default).\n"
-    "  --model-dir DIR       the model directory (GLM-5.1 style, or GLM-5.2 with IndexShare)\n"
+    "  --model-dir DIR       the model directory (GLM-5.1 style, or GLM-5.2 with IndexShare), or a hub id in\n"
+    "                        the Hugging Face cache (zai-org/GLM-5.2)\n"
     "  --input-ids FILE      JSON list of equal-length lists of token ids, e.g. [[1, 2, 3], [4, 5, 6]]\n"
     "  --out OUT.npy         float32 array [B, S, V], written atomically\n"
-    "  --threads N           OpenBLAS threads (default 1)\n";
+    "  --threads N           OpenBLAS threads (default 1)\n"
+    "  --device NAME         device plugin (cpu, cuda), or auto: the highest-ranked one this machine runs\n"
+    "  --dsa NAME            DSA backend (reference, tilelang, cudnn); default: the best one on the device\n"
+    "  --dtype bf16|f32      storage dtype on cuda (runtime.cuda_storage_dtype; default bf16); cpu is f32\n";
 
 static const char *generate_help =
     "usage: dsarl generate --model-dir DIR --prompt-ids 1,2,3 --max-new-tokens N (--greedy | --temperature T)\n"
     "                      [--top-k K] [--top-p P] [--seed S] [--stop-ids 1,2] [--logprobs] [--threads N]\n"
+    "                      [--device NAME|auto] [--dsa NAME] [--dtype bf16|f32]\n"
     "\n"
     "Continues a prompt with a Hugging Face glm_moe_dsa model through the native generation engine (KV cache of MLA\n"
-    "latents and indexer keys, prefill + decode with the reference DSA backend on the cpu device). Prints the new\n"
+    "latents and indexer keys, prefill + decode; the reference DSA backend on the cpu device unless --device and\n"
+    "--dsa say otherwise). Prints the new\n"
     "token ids as a JSON list, or with --logprobs an object {\"tokens\", \"logprobs\", \"truncated\"}.\n"
-    "  --model-dir DIR         the model directory\n"
+    "  --model-dir DIR         the model directory, or a hub id in the Hugging Face cache\n"
     "  --prompt-ids IDS        comma-separated token ids\n"
     "  --max-new-tokens N      at most this many new tokens (>= 1)\n"
     "  --greedy                argmax decoding (ties pick the lowest id)\n"
@@ -178,7 +222,8 @@ static const char *generate_help =
     "  --seed S                sampling seed (default 0)\n"
     "  --stop-ids IDS          comma-separated ids that end the completion (kept in it)\n"
     "  --logprobs              also print each token's log-probability under the sampling distribution\n"
-    "  --threads N             OpenBLAS threads (default 1)\n";
+    "  --threads N             OpenBLAS threads (default 1)\n"
+    "  --device, --dsa, --dtype as `dsarl logits`\n";
 
 // Matches "--name VALUE" and "--name=VALUE"; advances *i past the value.
 static int take_value(int argc, char **argv, int *i, const char *name, const char **out)
@@ -200,6 +245,15 @@ static int take_value(int argc, char **argv, int *i, const char *name, const cha
     return 1;
 }
 
+// --device, --dsa, --dtype: 1 when argv[*i] was one of them, -1 when its value is missing, 0 otherwise.
+static int take_target(int argc, char **argv, int *i, run_target *t)
+{
+    int r;
+    if ((r = take_value(argc, argv, i, "--device", &t->device)) || (r = take_value(argc, argv, i, "--dsa", &t->dsa)))
+        return r;
+    return take_value(argc, argv, i, "--dtype", &t->dtype);
+}
+
 static int usage_error(const char *cmd, const char *what)
 {
     fprintf(stderr, "dsarl %s: error: %s; run `dsarl %s --help`\n", cmd, what, cmd);
@@ -209,6 +263,7 @@ static int usage_error(const char *cmd, const char *what)
 int dsarl_cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *input = NULL, *out = NULL, *threads_s = "1";
+    run_target target = {0};
     for (int i = 1; i < argc; i++) {
         int r;
         if (cli_is_help(argv[i])) {
@@ -217,7 +272,8 @@ int dsarl_cmd_logits(int argc, char **argv)
         }
         if ((r = take_value(argc, argv, &i, "--model-dir", &dir)) || (r = take_value(argc, argv, &i, "--input-ids",
             &input)) || (r = take_value(argc, argv, &i, "--out", &out)) ||
-            (r = take_value(argc, argv, &i, "--threads", &threads_s))) {
+            (r = take_value(argc, argv, &i, "--threads", &threads_s)) ||
+            (r = take_target(argc, argv, &i, &target))) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
             continue;
@@ -242,7 +298,7 @@ int dsarl_cmd_logits(int argc, char **argv)
     if (parse_threads("logits", threads_s, &threads) != CLI_EXIT_OK)
         return CLI_EXIT_USAGE;
     model_session s;
-    rc = session_open(&s, dir, threads, &err);
+    rc = session_open(&s, dir, threads, &target, "logits", &err);
     float *logits = NULL;
     int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t));
     if (rc == 0) {
@@ -300,6 +356,7 @@ int dsarl_cmd_generate(int argc, char **argv)
     const char *dir = NULL, *prompt = NULL, *max_s = NULL, *threads_s = "1", *temp_s = NULL, *top_k_s = "0";
     const char *top_p_s = "1", *seed_s = "0", *stop_s = NULL;
     int greedy = 0, want_logprobs = 0;
+    run_target target = {0};
     for (int i = 1; i < argc; i++) {
         int r;
         if (cli_is_help(argv[i])) {
@@ -318,7 +375,8 @@ int dsarl_cmd_generate(int argc, char **argv)
             (r = take_value(argc, argv, &i, "--top-p", &top_p_s)) ||
             (r = take_value(argc, argv, &i, "--seed", &seed_s)) ||
             (r = take_value(argc, argv, &i, "--stop-ids", &stop_s)) ||
-            (r = take_value(argc, argv, &i, "--threads", &threads_s))) {
+            (r = take_value(argc, argv, &i, "--threads", &threads_s)) ||
+            (r = take_target(argc, argv, &i, &target))) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
             continue;
@@ -358,7 +416,7 @@ int dsarl_cmd_generate(int argc, char **argv)
     }
     dsarl_error err = {0};
     model_session s;
-    int rc = session_open(&s, dir, threads, &err);
+    int rc = session_open(&s, dir, threads, &target, "generate", &err);
     const dsarl_ops_common *gen_c = NULL;
     const dsarl_generation_ops *gen_ops = NULL;
     dsarl_generator *gen = NULL;
