@@ -107,7 +107,8 @@ START_TEST(test_hub_cache)
     const char *commit = "5f2c0d9e1a3b4c6d7e8f90a1b2c3d4e5f6a7b8c9";
     snprintf(cmd, sizeof cmd, "set -e; r='%s/models--zai-org--GLM-5.2-tiny'; mkdir -p \"$r/blobs\" \"$r/refs\" "
              "\"$r/snapshots/%s\"; for f in config.json model.safetensors; do "
-             "b=$(sha256sum '" FIXTURES "glm5.2-tiny/'$f | cut -c1-64); cp '" FIXTURES "glm5.2-tiny/'$f \"$r/blobs/$b\"; "
+             "b=$(sha256sum '" FIXTURES "glm5.2-tiny/'$f | cut -c1-64); "
+             "cp '" FIXTURES "glm5.2-tiny/'$f \"$r/blobs/$b\"; "
              "ln -s ../../blobs/$b \"$r/snapshots/%s/$f\"; done; printf %s '%s' > \"$r/refs/main\"",
              cache, commit, commit, "%s", commit);
     ck_assert_msg(system(cmd) == 0, "%s", cmd);

@@ -45,6 +45,30 @@ static float float_of(uint32_t u)
     return v;
 }
 
+/* float8 e4m3fn codes against values worked out by hand from sign | 4-bit exponent (bias 7) | 3-bit mantissa:
+ * subnormals m * 2^-9, no infinities, S.1111.111 NaN; and every positive code above the last in order. */
+START_TEST(test_f8_e4m3)
+{
+    static const struct { uint8_t code; float value; } want[] = {
+        {0x00, 0.0f},       {0x01, 0.001953125f}, {0x07, 0.013671875f}, {0x08, 0.015625f}, {0x38, 1.0f},
+        {0x3c, 1.5f},       {0x3f, 1.875f},       {0x40, 2.0f},         {0x77, 240.0f},    {0x78, 256.0f},
+        {0x7e, 448.0f},     {0xb8, -1.0f},        {0xfe, -448.0f},      {0x81, -0.001953125f},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(dsarl_f8_e4m3_to_f32(want[i].code) == want[i].value, "code 0x%02x: %g, want %g", want[i].code,
+                      (double)dsarl_f8_e4m3_to_f32(want[i].code), (double)want[i].value);
+    ck_assert(isnan(dsarl_f8_e4m3_to_f32(0x7f)) && isnan(dsarl_f8_e4m3_to_f32(0xff)));
+    ck_assert(signbit(dsarl_f8_e4m3_to_f32(0x80)) && dsarl_f8_e4m3_to_f32(0x80) == 0.0f);
+    for (int c = 1; c < 0x7f; c++)
+        ck_assert(dsarl_f8_e4m3_to_f32((uint8_t)c) > dsarl_f8_e4m3_to_f32((uint8_t)(c - 1)));
+    uint8_t codes[3] = {0x38, 0x7e, 0xc0};
+    float out[3];
+    dsarl_error err;
+    ck_assert_int_eq(dsarl_convert_to_f32(out, codes, DSARL_DTYPE_F8_E4M3, 3, &err), 0);
+    ck_assert(out[0] == 1.0f && out[1] == 448.0f && out[2] == -2.0f);
+}
+END_TEST
+
 START_TEST(test_dtype_tables)
 {
     static const struct { const char *dsarl, *st; dsarl_dtype dt; size_t size; } want[] = {
@@ -62,7 +86,9 @@ START_TEST(test_dtype_tables)
     ck_assert_uint_eq(dsarl_dtype_size(DSARL_DTYPE_INVALID), 0);
     ck_assert_uint_eq(dsarl_dtype_size((dsarl_dtype)99), 0);
     ck_assert_str_eq(dsarl_dtype_name((dsarl_dtype)99), "invalid");
-    ck_assert_int_eq(dsarl_dtype_from_name("F8_E4M3"), DSARL_DTYPE_INVALID);
+    ck_assert_int_eq(dsarl_dtype_from_name("F8_E4M3"), DSARL_DTYPE_F8_E4M3);
+    ck_assert_uint_eq(dsarl_dtype_size(DSARL_DTYPE_F8_E4M3), 1);
+    ck_assert_int_eq(dsarl_dtype_from_name("F8_E5M2"), DSARL_DTYPE_INVALID);
     ck_assert_int_eq(dsarl_dtype_from_name("float32"), DSARL_DTYPE_INVALID);
     ck_assert_int_eq(dsarl_dtype_from_name(NULL), DSARL_DTYPE_INVALID);
 }
@@ -310,6 +336,7 @@ static Suite *tensor_suite(void)
     Suite *s = suite_create("tensor");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_dtype_tables);
+    tcase_add_test(tc, test_f8_e4m3);
     tcase_add_test(tc, test_tensor_init_and_shape);
     tcase_add_test(tc, test_bf16_hand_patterns);
     tcase_add_test(tc, test_f16_hand_patterns);

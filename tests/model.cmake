@@ -5,6 +5,9 @@ endif()
 if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_hf SOURCES check_glm5_hf.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
+  # FP8 checkpoints dequantized on load and MTP tensors carried through saves (tools/make_glm5_fp8_fixture.py)
+  dsarl_add_check_test(check_glm5_fp8 SOURCES check_glm5_fp8.c
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
 endif()
 if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_config SOURCES check_glm5_config.c

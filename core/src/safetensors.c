@@ -94,7 +94,8 @@ static int parse_entry(const char *path, const char *name, json_t *entry, tensor
     t->dtype = dsarl_dtype_from_name(dtype_name);
     if (t->dtype == DSARL_DTYPE_INVALID || !isupper((unsigned char)dtype_name[0]))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
-                          "%s: tensor '%s' has dtype '%s', supported are F64, F32, F16, BF16, I64, I32, I8, U8, BOOL",
+                          "%s: tensor '%s' has dtype '%s', supported are F64, F32, F16, BF16, F8_E4M3, I64, I32, I8, U8, "
+                          "BOOL",
                           path, name, dtype_name);
     if (!json_is_array(shape))
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' needs a 'shape' array, got %s", path, name,
@@ -416,19 +417,20 @@ void dsarl_safetensors_metadata_at(const dsarl_safetensors_file *f, size_t i, co
 /* Writing. */
 
 /* The reference writer orders data by its Dtype enum, largest first; these ranks reproduce that order for the
- * dtypes dsarl knows (BOOL < U8 < I8 < F16 < BF16 < I32 < F32 < F64 < I64). */
+ * dtypes dsarl knows (BOOL < U8 < I8 < F8_E4M3 < F16 < BF16 < I32 < F32 < F64 < I64). */
 static int dtype_rank(dsarl_dtype dtype)
 {
     switch (dtype) {
     case DSARL_DTYPE_BOOL: return 0;
     case DSARL_DTYPE_U8: return 1;
     case DSARL_DTYPE_I8: return 2;
-    case DSARL_DTYPE_F16: return 3;
-    case DSARL_DTYPE_BF16: return 4;
-    case DSARL_DTYPE_I32: return 5;
-    case DSARL_DTYPE_F32: return 6;
-    case DSARL_DTYPE_F64: return 7;
-    case DSARL_DTYPE_I64: return 8;
+    case DSARL_DTYPE_F8_E4M3: return 3;
+    case DSARL_DTYPE_F16: return 4;
+    case DSARL_DTYPE_BF16: return 5;
+    case DSARL_DTYPE_I32: return 6;
+    case DSARL_DTYPE_F32: return 7;
+    case DSARL_DTYPE_F64: return 8;
+    case DSARL_DTYPE_I64: return 9;
     default: return -1;
     }
 }

@@ -4,6 +4,7 @@
  * the compiler's float16 support, and round to nearest even the same way torch and numpy do. */
 #include "dsarl/tensor.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ static const dtype_info dtype_table[] = {
     {DSARL_DTYPE_F32, 4, "f32", "F32"},   {DSARL_DTYPE_BF16, 2, "bf16", "BF16"}, {DSARL_DTYPE_F16, 2, "f16", "F16"},
     {DSARL_DTYPE_F64, 8, "f64", "F64"},   {DSARL_DTYPE_I32, 4, "i32", "I32"},    {DSARL_DTYPE_I64, 8, "i64", "I64"},
     {DSARL_DTYPE_U8, 1, "u8", "U8"},      {DSARL_DTYPE_I8, 1, "i8", "I8"},       {DSARL_DTYPE_BOOL, 1, "bool", "BOOL"},
+    {DSARL_DTYPE_F8_E4M3, 1, "f8_e4m3", "F8_E4M3"},
 };
 
 #define DTYPE_COUNT (sizeof dtype_table / sizeof dtype_table[0])
@@ -202,6 +204,19 @@ dsarl_fp16 dsarl_f32_to_f16(float v)
     return (dsarl_fp16)(sign | result);
 }
 
+float dsarl_f8_e4m3_to_f32(uint8_t v)
+{
+    int exponent = (v >> 3) & 15, mantissa = v & 7;
+    float magnitude;
+    if (exponent == 15 && mantissa == 7)
+        magnitude = NAN; // e4m3fn spends its top code on NaN instead of infinities
+    else if (exponent == 0)
+        magnitude = ldexpf((float)mantissa, -9); // subnormal: mantissa/8 * 2^-6
+    else
+        magnitude = ldexpf(1.0f + (float)mantissa / 8.0f, exponent - 7);
+    return v & 0x80 ? -magnitude : magnitude;
+}
+
 /* ------------------------------------------------------------------------------------------------------------- */
 /* Bulk conversions. Sources may be unaligned (e.g. inside a file mapping), so elements are read with memcpy. */
 
@@ -230,6 +245,7 @@ int dsarl_convert_to_f32(float *dst, const void *src, dsarl_dtype src_dtype, siz
     case DSARL_DTYPE_U8: CONVERT_EACH(uint8_t, (float)x);
     case DSARL_DTYPE_I8: CONVERT_EACH(int8_t, (float)x);
     case DSARL_DTYPE_BOOL: CONVERT_EACH(uint8_t, x ? 1.0f : 0.0f);
+    case DSARL_DTYPE_F8_E4M3: CONVERT_EACH(uint8_t, dsarl_f8_e4m3_to_f32(x));
 #undef CONVERT_EACH
     default:
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_convert_to_f32: source dtype %d is not a known dsarl_dtype",

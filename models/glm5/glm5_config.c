@@ -287,8 +287,8 @@ int glm5_config_from_json(glm5_config *cfg, const json_t *root, const char *wher
             cfg->attention_scaling = yarn_get_mscale(cfg->rope_factor, 1.0);
     }
     if (cfg->num_nextn_predict_layers > 0)
-        dsarl_log(DSARL_LOG_INFO, "%s: %d MTP layer(s) are not built; their checkpoint keys will be ignored", where,
-                  cfg->num_nextn_predict_layers);
+        dsarl_log(DSARL_LOG_INFO, "%s: %d MTP layer(s) are not built or trained; saves carry their tensors "
+                  "unchanged", where, cfg->num_nextn_predict_layers);
     return DSARL_OK;
 }
 

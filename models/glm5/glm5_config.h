@@ -28,7 +28,7 @@ typedef struct glm5_config {
     // derived, per layer: indexer_full[i] (1 = "full", 0 = "shared"), mlp_sparse[i] (1 = MoE, 0 = dense MLP)
     unsigned char indexer_full[GLM5_MAX_LAYERS], mlp_sparse[GLM5_MAX_LAYERS];
     int32_t first_k_dense_replace;
-    int32_t num_nextn_predict_layers; // MTP layers in the checkpoint (not built; their keys are ignored)
+    int32_t num_nextn_predict_layers; // MTP layers in the checkpoint (not built; saves carry them)
     // derived scalars
     int64_t qk_head_dim;       // nope + rope
     double softmax_scale;      // qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim

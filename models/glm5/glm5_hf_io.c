@@ -1,11 +1,13 @@
 /* glm5_hf_io.c: Hugging Face directories: config.json + model.safetensors (or a sharded index), per-expert or
- * fused 3-D expert keys, float32/bfloat16/float16 tensors; MTP layer keys are skipped with one log line.
+ * fused 3-D expert keys, float32/bfloat16/float16 tensors and block-scaled FP8 weights (dequantized on load,
+ * glm5_fp8.c); MTP layer keys are not built but carried unchanged from load to save (glm5_extra).
  *
  * Under tensor/expert parallelism a rank holds slices (glm5_model.h): the loader opens only the files the index
  * names for keys it needs and copies only its slices out of the mapping (a row split is one byte range, a column
  * split one range per row, an expert split only that rank's expert keys), so a rank reads about its share of the
  * directory plus the replicated tensors. The save gathers every shard on world rank 0, which writes the whole
  * tensors in the layout a single process writes; so a directory saved under one layout loads under any other. */
+#define _XOPEN_SOURCE 700 // strdup
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "dsarl/json.h"
 #include "dsarl/log.h"
 #include "dsarl/safetensors.h"
+#include "glm5_fp8.h"
 #include "glm5_model.h"
 
 int glm5_read_hf_config(const char *dir, glm5_config *cfg, dsarl_error *err)
@@ -79,6 +82,7 @@ typedef struct key_target {
     int64_t shape[2]; // expected 2-D shape of a per-expert slice
     int32_t slot;     // per-expert bookkeeping: expert*3 + {gate 0, up 1, down 2}; -1 for whole tensors
     int mtp;          // 1 for a key of a layer at or past num_hidden_layers (MTP)
+    int scale;        // 1 for an FP8 scale ("..._scale_inv"), read with its weight
     int needed;       // 1 when this rank holds (part of) what the key stores
 } key_target;
 
@@ -97,6 +101,11 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
     char proj[16];
     if (sscanf(key, "model.layers.%d.%n", &layer, &used) == 1 && layer >= m->cfg.num_hidden_layers) {
         t.mtp = 1;
+        t.needed = dsarl_group_rank(world_group(m)) == 0; // the rank that writes saves keeps them
+        return t;
+    }
+    if (t.spec < 0 && glm5_fp8_is_scale_key(key)) {
+        t.scale = 1;
         return t;
     }
     if (t.spec >= 0) { // a whole tensor: every rank holds a slice of it (or all of it)
@@ -134,6 +143,8 @@ typedef struct load_state {
     unsigned char *whole;    // per spec: loaded as one tensor
     unsigned char **slices;  // per spec: per-expert slot flags (expert specs only), indexed by global expert
     int64_t mtp_keys, unexpected_keys;
+    bool fp8;                // config.json's quantization_config is block-scaled FP8
+    int64_t fp8_block[2];
     float *staging;
     size_t staging_cap;
     glm5_hf_read read;
@@ -146,7 +157,7 @@ static key_target classify(load_state *s, const char *file, const char *key)
     key_target t = resolve_key(s->m, key);
     if (t.mtp)
         s->mtp_keys++;
-    else if (t.spec < 0 && s->unexpected_keys++ == 0)
+    else if (t.spec < 0 && !t.scale && s->unexpected_keys++ == 0)
         dsarl_log(DSARL_LOG_WARN, "%s: tensor '%s' is not part of the glm_moe_dsa model; ignored", file, key);
     return t;
 }
@@ -157,11 +168,24 @@ static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key
     dsarl_model *m = s->m;
     const char *file = dsarl_safetensors_path(f);
     const glm5_param *p = &m->params[t.spec];
-    dsarl_tensor ten;
+    dsarl_tensor ten, scale = {0};
     DSARL_TRY(dsarl_safetensors_get(f, key, &ten, err));
-    if (ten.dtype != DSARL_DTYPE_F32 && ten.dtype != DSARL_DTYPE_BF16 && ten.dtype != DSARL_DTYPE_F16)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' has dtype %s; the glm5 loader reads F32, BF16 "
-                          "and F16", file, key, dsarl_dtype_name(ten.dtype));
+    bool fp8 = ten.dtype == DSARL_DTYPE_F8_E4M3;
+    if (!fp8 && ten.dtype != DSARL_DTYPE_F32 && ten.dtype != DSARL_DTYPE_BF16 && ten.dtype != DSARL_DTYPE_F16)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' has dtype %s; the glm5 loader reads F32, BF16, "
+                          "F16 and (with an fp8 quantization_config) F8_E4M3", file, key,
+                          dsarl_dtype_name(ten.dtype));
+    if (fp8 && !s->fp8)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: tensor '%s' is F8_E4M3 but config.json has no fp8 "
+                          "quantization_config (its block size and scales)", file, key);
+    if (fp8) { // its scales sit beside it in the same file, as FP8 releases write them
+        char scale_key[256];
+        snprintf(scale_key, sizeof scale_key, "%s_scale_inv", key);
+        if (!dsarl_safetensors_has(f, scale_key))
+            return DSARL_FAIL(err, DSARL_E_NOT_FOUND, "%s: FP8 tensor '%s' has no '%s' in the same file", file, key,
+                              scale_key);
+        DSARL_TRY(dsarl_safetensors_get(f, scale_key, &scale, err));
+    }
     // the file holds the whole tensor (the Hugging Face shape), whatever this rank's shard is
     int32_t ndim = t.slot >= 0 ? 2 : p->ndim;
     const int64_t *want = t.slot >= 0 ? t.shape : p->full_shape;
@@ -197,7 +221,12 @@ static int load_tensor(load_state *s, dsarl_safetensors_file *f, const char *key
     }
     size_t elem = dsarl_dtype_size(ten.dtype);
     const unsigned char *base = ten.data;
-    for (int64_t o = 0; o < outer; o++)
+    if (fp8) {
+        DSARL_TRY(glm5_fp8_dequantize(s->staging, &ten, &scale, s->fp8_block, first, outer, span, stride, file, key,
+                                      err));
+        s->read.data_bytes += (int64_t)dsarl_tensor_nbytes(&scale);
+    }
+    for (int64_t o = 0; !fp8 && o < outer; o++)
         DSARL_TRY(dsarl_convert_to_f32(s->staging + o * span, base + (size_t)(first + o * stride) * elem, ten.dtype,
                                        (size_t)span, err));
     s->read.data_bytes += n * (int64_t)elem;
@@ -324,6 +353,41 @@ static int list_files(load_state *s, const char *dir, hf_dir *d, dsarl_error *er
     return rc;
 }
 
+void glm5_extra_free(glm5_extra *x)
+{
+    for (size_t i = 0; i < x->n_files; i++)
+        dsarl_safetensors_close(x->files[i]);
+    for (size_t i = 0; i < x->n; i++)
+        free(x->names[i]);
+    free(x->files), free(x->names), free(x->file_of);
+    memset(x, 0, sizeof *x);
+}
+
+// Records key as kept from the file being read; new_file: the first kept key of that file (a slot for its mapping,
+// which load_files fills once the file's keys are done).
+static int keep_extra(glm5_extra *x, const char *key, bool new_file, dsarl_error *err)
+{
+    if (new_file) {
+        dsarl_safetensors_file **files = realloc(x->files, (x->n_files + 1) * sizeof *files);
+        if (!files)
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory keeping MTP tensors");
+        x->files = files;
+        x->files[x->n_files++] = NULL;
+    }
+    char **names = realloc(x->names, (x->n + 1) * sizeof *names);
+    size_t *file_of = names ? realloc(x->file_of, (x->n + 1) * sizeof *file_of) : NULL;
+    if (names)
+        x->names = names;
+    if (file_of)
+        x->file_of = file_of;
+    char *copy = file_of ? strdup(key) : NULL;
+    if (!copy)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory keeping MTP tensors");
+    x->names[x->n] = copy;
+    x->file_of[x->n++] = x->n_files - 1;
+    return DSARL_OK;
+}
+
 // Loads this rank's slices from the files that hold any; the others are never opened.
 static int load_files(load_state *s, hf_dir *d, dsarl_error *err)
 {
@@ -342,11 +406,22 @@ static int load_files(load_state *s, hf_dir *d, dsarl_error *err)
             s->read.files_opened++;
             s->read.header_bytes += (int64_t)dsarl_safetensors_header_bytes(f);
         }
-        for (size_t k = 0; rc == 0 && k < d->n_keys; k++)
-            if (d->keys[k].file == i && d->keys[k].t.needed)
+        size_t kept = 0;
+        for (size_t k = 0; rc == 0 && k < d->n_keys; k++) {
+            if (d->keys[k].file != i || !d->keys[k].t.needed)
+                continue;
+            if (d->keys[k].t.mtp)
+                rc = keep_extra(&s->m->extra, d->keys[k].name, kept++ == 0, err);
+            else
                 rc = load_tensor(s, f, d->keys[k].name, d->keys[k].t, err);
-        if (f != d->single)
+        }
+        if (rc == 0 && kept) { // the mapping stays open for the saves; the model owns it now
+            s->m->extra.files[s->m->extra.n_files - 1] = f;
+            if (f == d->single)
+                d->single = NULL;
+        } else if (f != d->single) {
             dsarl_safetensors_close(f);
+        }
     }
     return rc;
 }
@@ -359,6 +434,8 @@ static int load_local(dsarl_model *m, const char *dir, load_state *s, dsarl_erro
                       : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory");
     free(cfg_path);
     DSARL_TRY(rc);
+    DSARL_TRY(glm5_fp8_scheme(m->hf_config, dir, &s->fp8, s->fp8_block, err));
+    glm5_extra_free(&m->extra); // a reload replaces what an earlier load kept
     hf_dir d = {0};
     if (!(s->whole = calloc((size_t)m->n_params, 1)) ||
         !(s->slices = calloc((size_t)m->n_params, sizeof(unsigned char *))))
@@ -379,8 +456,12 @@ int glm5_load_hf_weights(dsarl_model *m, const char *dir, dsarl_error *err)
     m->hf_read = s.read;
     rc = agree(m, rc, err);
     if (rc == 0 && s.mtp_keys)
-        dsarl_log(DSARL_LOG_INFO, "%s: ignored %lld MTP tensor(s) of layers >= %d (MTP is not built yet)", dir,
-                  (long long)s.mtp_keys, m->cfg.num_hidden_layers);
+        dsarl_log(DSARL_LOG_INFO, "%s: %lld MTP tensor(s) of layers >= %d are not trained; every save writes them "
+                  "back unchanged", dir, (long long)s.mtp_keys, m->cfg.num_hidden_layers);
+    if (rc == 0 && s.fp8)
+        dsarl_log(DSARL_LOG_INFO, "%s: FP8 weights dequantized to %s (blocks of %lld x %lld); saves write them "
+                  "unquantized", dir, dsarl_dtype_name(m->storage), (long long)s.fp8_block[0],
+                  (long long)s.fp8_block[1]);
     if (rc == 0 && s.unexpected_keys > 1)
         dsarl_log(DSARL_LOG_WARN, "%s: %lld tensors in total were not part of the model and were ignored", dir,
                   (long long)s.unexpected_keys);
@@ -452,13 +533,16 @@ static int64_t keys_of(const dsarl_model *m, const glm5_param *p)
 }
 
 // Writes the whole tensors of parameters [first, last) (data[i - first] each) into one safetensors file at path,
-// and names it fname in weight_map when there is one.
+// plus the kept MTP tensors when with_extra, and names it fname in weight_map when there is one.
 static int write_file(const dsarl_model *m, const char *path, const char *fname, int64_t first, int64_t last,
-                      float *const *data, json_t *weight_map, dsarl_error *err)
+                      float *const *data, bool with_extra, json_t *weight_map, dsarl_error *err)
 {
     int64_t n_entries = 0, E = m->cfg.n_routed_experts, C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
     for (int64_t i = first; i < last; i++)
         n_entries += keys_of(m, &m->params[i]);
+    int64_t n_params_entries = n_entries;
+    if (with_extra)
+        n_entries += (int64_t)m->extra.n;
     dsarl_safetensors_entry *entries = calloc((size_t)n_entries + 1, sizeof(*entries));
     char (*names)[96] = calloc((size_t)n_entries + 1, 96);
     int rc = (!entries || !names) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing %s", path) : DSARL_OK;
@@ -487,11 +571,16 @@ static int write_file(const dsarl_model *m, const char *path, const char *fname,
                 k++;
             }
     }
+    // the MTP tensors as loaded: their own dtype and bytes, straight from the kept mappings
+    for (size_t j = 0; rc == 0 && with_extra && j < m->extra.n; j++, k++) {
+        entries[k].name = m->extra.names[j];
+        rc = dsarl_safetensors_get(m->extra.files[m->extra.file_of[j]], m->extra.names[j], &entries[k].tensor, err);
+    }
     dsarl_safetensors_kv meta[] = {{"format", "pt"}};
     if (rc == 0)
         rc = dsarl_safetensors_write(path, entries, (size_t)k, meta, 1, err);
     for (int64_t j = 0; rc == 0 && weight_map && j < k; j++)
-        if (json_object_set_new(weight_map, names[j], json_string(fname)) != 0)
+        if (json_object_set_new(weight_map, j < n_params_entries ? names[j] : entries[j].name, json_string(fname)))
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing the index of %s", path);
     free(entries), free(names);
     return rc;
@@ -577,6 +666,11 @@ int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, 
         max_numel = m->params[i].numel > max_numel ? m->params[i].numel : max_numel;
         total_bytes += m->params[i].full_numel * (int64_t)sizeof(float);
     }
+    for (size_t j = 0; j < m->extra.n; j++) {
+        dsarl_tensor t;
+        if (dsarl_safetensors_get(m->extra.files[m->extra.file_of[j]], m->extra.names[j], &t, err) == 0)
+            total_bytes += (int64_t)dsarl_tensor_nbytes(&t);
+    }
     int64_t *starts = NULL, n_files = 0;
     float *host = malloc((size_t)m->n_weights * sizeof(float)), *scratch = NULL, *buf = NULL;
     float **data = calloc((size_t)m->n_params + 1, sizeof(float *));
@@ -622,7 +716,7 @@ int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, 
             snprintf(fname, sizeof fname, "model-%05lld-of-%05lld.safetensors", (long long)f + 1, (long long)n_files);
         char *path = writer && rc == 0 ? dsarl_path_join(dir, fname) : NULL;
         if (writer && rc == 0)
-            rc = path ? write_file(m, path, fname, first, last, data, weight_map, err)
+            rc = path ? write_file(m, path, fname, first, last, data, f == n_files - 1, weight_map, err)
                       : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
         free(path);
         free(buf), buf = NULL;

@@ -163,6 +163,7 @@ void glm5_model_free(dsarl_model *m)
     glm5_optim_free(m);
     glm5_head_maps_free(m);
     json_decref(m->hf_config);
+    glm5_extra_free(&m->extra);
     free(m->params);
     free(m->layers);
     free(m);

@@ -7,6 +7,7 @@
 #define DSARL_GLM5_MODEL_H
 
 #include "dsarl/ops/model.h"
+#include "dsarl/safetensors.h"
 #include "glm5_config.h"
 
 /* How a parameter is split across ranks (Megatron semantics): the shard kind decides the split dimension and the
@@ -81,6 +82,20 @@ typedef struct glm5_hf_read {
     int64_t files_opened, files_listed;
 } glm5_hf_read;
 
+/* Tensors of the loaded checkpoint that the model does not build but must not lose: the MTP layers (keys of layers
+ * >= num_hidden_layers, which serving engines use for speculative decoding). World rank 0, which writes saves,
+ * keeps the files that hold them mapped and writes them back unchanged (their own dtype and bytes) with every save;
+ * other ranks keep none. */
+typedef struct glm5_extra {
+    dsarl_safetensors_file **files;       /* open mappings that hold at least one kept tensor */
+    size_t n_files;
+    char **names;                          /* the kept keys, in the order the checkpoint lists them */
+    size_t *file_of;                       /* (n) index into files */
+    size_t n;
+} glm5_extra;
+
+void glm5_extra_free(glm5_extra *x);
+
 struct dsarl_model {
     glm5_config cfg;
     json_t *hf_config;           /* config.json of the loaded directory (kept so save keeps its other keys), or NULL */
@@ -112,6 +127,7 @@ struct dsarl_model {
     struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
     struct glm5_train *train;    /* the pending training pass of train_forward (glm5_backward.c), or NULL */
     glm5_hf_read hf_read;        /* what the last Hugging Face load read on this rank (glm5_hf_io.c) */
+    glm5_extra extra;            /* MTP tensors carried from load to save (glm5_hf_io.c) */
 };
 
 /* Attention heads of this rank: tensor parallelism splits them into contiguous blocks (q_b_proj, kv_b_proj rows,

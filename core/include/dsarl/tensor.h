@@ -25,6 +25,8 @@ typedef enum dsarl_dtype {
     DSARL_DTYPE_U8 = 7,
     DSARL_DTYPE_I8 = 8,
     DSARL_DTYPE_BOOL = 9,
+    DSARL_DTYPE_F8_E4M3 = 10, /* ABI 1.4: float8 e4m3fn (no infinities; S.1111.111 is NaN), as FP8 checkpoints
+                               * store weights; read-only: converts to float32, not from it */
 } dsarl_dtype;
 
 /* Where a tensor's bytes live. */
@@ -75,6 +77,8 @@ DSARL_API float dsarl_bf16_to_f32(dsarl_bf16 v);
 DSARL_API dsarl_bf16 dsarl_f32_to_bf16(float v);
 DSARL_API float dsarl_f16_to_f32(dsarl_fp16 v);
 DSARL_API dsarl_fp16 dsarl_f32_to_f16(float v);
+/* ABI 1.4: one float8 e4m3fn value (the byte of an FP8 checkpoint) to float32, exactly. */
+DSARL_API float dsarl_f8_e4m3_to_f32(uint8_t v);
 
 /* Converts n host elements of src_dtype to float32 (any float or integer dtype); fails on an unknown dtype. */
 DSARL_API int dsarl_convert_to_f32(float *dst, const void *src, dsarl_dtype src_dtype, size_t n, dsarl_error *err);
