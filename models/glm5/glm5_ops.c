@@ -67,8 +67,8 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
     glm5_config cfg;
     DSARL_TRY(glm5_family_config(family, config, &cfg, err));
     dsarl_model *m = NULL;
-    DSARL_TRY(glm5_model_alloc(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
-                               config->parallel, &m, err));
+    DSARL_TRY(glm5_model_alloc_staged(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
+                                      config->parallel, config->recipe, &m, err));
     int rc;
     if (config->model_dir) {
         rc = glm5_load_hf_weights(m, config->model_dir, err);

@@ -89,6 +89,8 @@ typedef struct glm5_pass {
     bool recompute;                            // training with activation recompute: layers rerun in backward
     void **x_saved;                            // recompute: (layers) each layer's input (T,C)
     int32_t **topk_saved;                      // recompute: (layers) each layer's top-k (T, topk_width)
+    int32_t *stage_topk;                       // pipeline: (T, topk_width) the top-k received with the stage's
+                                               // input when its first layer is a shared layer, else NULL
     void *x;                                   // (T_sp,C) residual stream
     void *h_final;                             // (T,C) final norm output (gathered over tp)
     float *rstd_final;                         // (T_sp)
@@ -131,6 +133,17 @@ int glm5_embed(glm5_pass *p, dsarl_error *err);
 /* host (rows, V) float32 = the whole rows of the vocab-parallel device logits local (rows, V/tp) of every tp rank
  * (an all-gather: the tool paths forward_logits and cached decode, never training). */
 int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err);
+
+/* Pipeline stages (glm5_pipeline.c); the send/recv calls are made only where the stage has that neighbour:
+ * glm5_stage_input: p->x = the embedding (first stage) or the previous stage's output; *prev_topk = the top-k the
+ *   stage's first layer reuses when it is a shared layer (received with it), else NULL.
+ * glm5_stage_output: sends p->x (and topk when the next stage starts on a shared layer) to the next stage.
+ * glm5_stage_grad_input / glm5_stage_grad_output: the residual stream's gradient dx (T_sp, C) from the next stage,
+ *   to the previous one. */
+int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err);
+int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err);
+int glm5_stage_grad_input(glm5_pass *p, void *dx, dsarl_error *err);
+int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err);
 
 /* Runs the forward pass; save keeps every layer's activations for glm5_backward_pass. Free with
  * glm5_pass_free, also on failure. */
