@@ -123,6 +123,14 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGE
   target_compile_definitions(check_glm5_tp_mpi PRIVATE _GNU_SOURCE)
   dsarl_add_mpi_test(glm5_tp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_tp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
+  # pipeline parallelism: PP2 and PP2 x TP2 against one process in the same process
+  add_executable(check_glm5_pp_mpi check_glm5_pp_mpi.c)
+  set_target_properties(check_glm5_pp_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  target_link_libraries(check_glm5_pp_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                        dsarl-generation-native-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+  target_compile_definitions(check_glm5_pp_mpi PRIVATE _GNU_SOURCE)
+  dsarl_add_mpi_test(glm5_pp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_pp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
 endif()
 
 # The two tests that SIGKILL a rank find it among the running `dsarl run` processes: alone, so they never pick
