@@ -1,4 +1,5 @@
-/* check_glm5_pp_mpi.c: pipeline parallelism inside the glm5 model, under `mpirun -np 2` (PP2) and `-np 4` (PP2 x
+/* check_glm5_pp_mpi.c: pipeline parallelism inside the glm5 model, under `mpirun -np 2` (PP2), `-np 4 ... pp4` (PP4,
+ * every stage one layer: middle stages talk to both neighbours) and `-np 4` (PP2 x
  * TP2 with sequence parallelism), on the cpu device and the reference DSA backend. Every rank also builds the
  * one-process model (same config and seed, so the same weights) and compares:
  * - log-probabilities (forward_logprobs and train_forward) and forward_logits of a fresh random batch on every rank,
@@ -6,6 +7,7 @@
  * - the indexer loss and every gradient of this stage's parameters after a backward and an accumulated training
  *   pass (2e-5 per tensor), then the gradient norm of three AdamW steps and the weights after them;
  * - cached decode logits (prefill, then decode steps) and the native engine's rollouts: the same tokens;
+ * - the 1F1B schedule of dsarl_trainer_train_microbatches (more microbatches than stages, fewer, recompute);
  * - a Hugging Face save of the staged model loaded by one process, and the reverse;
  * on a GLM-5.2 config split evenly (the second stage starts on a full indexer layer), the same config split 1|3
  * (the second stage starts on an IndexShare shared layer: it receives the top-k of layer 0 with the activations),
@@ -357,16 +359,17 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
     }
 }
 
-static void check_config(const char *tmpl, const char *extra, glm5_family family, const char *name, int32_t first,
-                         int32_t end)
+// starts: the first layer of each stage the split must give (par.pp_size + 1 entries).
+static void check_config(const char *tmpl, const char *extra, glm5_family family, const char *name,
+                         const int32_t *starts)
 {
     dsarl_recipe *r1, *r2;
     dsarl_model *single, *pp;
     OK(create_model(tmpl, extra, family, NULL, &r1, &single));
     OK(create_model(tmpl, extra, family, &par, &r2, &pp));
     // this stage's layers only: the split the recipe asks for
-    ck_assert_int_eq(pp->stage.size, 2);
-    int32_t want_first = par.pp_rank == 0 ? 0 : first, want_end = par.pp_rank == 0 ? first : end;
+    ck_assert_int_eq(pp->stage.size, par.pp_size);
+    int32_t want_first = starts[par.pp_rank], want_end = starts[par.pp_rank + 1];
     ck_assert_msg(pp->stage.first == want_first && pp->stage.end == want_end, "%s: stage %d holds layers [%d, %d), "
                   "not [%d, %d)", name, par.pp_rank, pp->stage.first, pp->stage.end, want_first, want_end);
     ck_assert(pp->n_params < single->n_params);
@@ -374,7 +377,7 @@ static void check_config(const char *tmpl, const char *extra, glm5_family family
         ck_assert(pp->params[i].layer < 0 || glm5_stage_has_layer(pp, pp->params[i].layer));
     ck_assert((glm5_model_find_param(pp, "model.embed_tokens.weight") != NULL) ==
               (par.pp_rank == 0 || pp->cfg.tie_word_embeddings));
-    ck_assert((glm5_model_find_param(pp, "model.norm.weight") != NULL) == (par.pp_rank == 1));
+    ck_assert((glm5_model_find_param(pp, "model.norm.weight") != NULL) == (par.pp_rank == par.pp_size - 1));
     char what[128];
     snprintf(what, sizeof what, "%s absorbed", name);
     check_round(single, pp, what, 1, T);
@@ -396,20 +399,114 @@ static void check_config(const char *tmpl, const char *extra, glm5_family family
     dsarl_recipe_free(r1), dsarl_recipe_free(r2);
 }
 
-START_TEST(test_glm52_even_stages) { check_config(glm52_recipe, "", GLM5_FAMILY_52, "glm5.2 2|2", 2, 4); }
+START_TEST(test_glm52_even_stages)
+{
+    static const int32_t pp2[] = {0, 2, 4}, pp4[] = {0, 1, 2, 3, 4};
+    check_config(glm52_recipe, "", GLM5_FAMILY_52, par.pp_size == 4 ? "glm5.2 1|1|1|1" : "glm5.2 2|2",
+                 par.pp_size == 4 ? pp4 : pp2);
+}
 END_TEST
 
 START_TEST(test_glm52_stage_starts_on_shared_layer)
 {
+    static const int32_t starts[] = {0, 1, 4};
     check_config(glm52_recipe, "    num_layers_in_first_pipeline_stage: 1\n", GLM5_FAMILY_52,
-                 "glm5.2 1|3 (shared layer 1 starts stage 1)", 1, 4);
+                 "glm5.2 1|3 (shared layer 1 starts stage 1)", starts);
 }
 END_TEST
 
 START_TEST(test_glm51_tied_uneven_stages)
 {
+    static const int32_t starts[] = {0, 2, 3};
     check_config(glm51_recipe, "    num_layers_in_first_pipeline_stage: 2\n", GLM5_FAMILY_51,
-                 "glm5.1 2|1 tied embeddings", 2, 3);
+                 "glm5.1 2|1 tied embeddings", starts);
+}
+END_TEST
+
+/* --- the 1F1B schedule of dsarl_trainer_train_microbatches ----------------------------------------------------- */
+
+enum { MAX_MB = 8 };
+typedef struct loss_log {
+    int32_t order[MAX_MB], calls;
+    const float *c[MAX_MB]; // each microbatch's fixed part of the gradient
+} loss_log;
+
+// d loss / d logp = c + 0.05 logp: the gradient depends on the log-probs the callback was handed
+static int linear_loss(void *user, int32_t index, dsarl_train_microbatch *mb, dsarl_error *e)
+{
+    (void)e;
+    loss_log *log = user;
+    ck_assert_int_lt(log->calls, MAX_MB);
+    log->order[log->calls++] = index;
+    for (int64_t t = 0; t < mb->batch->n_tokens; t++)
+        mb->dlogprobs[t] = log->c[index][t] + 0.05f * mb->logprobs[t];
+    return DSARL_OK;
+}
+
+// n microbatches through the schedule on the staged model and one after another on one process: the loss calls in
+// order on every rank, the same log-probs and indexer losses everywhere, the same accumulated gradients.
+static void check_schedule(dsarl_model *single, dsarl_model *pp, int32_t n, const char *what)
+{
+    const dsarl_model_ops *ops = &glm5_2_model_ops;
+    pp_batch b[MAX_MB];
+    float lp1[MAX_MB][T], lp2[MAX_MB][T], d1[MAX_MB][T], d2[MAX_MB][T];
+    dsarl_train_microbatch m1[MAX_MB], m2[MAX_MB];
+    loss_log log1 = {.calls = 0}, log2 = {.calls = 0};
+    for (int32_t i = 0; i < n; i++) {
+        make_batch(&b[i], single->cfg.vocab_size, 500 + (uint64_t)i, i % 2 ? T - 1 : T);
+        log1.c[i] = log2.c[i] = b[i].dlogprobs;
+        m1[i] = (dsarl_train_microbatch){.struct_size = sizeof m1[i], .batch = &b[i].b, .targets = b[i].targets,
+                                         .logprobs = lp1[i], .dlogprobs = d1[i]};
+        // the staged run's gradient overwrites its log-probs, as SFT's does
+        m2[i] = (dsarl_train_microbatch){.struct_size = sizeof m2[i], .batch = &b[i].b, .targets = b[i].targets,
+                                         .logprobs = lp2[i], .dlogprobs = lp2[i]};
+    }
+    OK(ops->zero_grad(single, &err));
+    OK(ops->zero_grad(pp, &err));
+    dsarl_pass_counts counts = {0, 0};
+    OK(dsarl_trainer_train_microbatches(ops, single, NULL, m1, n, linear_loss, &log1, NULL, &err));
+    OK(dsarl_trainer_train_microbatches(ops, pp, &par, m2, n, linear_loss, &log2, &counts, &err));
+    OK(ops->reduce_gradients(pp, &err));
+    ck_assert_int_eq(log2.calls, n);
+    int64_t tokens = 0;
+    double e_lp = 0, e_il = 0;
+    for (int32_t i = 0; i < n; i++) {
+        ck_assert_int_eq(log2.order[i], i);
+        tokens += b[i].b.n_tokens;
+        // lp2 holds the gradient now: compare it with the one-process gradient of the same log-probs
+        e_lp = fmax(e_lp, max_rel(lp2[i], d1[i], b[i].b.n_tokens, 1e-3));
+        e_il = fmax(e_il, fabs((double)m2[i].indexer_loss - m1[i].indexer_loss) / fabs((double)m1[i].indexer_loss));
+    }
+    ck_assert_int_eq(counts.train_pass_tokens, tokens);
+    double any_lp = world_max(e_lp), any_il = world_max(e_il);
+    if (par.world_rank == 0)
+        fprintf(stderr, "  %s: %d microbatches, worst rank: log-prob gradients %.3g, indexer losses %.3g\n", what, n,
+                any_lp, any_il);
+    ck_assert_msg(e_lp < 1e-5 && e_il < 1e-5, "%s: log-probs %.3g, indexer losses %.3g from one process", what, e_lp,
+                  e_il);
+    char label[160];
+    snprintf(label, sizeof label, "%s, %d microbatches' gradients", what, n);
+    compare_params(single, pp, true, 2e-5, label);
+    (void)d2;
+}
+
+START_TEST(test_1f1b_schedule)
+{
+    dsarl_recipe *r1, *r2;
+    dsarl_model *single, *pp;
+    // two stages: the second starts on a shared layer; four: every stage has one layer, two start on shared ones
+    const char *extra = par.pp_size == 2 ? "    num_layers_in_first_pipeline_stage: 1\n" : "";
+    const char *what = par.pp_size == 2 ? "1F1B, glm5.2 1|3" : "1F1B, glm5.2 1|1|1|1";
+    OK(create_model(glm52_recipe, extra, GLM5_FAMILY_52, NULL, &r1, &single));
+    OK(create_model(glm52_recipe, extra, GLM5_FAMILY_52, &par, &r2, &pp));
+    check_schedule(single, pp, 6, what);
+    check_schedule(single, pp, 1, what); // fewer microbatches than stages: warm-up and cool-down only
+    single->activation_recompute = pp->activation_recompute = true;
+    char label[96];
+    snprintf(label, sizeof label, "%s, activation recompute", what);
+    check_schedule(single, pp, 3, label);
+    glm5_model_free(single), glm5_model_free(pp);
+    dsarl_recipe_free(r1), dsarl_recipe_free(r2);
 }
 END_TEST
 
@@ -446,7 +543,7 @@ START_TEST(test_refusals)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
     dsarl_error_clear(&err);
     if (!dsarl_comm_launched()) {
@@ -457,10 +554,11 @@ int main(void)
         fprintf(stderr, "%s\n", err.message);
         return EXIT_FAILURE;
     }
-    // -np 2: PP2; -np 4: PP2 x TP2
+    // -np 2: PP2; -np 4: PP2 x TP2, or with the argument pp4: PP4
     int32_t world = dsarl_comm_world_size(comm);
+    bool pp4 = argc > 1 && !strcmp(argv[1], "pp4");
     dsarl_layout l;
-    int rc = dsarl_layout_make(world, world / 2, 2, 1, 1, &l, &err);
+    int rc = dsarl_layout_make(world, pp4 ? 1 : world / 2, pp4 ? 4 : 2, 1, 1, &l, &err);
     l.sequence_parallel = true;
     l.collective_timeout_s = 60; // a failed assertion on one rank leaves its peers waiting: end the run quickly
     if (rc < 0 || dsarl_comm_build(comm, &l, &par, &err) < 0) {
@@ -477,9 +575,12 @@ int main(void)
     TCase *tc = tcase_create("pp");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_glm52_even_stages);
-    tcase_add_test(tc, test_glm52_stage_starts_on_shared_layer);
-    tcase_add_test(tc, test_glm51_tied_uneven_stages);
-    tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_1f1b_schedule);
+    if (!pp4) {
+        tcase_add_test(tc, test_glm52_stage_starts_on_shared_layer);
+        tcase_add_test(tc, test_glm51_tied_uneven_stages);
+        tcase_add_test(tc, test_refusals);
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -596,7 +596,7 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     double iloss = 0.0;
     if (indexer_loss)
         DSARL_TRY(sum_indexer_losses(m, g, T, p->T_real, &iloss, err));
-    if (indexer_loss) // every stage's layers
+    if (indexer_loss && !p->staged) // every stage's layers (a pipeline schedule sums them at its end)
         DSARL_TRY(glm5_stage_sum(m, &iloss, err));
     if (indexer_loss_out)
         *indexer_loss_out = (float)iloss;
@@ -673,40 +673,75 @@ static int replicated_grads_end(glm5_pass *p, void *saved, dsarl_error *err)
     return d->synchronize(m->dev, err);
 }
 
-/* The pending training pass (train_forward .. train_backward): the saved forward, its grad_bufs (targets on the
- * device, the rest allocated by the backward), one per model. */
-struct glm5_train {
-    glm5_pass p;
-    glm5_grad_bufs g;
-};
+void glm5_train_free(glm5_train *tr)
+{
+    if (!tr)
+        return;
+    glm5_pass_free(&tr->p);
+    free(tr);
+}
 
 void glm5_train_release(dsarl_model *m)
 {
-    if (!m->train)
-        return;
-    glm5_pass_free(&m->train->p);
-    free(m->train);
+    glm5_train_free(m->train);
     m->train = NULL;
+}
+
+int glm5_train_open(dsarl_model *m, const dsarl_token_batch *batch, bool staged, glm5_train **out, dsarl_error *err)
+{
+    glm5_train *tr = calloc(1, sizeof *tr);
+    if (!tr)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a training pass");
+    int rc = glm5_pass_begin(m, batch, true, &tr->p, err);
+    tr->p.staged = staged;
+    if (rc) {
+        glm5_train_free(tr);
+        return rc;
+    }
+    *out = tr;
+    return DSARL_OK;
+}
+
+int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *targets, float *logprobs,
+                           dsarl_error *err)
+{
+    DSARL_TRY(glm5_pass_layers(&tr->p, err));
+    DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
+    const int32_t *all_targets = targets;
+    DSARL_TRY(upload_targets(&tr->p, &tr->g, targets, &all_targets, err));
+    return glm5_stage_is_last(m) ? pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err) : DSARL_OK;
+}
+
+int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err)
+{
+    if (tr->grad_bufs_ready)
+        return DSARL_OK;
+    if (!m->grads)
+        DSARL_TRY(glm5_zero_grad(m, err));
+    DSARL_TRY(alloc_grad_bufs(&tr->p, &tr->g, err));
+    tr->grad_bufs_ready = true;
+    return DSARL_OK;
+}
+
+int glm5_train_run_backward(dsarl_model *m, glm5_train *tr, const float *dlogprobs, float *indexer_loss,
+                            dsarl_error *err)
+{
+    DSARL_TRY(glm5_train_grad_bufs(m, tr, err));
+    void *saved = NULL;
+    if (m->shards.tp_size > 1)
+        DSARL_TRY(replicated_grads_begin(&tr->p, &saved, err));
+    DSARL_TRY(backward_pass(m, &tr->p, &tr->g, dlogprobs, indexer_loss, err));
+    return m->shards.tp_size > 1 ? replicated_grads_end(&tr->p, saved, err) : DSARL_OK;
 }
 
 int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
                        dsarl_error *err)
 {
     glm5_train_release(m);
-    glm5_train *tr = calloc(1, sizeof *tr);
-    if (!tr)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a training pass");
-    int rc = glm5_pass_forward(m, batch, true, &tr->p, err);
-    if (rc == 0)
-        rc = alloc_targets(&tr->p, &tr->g, err);
-    const int32_t *all_targets = targets;
-    if (rc == 0)
-        rc = upload_targets(&tr->p, &tr->g, targets, &all_targets, err);
-    if (rc == 0 && glm5_stage_is_last(m))
-        rc = pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err);
-    if (rc == 0)
-        rc = glm5_stage_share_last(m, logprobs, tr->p.T_real, err);
-    m->train = tr;
+    DSARL_TRY(glm5_train_open(m, batch, false, &m->train, err));
+    int rc = glm5_train_run_forward(m, m->train, targets, logprobs, err);
+    if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
+        rc = glm5_stage_share_last(m, logprobs, m->train->p.T_real, err);
     if (rc != 0)
         glm5_train_release(m);
     return rc;
@@ -717,16 +752,7 @@ int glm5_train_backward(dsarl_model *m, const float *dlogprobs, float *indexer_l
     if (!m->train)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: train_backward needs a pending train_forward (none is "
                           "pending: each train_forward is followed by at most one train_backward)");
-    int rc = m->grads ? DSARL_OK : glm5_zero_grad(m, err);
-    void *saved = NULL;
-    if (rc == 0)
-        rc = alloc_grad_bufs(&m->train->p, &m->train->g, err);
-    if (rc == 0 && m->shards.tp_size > 1)
-        rc = replicated_grads_begin(&m->train->p, &saved, err);
-    if (rc == 0)
-        rc = backward_pass(m, &m->train->p, &m->train->g, dlogprobs, indexer_loss, err);
-    if (rc == 0 && m->shards.tp_size > 1)
-        rc = replicated_grads_end(&m->train->p, saved, err);
+    int rc = glm5_train_run_backward(m, m->train, dlogprobs, indexer_loss, err);
     glm5_train_release(m);
     return rc;
 }

@@ -451,9 +451,8 @@ static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
     return glm5_head_maps_prepare(p, err);
 }
 
-int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
+int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
 {
-    const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = batch->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m);
     int32_t tp = m->shards.tp_size;
@@ -505,6 +504,16 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
                                       err));
         }
     }
+    return DSARL_OK;
+}
+
+int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m);
+    size_t e = m->elem;
     const int32_t *prev_topk = NULL; // the embedding, or the previous pipeline stage's output
     DSARL_TRY(glm5_stage_input(p, &prev_topk, err));
     for (int32_t i = m->stage.first; i < m->stage.end; i++) {
@@ -530,6 +539,12 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
                                    p->logits, err);
+}
+
+int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
+{
+    DSARL_TRY(glm5_pass_begin(m, batch, save, p, err));
+    return glm5_pass_layers(p, err);
 }
 
 int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err)

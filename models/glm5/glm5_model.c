@@ -169,6 +169,7 @@ void glm5_model_free(dsarl_model *m)
     if (!m)
         return;
     glm5_train_release(m);
+    glm5_stage_release(m);
     if (m->weights)
         m->dev_ops->free(m->dev, m->weights);
     if (m->inv_freq)

@@ -121,6 +121,7 @@ struct dsarl_model {
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
     struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
     struct glm5_train *train;    /* the pending training pass of train_forward (glm5_backward.c), or NULL */
+    struct glm5_train **stage_slots; /* pipeline schedule: (stage.size) the passes in flight, NULL until used */
     glm5_hf_read hf_read;        /* what the last Hugging Face load read on this rank (glm5_hf_io.c) */
 };
 
@@ -227,6 +228,15 @@ int glm5_stage_all_specs(dsarl_model *m, glm5_param **all, int64_t *n_all, int64
  * received into staged (p->numel) from the pp peer that holds it, sent by that peer. Collective over pp. */
 int glm5_stage_fetch(dsarl_model *m, const glm5_param *p, const float *mine, float *staged, const float **out,
                      dsarl_error *err);
+
+/* The stage ops of a pipeline schedule (dsarl_model_ops.stage_forward / stage_backward / stage_transfer, ABI 1.4);
+ * glm5_stage_release frees every slot still open. */
+int glm5_stage_forward(dsarl_model *m, int32_t slot, const dsarl_token_batch *batch, const int32_t *targets,
+                       float *logprobs, dsarl_error *err);
+int glm5_stage_backward(dsarl_model *m, int32_t slot, const float *dlogprobs, float *indexer_loss,
+                        dsarl_error *err);
+int glm5_stage_transfer(dsarl_model *m, const dsarl_stage_transfer *t, dsarl_error *err);
+void glm5_stage_release(dsarl_model *m);
 
 /* Whether checkpoint key names a tensor of the model that another pipeline stage holds. */
 bool glm5_stage_key_elsewhere(const dsarl_model *m, const char *key);

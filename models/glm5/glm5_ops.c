@@ -237,7 +237,10 @@ static const dsarl_key_spec glm5_keys[] = {
     .cache_reset = glm5_cache_reset,                \
     .forward_cached = glm5_forward_cached,          \
     .cache_length = glm5_cache_length,              \
-    .device = glm5_device
+    .device = glm5_device,                          \
+    .stage_forward = glm5_stage_forward,            \
+    .stage_backward = glm5_stage_backward,          \
+    .stage_transfer = glm5_stage_transfer
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",

@@ -116,12 +116,10 @@ static bool carries_topk(const dsarl_model *m, int32_t first)
     return first > 0 && first < m->cfg.num_hidden_layers && !m->cfg.indexer_full[first];
 }
 
-int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err)
+// Receives the stage's input into p->x (and the top-k a shared first layer reuses into p->stage_topk).
+static int recv_input(glm5_pass *p, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    *prev_topk = NULL;
-    if (glm5_stage_is_first(m))
-        return glm5_embed(p, err);
     const dsarl_device_ops *d = m->dev_ops;
     int32_t from = m->stage.rank - 1;
     DSARL_TRY(d->recv(m->dev, pp_group(m), p->x, p->T_sp * m->cfg.hidden_size, m->storage, from, err));
@@ -129,12 +127,22 @@ int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err)
         return DSARL_OK;
     size_t bytes = (size_t)(p->T * p->topk_width) * sizeof(int32_t);
     DSARL_TRY(glm5_pass_alloc(p, bytes, (void **)&p->stage_topk, err));
-    DSARL_TRY(d->recv(m->dev, pp_group(m), p->stage_topk, p->T * p->topk_width, DSARL_DTYPE_I32, from, err));
+    return d->recv(m->dev, pp_group(m), p->stage_topk, p->T * p->topk_width, DSARL_DTYPE_I32, from, err);
+}
+
+int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err)
+{
+    *prev_topk = NULL;
+    if (glm5_stage_is_first(p->m))
+        return glm5_embed(p, err);
+    if (!p->input_ready) // a pipeline schedule received it already
+        DSARL_TRY(recv_input(p, err));
     *prev_topk = p->stage_topk;
     return DSARL_OK;
 }
 
-int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err)
+// Sends p->x (and topk, when the next stage starts on a shared layer) to the next stage.
+static int send_output(glm5_pass *p, const int32_t *topk, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
@@ -148,18 +156,146 @@ int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err)
     return d->send(m->dev, pp_group(m), topk, p->T * p->topk_width, DSARL_DTYPE_I32, to, err);
 }
 
+int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err)
+{
+    if (p->staged) { // the schedule sends it (stage_transfer)
+        p->out_topk = topk;
+        return DSARL_OK;
+    }
+    return send_output(p, topk, err);
+}
+
 int glm5_stage_grad_input(glm5_pass *p, void *dx, dsarl_error *err)
 {
     dsarl_model *m = p->m;
+    if (p->grad_ready)
+        return DSARL_OK;
     return m->dev_ops->recv(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, m->stage.rank + 1,
+                            err);
+}
+
+// Sends the input gradient dx to the previous stage.
+static int send_grad(glm5_pass *p, const void *dx, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    return m->dev_ops->send(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, m->stage.rank - 1,
                             err);
 }
 
 int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err)
 {
-    dsarl_model *m = p->m;
-    return m->dev_ops->send(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, m->stage.rank - 1,
-                            err);
+    return p->staged ? DSARL_OK : send_grad(p, dx, err); // staged: the schedule sends it
+}
+
+/* --- the stage ops of a pipeline schedule (dsarl_model_ops.stage_*, ABI 1.4) --------------------------------- */
+
+// The training pass of slot (NULL when none is open); refuses a slot outside [0, pp).
+static int slot_of(dsarl_model *m, int32_t slot, glm5_train ***out, dsarl_error *err)
+{
+    int32_t n = m->stage.size;
+    if (slot < 0 || slot >= n)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: pipeline slot %d is outside [0, %d) (one per microbatch in "
+                          "flight, at most the stage count)", slot, n);
+    if (!m->stage_slots && !(m->stage_slots = calloc((size_t)n, sizeof(glm5_train *))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %d pipeline slots", n);
+    *out = &m->stage_slots[slot];
+    return DSARL_OK;
+}
+
+// Releases the pass of *slot.
+static void close_slot(glm5_train **slot)
+{
+    glm5_train_free(*slot);
+    *slot = NULL;
+}
+
+void glm5_stage_release(dsarl_model *m)
+{
+    for (int32_t i = 0; m->stage_slots && i < m->stage.size; i++)
+        close_slot(&m->stage_slots[i]);
+    free(m->stage_slots);
+    m->stage_slots = NULL;
+}
+
+int glm5_stage_forward(dsarl_model *m, int32_t slot, const dsarl_token_batch *batch, const int32_t *targets,
+                       float *logprobs, dsarl_error *err)
+{
+    glm5_train **tr;
+    DSARL_TRY(slot_of(m, slot, &tr, err));
+    if (!*tr && !glm5_stage_is_first(m))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's forward of slot %d has no input (stage_transfer "
+                          "receives it first)", m->stage.rank, slot);
+    if (!*tr)
+        DSARL_TRY(glm5_train_open(m, batch, true, tr, err));
+    int rc = glm5_train_run_forward(m, *tr, targets, logprobs, err);
+    if (rc)
+        close_slot(tr);
+    return rc;
+}
+
+int glm5_stage_backward(dsarl_model *m, int32_t slot, const float *dlogprobs, float *indexer_loss,
+                        dsarl_error *err)
+{
+    glm5_train **tr;
+    DSARL_TRY(slot_of(m, slot, &tr, err));
+    if (!*tr)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's backward of slot %d has no forward pending",
+                          m->stage.rank, slot);
+    int rc = glm5_train_run_backward(m, *tr, dlogprobs, indexer_loss, err);
+    if (rc || glm5_stage_is_first(m)) // the other stages keep it until its gradient is sent
+        close_slot(tr);
+    return rc;
+}
+
+// One transfer of a schedule step: a send (backward: of the input gradient, which releases the slot) or a receive.
+static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send, bool forward, dsarl_error *err)
+{
+    int32_t slot = send ? (forward ? t->send_forward : t->send_backward)
+                        : (forward ? t->recv_forward : t->recv_backward);
+    if (slot < 0)
+        return DSARL_OK;
+    glm5_train **tr;
+    DSARL_TRY(slot_of(m, slot, &tr, err));
+    if (!send && forward) { // opens the slot
+        if (*tr || !t->recv_batch)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: receiving into pipeline slot %d needs a free slot and its "
+                              "batch", slot);
+        DSARL_TRY(glm5_train_open(m, t->recv_batch, true, tr, err));
+        int rc = recv_input(&(*tr)->p, err);
+        (*tr)->p.input_ready = rc == 0;
+        return rc;
+    }
+    if (!*tr)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: pipeline slot %d has no pass to transfer", slot);
+    glm5_pass *p = &(*tr)->p;
+    if (send && forward)
+        return send_output(p, p->out_topk, err);
+    if (send) {
+        int rc = send_grad(p, (*tr)->g.dx, err);
+        close_slot(tr);
+        return rc;
+    }
+    DSARL_TRY(glm5_train_grad_bufs(m, *tr, err));
+    DSARL_TRY(m->dev_ops->recv(m->dev, pp_group(m), (*tr)->g.dx, p->T_sp * m->cfg.hidden_size, m->storage,
+                               m->stage.rank + 1, err));
+    p->grad_ready = true;
+    return DSARL_OK;
+}
+
+int glm5_stage_transfer(dsarl_model *m, const dsarl_stage_transfer *t, dsarl_error *err)
+{
+    if (!t || t->struct_size < sizeof *t)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage_transfer needs a dsarl_stage_transfer of ABI 1.4");
+    if (m->stage.size <= 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage_transfer needs pipeline parallelism (pp is 1)");
+    // both ends of a link pair their calls: the even stage of the two sends first, the odd one receives first
+    bool send_first = m->stage.rank % 2 == 0;
+    for (int round = 0; round < 2; round++) {
+        bool send = (round == 0) == send_first;
+        DSARL_TRY(transfer_one(m, t, send, true, err));
+        DSARL_TRY(transfer_one(m, t, send, false, err));
+    }
+    return DSARL_OK;
 }
 
 int glm5_stage_all_specs(dsarl_model *m, glm5_param **all, int64_t *n_all, int64_t **local, dsarl_error *err)
