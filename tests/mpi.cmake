@@ -56,6 +56,10 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_test(NAME dp_grpo COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_grpo.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_grpo PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  # pipeline-parallel SFT through `dsarl run` (PP2, resume, refusals) against one process
+  add_test(NAME pp_run COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_pp_run.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
+  set_tests_properties(pp_run PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
   add_test(NAME dp_sft COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_sft.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_sft PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
@@ -95,7 +99,13 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
       "4:policy.megatron_cfg.expert_model_parallel_size=2"
       "2:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
       "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
-      "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.megatron_cfg.expert_model_parallel_size=2")
+      "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.megatron_cfg.expert_model_parallel_size=2"
+      # pipeline parallelism (1F1B): the tiny model's layer 3 is an IndexShare shared layer, so 3|1 starts the
+      # second stage on it; PP2 alone at np 4 is PP2 x DP2
+      "2:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.num_layers_in_first_pipeline_stage=3"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=4")
   add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
            "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS} -- ${DSARL_MPI_LAYOUTS})
   set_tests_properties(mpi_grpo_layouts PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")

@@ -31,7 +31,7 @@ int dsarl_pipeline_stage_layers(const dsarl_node *recipe, int32_t n_layers, int3
     if (recipe)
         DSARL_TRY(dsarl_recipe_int_or(recipe, MCFG "virtual_pipeline_model_parallel_size", 1, &vpp, err));
     if (vpp != 1)
-        return dsarl_recipe_fail(recipe, MCFG "virtual_pipeline_model_parallel_size", err, DSARL_E_UNSUPPORTED,
+        return dsarl_recipe_fail(recipe, MCFG "virtual_pipeline_model_parallel_size", err, DSARL_E_INVALID,
                                  "is %lld, but interleaved virtual pipeline stages are not implemented; set it to "
                                  "null or 1", (long long)vpp);
     return dsarl_plan_stage_layers(n_layers, pp, first, last, starts, err);
