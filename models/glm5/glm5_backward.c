@@ -22,7 +22,8 @@ static int alloc_targets(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
-    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(p->m), H = glm5_local_heads(p->m);
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, H = glm5_local_heads(p->m);
+    int64_t V = glm5_stage_is_last(p->m) ? glm5_local_vocab(p->m) : 0; // logits live on the LM head's stage only
     int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = Ts * K, kvr = c->kv_lora_rank;
     int64_t dqk = kvr + c->qk_rope_head_dim, qr = c->q_lora_rank, nI = c->index_n_heads, dI = c->index_head_dim;
     bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;

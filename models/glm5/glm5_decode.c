@@ -144,7 +144,7 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
-        {(void **)&p.logits, B * V * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
+        {(void **)&p.logits, (glm5_stage_is_last(m) ? B * V : 0) * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
         {&p.tmp, T * C * e}, {(void **)&p.tokens, (5 * T + B) * i4}};
     int rc = DSARL_OK;
     for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)

@@ -478,7 +478,8 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
+        {(void **)&p->logits, (glm5_stage_is_last(m) ? T * V : 0) * sizeof(float)}, // the LM head's stage only
+        {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
     if (p->sp) // the row-parallel layers' partial sums before their reduce-scatter

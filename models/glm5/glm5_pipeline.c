@@ -220,7 +220,7 @@ void glm5_stage_release(dsarl_model *m)
 int glm5_stage_forward(dsarl_model *m, int32_t slot, const dsarl_token_batch *batch, const int32_t *targets,
                        float *logprobs, dsarl_error *err)
 {
-    glm5_train **tr;
+    glm5_train **tr = NULL;
     DSARL_TRY(slot_of(m, slot, &tr, err));
     if (!*tr && !glm5_stage_is_first(m))
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's forward of slot %d has no input (stage_transfer "
@@ -236,7 +236,7 @@ int glm5_stage_forward(dsarl_model *m, int32_t slot, const dsarl_token_batch *ba
 int glm5_stage_backward(dsarl_model *m, int32_t slot, const float *dlogprobs, float *indexer_loss,
                         dsarl_error *err)
 {
-    glm5_train **tr;
+    glm5_train **tr = NULL;
     DSARL_TRY(slot_of(m, slot, &tr, err));
     if (!*tr)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's backward of slot %d has no forward pending",
@@ -254,7 +254,7 @@ static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send
                         : (forward ? t->recv_forward : t->recv_backward);
     if (slot < 0)
         return DSARL_OK;
-    glm5_train **tr;
+    glm5_train **tr = NULL;
     DSARL_TRY(slot_of(m, slot, &tr, err));
     if (!send && forward) { // opens the slot
         if (*tr || !t->recv_batch)
