@@ -56,6 +56,10 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_test(NAME dp_grpo COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_grpo.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_grpo PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  # pipeline-parallel SFT through `dsarl run` (PP2, resume, refusals) against one process
+  add_test(NAME pp_run COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_pp_run.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
+  set_tests_properties(pp_run PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
   add_test(NAME dp_sft COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_sft.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_sft PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
@@ -95,7 +99,13 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
       "4:policy.megatron_cfg.expert_model_parallel_size=2"
       "2:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
       "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
-      "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.megatron_cfg.expert_model_parallel_size=2")
+      "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.megatron_cfg.expert_model_parallel_size=2"
+      # pipeline parallelism (1F1B): the tiny model's layer 3 is an IndexShare shared layer, so 3|1 starts the
+      # second stage on it; PP2 alone at np 4 is PP2 x DP2
+      "2:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.num_layers_in_first_pipeline_stage=3"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=4")
   add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
            "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS} -- ${DSARL_MPI_LAYOUTS})
   set_tests_properties(mpi_grpo_layouts PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
@@ -123,6 +133,15 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGE
   target_compile_definitions(check_glm5_tp_mpi PRIVATE _GNU_SOURCE)
   dsarl_add_mpi_test(glm5_tp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_tp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_tp_mpi> TIMEOUT 120)
+  # pipeline parallelism: PP2 and PP2 x TP2 against one process in the same process
+  add_executable(check_glm5_pp_mpi check_glm5_pp_mpi.c)
+  set_target_properties(check_glm5_pp_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  target_link_libraries(check_glm5_pp_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                        dsarl-generation-native-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+  target_compile_definitions(check_glm5_pp_mpi PRIVATE _GNU_SOURCE)
+  dsarl_add_mpi_test(glm5_pp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_pp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_pp4_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> pp4 TIMEOUT 120)
 endif()
 
 # The two tests that SIGKILL a rank find it among the running `dsarl run` processes: alone, so they never pick

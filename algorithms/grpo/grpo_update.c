@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 /* grpo_update.c: the packed batch -> log-prob passes -> per train_global_batch_size slice: microbatches of
- * ClippedPGLoss + backward, then the optimizer slice tail (dsarl_trainer_optimizer_step). On-policy (one slice)
- * the old log-probs are the training pass's own. */
+ * ClippedPGLoss + backward (dsarl_trainer_train_microbatches, a loss callback per microbatch), then the optimizer
+ * slice tail (dsarl_trainer_optimizer_step). On-policy (one slice) the old log-probs are the training pass's own. */
 #include <inttypes.h>
 #include <stddef.h>
 #include <math.h>
@@ -11,10 +11,10 @@
 
 #include "grpo_loop.h"
 
-/* Log-probs of sequences [s0, s1) with a model, written at their positions in out: a forward-only pass, or with
- * train the forward of the training pass whose backward train_microbatch runs next. */
-static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, bool train,
-                          float *out, dsarl_error *err)
+/* Log-probs of sequences [s0, s1) with a model, written at their positions in out: a forward-only pass (under
+ * pipeline parallelism the stages run in turn). */
+static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, float *out,
+                          dsarl_error *err)
 {
     int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
     if (!cu)
@@ -25,10 +25,7 @@ static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p
     // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
     dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->cu[s1] - base, .n_sequences = (int32_t)(s1 - s0),
                            .tokens = p->tokens + base, .cu_seqlens = cu, .logit_scale = 1.0f / tr->opt.temperature};
-    int rc = train ? dsarl_trainer_train_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base,
-                                                 &tr->passes, err)
-                   : dsarl_trainer_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base, &tr->passes,
-                                           err);
+    int rc = dsarl_trainer_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base, &tr->passes, err);
     free(cu);
     return rc;
 }
@@ -53,7 +50,7 @@ int grpo_logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, fl
         rank_share(tr, g0, g0 + gbs < p->B ? g0 + gbs : p->B, &lo, &hi);
         for (int64_t s = lo; s < hi; s += tr->opt.logprob_batch) {
             int64_t e = s + tr->opt.logprob_batch < hi ? s + tr->opt.logprob_batch : hi;
-            DSARL_TRY(logprobs_range(tr, model, p, s, e, false, out, err));
+            DSARL_TRY(logprobs_range(tr, model, p, s, e, out, err));
         }
     }
     return DSARL_OK;
@@ -87,39 +84,79 @@ static int reduce_loss_metrics(const trainer *tr, grpo_loss_metrics *m, float *i
     return DSARL_OK;
 }
 
-/* One microbatch: current log-probs, the loss and its per-token gradient, backward into the gradients. */
-static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1, double valid_toks,
-                            double valid_seqs, grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
+/* What the loss callback of one optimizer slice needs: the batch, the slice's global counts, each microbatch's
+ * sequences and segment offsets, and the slice's metrics it accumulates. */
+typedef struct slice_loss {
+    trainer *tr;
+    packed_batch *p;
+    double valid_toks, valid_seqs;
+    const int64_t *first_seq;  // (n + 1) the microbatches' sequences [first_seq[i], first_seq[i + 1])
+    int32_t *const *cu;        // (n) each microbatch's cu_seqlens from 0
+    grpo_loss_metrics *m;
+} slice_loss;
+
+/* The loss of microbatch i (dsarl_microbatch_loss_fn): ClippedPGLoss of its log-probs, its per-token gradient. */
+static int microbatch_loss(void *user, int32_t i, dsarl_train_microbatch *mb, dsarl_error *err)
 {
-    const dsarl_model_ops *ops = tr->ctx->model_ops;
-    DSARL_TRY(logprobs_range(tr, tr->model, p, s0, s1, true, p->lp_theta, err));
-    int64_t base = p->cu[s0];
+    slice_loss *sl = user;
+    trainer *tr = sl->tr;
+    packed_batch *p = sl->p;
+    int64_t s0 = sl->first_seq[i], s1 = sl->first_seq[i + 1], base = p->cu[s0];
     if (p->old_from_train)
         memcpy(p->lp_old + base, p->lp_theta + base, sizeof(float) * (size_t)(p->cu[s1] - base));
-    int32_t *cu = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1));
-    if (!cu)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
-    for (int64_t s = s0; s <= s1; s++)
-        cu[s - s0] = p->cu[s] - (int32_t)base;
     grpo_loss_inputs in = {
-        .n_tokens = p->cu[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = cu, .lp_theta = p->lp_theta + base,
+        .n_tokens = p->cu[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = sl->cu[i], .lp_theta = mb->logprobs,
         .lp_old = tr->cfg.loss.force_on_policy_ratio ? NULL : p->lp_old + base, .lp_gen = p->lp_gen + base,
         .lp_ref = tr->reference ? p->lp_ref + base : NULL, .token_mask = p->mask + base,
-        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = valid_toks,
-        .global_valid_seqs = valid_seqs};
+        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = sl->valid_toks,
+        .global_valid_seqs = sl->valid_seqs};
     double loss;
-    grpo_loss_metrics mb;
-    int rc = grpo_clipped_pg_loss(&tr->cfg.loss, &in, &loss, p->grad + base, &mb, err);
-    if (rc == DSARL_OK) {
-        grpo_loss_metrics_add(m, &mb);
-        dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = in.n_tokens, .n_sequences = (int32_t)(s1 - s0),
-                               .tokens = p->tokens + base, .cu_seqlens = cu,
-                               .logit_scale = 1.0f / tr->opt.temperature};
-        float il = 0.0f;
-        rc = dsarl_trainer_train_backward(ops, tr->model, &b, p->targets + base, p->grad + base, &il, err);
-        *indexer_loss += il;
+    grpo_loss_metrics mbm;
+    DSARL_TRY(grpo_clipped_pg_loss(&tr->cfg.loss, &in, &loss, mb->dlogprobs, &mbm, err));
+    grpo_loss_metrics_add(sl->m, &mbm);
+    return DSARL_OK;
+}
+
+/* This rank's microbatches of sequences [lo, hi) in steps of mbs: current log-probs, the loss and its per-token
+ * gradient, backward into the gradients (dsarl_trainer_train_microbatches: the 1F1B schedule under pipeline
+ * parallelism). The indexer losses are summed into *indexer_loss. */
+static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, double valid_toks, double valid_seqs,
+                       grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
+{
+    int64_t mbs = tr->opt.micro_batch, n = hi > lo ? (hi - lo + mbs - 1) / mbs : 0;
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int32_t **cu = calloc((size_t)(n > 0 ? n : 1), sizeof(int32_t *));
+    dsarl_token_batch *b = calloc((size_t)(n > 0 ? n : 1), sizeof *b);
+    dsarl_train_microbatch *mb = calloc((size_t)(n > 0 ? n : 1), sizeof *mb);
+    int rc = first && cu && b && mb ? DSARL_OK
+                                    : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " microbatches", n);
+    for (int64_t i = 0; rc == 0 && i <= n; i++)
+        first[i] = lo + i * mbs < hi ? lo + i * mbs : hi;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        int64_t s0 = first[i], s1 = first[i + 1], base = p->cu[s0];
+        if (!(cu[i] = malloc(sizeof(int32_t) * (size_t)(s1 - s0 + 1)))) {
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for a microbatch of %" PRId64 " sequences", s1 - s0);
+            break;
+        }
+        for (int64_t s = s0; s <= s1; s++)
+            cu[i][s - s0] = p->cu[s] - (int32_t)base;
+        // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
+        b[i] = (dsarl_token_batch){.struct_size = sizeof b[i], .n_tokens = p->cu[s1] - base,
+                                   .n_sequences = (int32_t)(s1 - s0), .tokens = p->tokens + base, .cu_seqlens = cu[i],
+                                   .logit_scale = 1.0f / tr->opt.temperature};
+        mb[i] = (dsarl_train_microbatch){.struct_size = sizeof mb[i], .batch = &b[i], .targets = p->targets + base,
+                                         .logprobs = p->lp_theta + base, .dlogprobs = p->grad + base};
     }
-    free(cu);
+    slice_loss sl = {.tr = tr, .p = p, .valid_toks = valid_toks, .valid_seqs = valid_seqs, .first_seq = first,
+                     .cu = cu, .m = m};
+    if (rc == 0)
+        rc = dsarl_trainer_train_microbatches(tr->ctx->model_ops, tr->model, tr->ctx->parallel, mb, (int32_t)n,
+                                              microbatch_loss, &sl, &tr->passes, err);
+    for (int64_t i = 0; rc == 0 && i < n; i++)
+        *indexer_loss += mb[i].indexer_loss;
+    for (int64_t i = 0; cu && i < n; i++)
+        free(cu[i]);
+    free(first), free(cu), free(b), free(mb);
     return rc;
 }
 
@@ -127,7 +164,7 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
 int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_error *err)
 {
     const dsarl_model_ops *ops = tr->ctx->model_ops;
-    int64_t gbs = tr->cfg.train_global_batch_size, mbs = tr->opt.micro_batch;
+    int64_t gbs = tr->cfg.train_global_batch_size;
     grpo_loss_metrics_init(&st->loss);
     st->grad_norm = 0.0;
     st->indexer_loss = 0.0;
@@ -148,10 +185,7 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
          * the gathered batch), so the summed gradients are the one-process gradient */
         int64_t lo, hi;
         rank_share(tr, g0, g1, &lo, &hi);
-        for (int64_t s = lo; s < hi; s += mbs) {
-            int64_t e = s + mbs < hi ? s + mbs : hi;
-            DSARL_TRY(train_microbatch(tr, p, s, e, valid_toks, valid_seqs, &slice, &indexer, err));
-        }
+        DSARL_TRY(train_share(tr, p, lo, hi, valid_toks, valid_seqs, &slice, &indexer, err));
         DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, err));
         double norm;
         double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);

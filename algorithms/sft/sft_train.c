@@ -345,6 +345,22 @@ static int validate(sft_trainer *tr, dsarl_error *err)
 
 /* --- one step ------------------------------------------------------------------------------------------------ */
 
+// The loss callback of a step's microbatches: the NLL of the answer tokens, normalised by the global batch's count.
+typedef struct step_nll {
+    double n_answer, nll;
+} step_nll;
+
+static int answer_loss(void *user, int32_t index, dsarl_train_microbatch *m, dsarl_error *err)
+{
+    (void)index, (void)err;
+    step_nll *a = user;
+    for (int64_t t = 0; t < m->batch->n_tokens; t++) {
+        a->nll -= m->targets[t] >= 0 ? m->logprobs[t] : 0.0f;
+        m->dlogprobs[t] = m->targets[t] >= 0 ? (float)(-1.0 / a->n_answer) : 0.0f; // d loss / d logp
+    }
+    return DSARL_OK;
+}
+
 static int train_step(sft_trainer *tr, dsarl_error *err)
 {
     const dsarl_model_ops *ops = tr->ops;
@@ -377,23 +393,30 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     // this rank's share: whole microbatches (check_parallel), the same ones the one-process run makes
     int64_t lo, hi;
     dp_share(tr, gb, &lo, &hi);
-    for (int64_t first = lo; rc == 0 && first < hi; first += mb) {
-        packed p;
-        rc = pack(samples + first, mb, &p, err);
-        if (rc)
-            break;
-        dsarl_token_batch b = as_batch(&p);
-        rc = dsarl_trainer_train_forward(ops, tr->model, &b, p.targets, p.values, &passes, err);
-        for (int64_t t = 0; rc == 0 && t < p.n_tokens; t++) {
-            nll -= p.targets[t] >= 0 ? p.values[t] : 0.0f;
-            p.values[t] = p.targets[t] >= 0 ? (float)(-1.0 / n_answer) : 0.0f; // d loss / d logp
-        }
-        float il = 0;
-        if (rc == 0)
-            rc = dsarl_trainer_train_backward(ops, tr->model, &b, p.targets, p.values, &il, err);
-        indexer_loss += il * (double)mb / (double)gb;
-        packed_free(&p);
+    // every microbatch of the share at once: the pipeline schedule keeps several in flight
+    int64_t n_mb = hi > lo ? (hi - lo) / mb : 0;
+    packed *pk = calloc((size_t)(n_mb > 0 ? n_mb : 1), sizeof *pk);
+    dsarl_token_batch *bs = calloc((size_t)(n_mb > 0 ? n_mb : 1), sizeof *bs);
+    dsarl_train_microbatch *mbs = calloc((size_t)(n_mb > 0 ? n_mb : 1), sizeof *mbs);
+    if (rc == 0 && (!pk || !bs || !mbs))
+        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "sft: out of memory for %" PRId64 " microbatches", n_mb);
+    for (int64_t i = 0; rc == 0 && i < n_mb; i++) {
+        rc = pack(samples + lo + i * mb, mb, &pk[i], err);
+        bs[i] = as_batch(&pk[i]);
+        // the log-probs come back in values, and the loss overwrites them with their gradient
+        mbs[i] = (dsarl_train_microbatch){.struct_size = sizeof mbs[i], .batch = &bs[i], .targets = pk[i].targets,
+                                          .logprobs = pk[i].values, .dlogprobs = pk[i].values};
     }
+    step_nll an = {.n_answer = n_answer, .nll = 0};
+    if (rc == 0)
+        rc = dsarl_trainer_train_microbatches(ops, tr->model, tr->ctx->parallel, mbs, (int32_t)n_mb, answer_loss,
+                                              &an, &passes, err);
+    nll = an.nll;
+    for (int64_t i = 0; rc == 0 && i < n_mb; i++)
+        indexer_loss += mbs[i].indexer_loss * (double)mb / (double)gb;
+    for (int64_t i = 0; pk && i < n_mb; i++)
+        packed_free(&pk[i]);
+    free(pk), free(bs), free(mbs);
     // the summed NLL, indexer loss and pass counts of every rank's share; failures first, so no rank is left
     // waiting in the optimizer step's reduction of a peer that gave up
     double sums[5] = {nll, indexer_loss, (double)passes.forward_tokens, (double)passes.train_pass_tokens, rc != 0};

@@ -22,7 +22,8 @@ static int alloc_targets(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 {
     const glm5_config *c = &p->m->cfg;
-    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(p->m), H = glm5_local_heads(p->m);
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, H = glm5_local_heads(p->m);
+    int64_t V = glm5_stage_is_last(p->m) ? glm5_local_vocab(p->m) : 0; // logits live on the LM head's stage only
     int64_t K = c->num_experts_per_tok, E = c->n_routed_experts, N = Ts * K, kvr = c->kv_lora_rank;
     int64_t dqk = kvr + c->qk_rope_head_dim, qr = c->q_lora_rank, nI = c->index_n_heads, dI = c->index_head_dim;
     bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
@@ -468,8 +469,10 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     const int32_t *all_targets = targets;
     if (rc == 0)
         rc = upload_targets(&p, &g, targets, &all_targets, err);
-    if (rc == 0)
+    if (rc == 0 && glm5_stage_is_last(m))
         rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
+    if (rc == 0)
+        rc = glm5_stage_share_last(m, logprobs, p.T_real, err);
     glm5_pass_free(&p);
     return rc;
 }
@@ -511,13 +514,12 @@ static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T
     return rc;
 }
 
-// The backward of a saved pass whose targets are on the device (g->targets), from dlogprobs (T) host.
-static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
-                         dsarl_error *err)
+// The LM head and final norm of the last stage's backward: g->dx (T_sp, C) = the residual stream's gradient from
+// dlogprobs (T_real) host; the head's and the norm's weight gradients accumulated.
+static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
-    const glm5_config *c = &m->cfg;
-    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(m);
+    int64_t T = p->T, Ts = p->T_sp, C = m->cfg.hidden_size, V = glm5_local_vocab(m);
     if (T != p->T_real) // pad rows: no gradient (their targets are ignored too)
         DSARL_TRY(d->zero(m->dev, g->dlogprobs, (size_t)T * sizeof(float), err));
     DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)p->T_real * sizeof(float), DSARL_COPY_HOST_TO_DEVICE,
@@ -539,17 +541,31 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     DSARL_TRY(glm5_sp_reduce(p, g->dh, dh, C, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, Ts, C, err));
+    return DSARL_OK;
+}
+
+// The backward of a saved pass whose targets are on the device (g->targets), from dlogprobs (T) host.
+static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
+                         dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size;
+    if (glm5_stage_is_last(m))
+        DSARL_TRY(head_backward(m, p, g, dlogprobs, err));
+    else // the residual stream's gradient from the next pipeline stage
+        DSARL_TRY(glm5_stage_grad_input(p, g->dx, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
     if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer;
         // 0 at the pad rows of a padded pass
         DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
-    for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
+    for (int32_t i = m->stage.end - 1; i >= m->stage.first; i--) {
         const glm5_layer *L = &m->layers[i];
-        glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i];
+        glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i - m->stage.first];
         if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
             DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(Ts * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
-            DSARL_TRY(glm5_layer_forward(p, a, i, i > 0 ? p->topk_saved[i - 1] : NULL, err));
+            DSARL_TRY(glm5_layer_forward(p, a, i, i > m->stage.first ? p->topk_saved[i - 1] : p->stage_topk, err));
         }
         // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid)); the residual stream's gradients are this rank's rows
         DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(Ts * C) * m->elem, err));
@@ -569,7 +585,9 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         if (L->idx_wq_b && indexer_loss)
             DSARL_TRY(indexer_loss_layer(p, g, a, L, err));
     }
-    if (m->shards.tp_size == 1) {
+    if (!glm5_stage_is_first(m)) {
+        DSARL_TRY(glm5_stage_grad_output(p, g->dx, err));
+    } else if (m->shards.tp_size == 1) {
         DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err));
     } else { // vocab-parallel: every row's gradient, kept where this rank's slice holds the id
         DSARL_TRY(glm5_sp_gather(p, g->dfull, g->dx, C, err));
@@ -579,6 +597,8 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     double iloss = 0.0;
     if (indexer_loss)
         DSARL_TRY(sum_indexer_losses(m, g, T, p->T_real, &iloss, err));
+    if (indexer_loss && !p->staged) // every stage's layers (a pipeline schedule sums them at its end)
+        DSARL_TRY(glm5_stage_sum(m, &iloss, err));
     if (indexer_loss_out)
         *indexer_loss_out = (float)iloss;
     return d->synchronize(m->dev, err);
@@ -654,38 +674,75 @@ static int replicated_grads_end(glm5_pass *p, void *saved, dsarl_error *err)
     return d->synchronize(m->dev, err);
 }
 
-/* The pending training pass (train_forward .. train_backward): the saved forward, its grad_bufs (targets on the
- * device, the rest allocated by the backward), one per model. */
-struct glm5_train {
-    glm5_pass p;
-    glm5_grad_bufs g;
-};
+void glm5_train_free(glm5_train *tr)
+{
+    if (!tr)
+        return;
+    glm5_pass_free(&tr->p);
+    free(tr);
+}
 
 void glm5_train_release(dsarl_model *m)
 {
-    if (!m->train)
-        return;
-    glm5_pass_free(&m->train->p);
-    free(m->train);
+    glm5_train_free(m->train);
     m->train = NULL;
+}
+
+int glm5_train_open(dsarl_model *m, const dsarl_token_batch *batch, bool staged, glm5_train **out, dsarl_error *err)
+{
+    glm5_train *tr = calloc(1, sizeof *tr);
+    if (!tr)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a training pass");
+    int rc = glm5_pass_begin(m, batch, true, &tr->p, err);
+    tr->p.staged = staged;
+    if (rc) {
+        glm5_train_free(tr);
+        return rc;
+    }
+    *out = tr;
+    return DSARL_OK;
+}
+
+int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *targets, float *logprobs,
+                           dsarl_error *err)
+{
+    DSARL_TRY(glm5_pass_layers(&tr->p, err));
+    DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
+    const int32_t *all_targets = targets;
+    DSARL_TRY(upload_targets(&tr->p, &tr->g, targets, &all_targets, err));
+    return glm5_stage_is_last(m) ? pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err) : DSARL_OK;
+}
+
+int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err)
+{
+    if (tr->grad_bufs_ready)
+        return DSARL_OK;
+    if (!m->grads)
+        DSARL_TRY(glm5_zero_grad(m, err));
+    DSARL_TRY(alloc_grad_bufs(&tr->p, &tr->g, err));
+    tr->grad_bufs_ready = true;
+    return DSARL_OK;
+}
+
+int glm5_train_run_backward(dsarl_model *m, glm5_train *tr, const float *dlogprobs, float *indexer_loss,
+                            dsarl_error *err)
+{
+    DSARL_TRY(glm5_train_grad_bufs(m, tr, err));
+    void *saved = NULL;
+    if (m->shards.tp_size > 1)
+        DSARL_TRY(replicated_grads_begin(&tr->p, &saved, err));
+    DSARL_TRY(backward_pass(m, &tr->p, &tr->g, dlogprobs, indexer_loss, err));
+    return m->shards.tp_size > 1 ? replicated_grads_end(&tr->p, saved, err) : DSARL_OK;
 }
 
 int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,
                        dsarl_error *err)
 {
     glm5_train_release(m);
-    glm5_train *tr = calloc(1, sizeof *tr);
-    if (!tr)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for a training pass");
-    int rc = glm5_pass_forward(m, batch, true, &tr->p, err);
-    if (rc == 0)
-        rc = alloc_targets(&tr->p, &tr->g, err);
-    const int32_t *all_targets = targets;
-    if (rc == 0)
-        rc = upload_targets(&tr->p, &tr->g, targets, &all_targets, err);
-    if (rc == 0)
-        rc = pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err);
-    m->train = tr;
+    DSARL_TRY(glm5_train_open(m, batch, false, &m->train, err));
+    int rc = glm5_train_run_forward(m, m->train, targets, logprobs, err);
+    if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
+        rc = glm5_stage_share_last(m, logprobs, m->train->p.T_real, err);
     if (rc != 0)
         glm5_train_release(m);
     return rc;
@@ -696,16 +753,7 @@ int glm5_train_backward(dsarl_model *m, const float *dlogprobs, float *indexer_l
     if (!m->train)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: train_backward needs a pending train_forward (none is "
                           "pending: each train_forward is followed by at most one train_backward)");
-    int rc = m->grads ? DSARL_OK : glm5_zero_grad(m, err);
-    void *saved = NULL;
-    if (rc == 0)
-        rc = alloc_grad_bufs(&m->train->p, &m->train->g, err);
-    if (rc == 0 && m->shards.tp_size > 1)
-        rc = replicated_grads_begin(&m->train->p, &saved, err);
-    if (rc == 0)
-        rc = backward_pass(m, &m->train->p, &m->train->g, dlogprobs, indexer_loss, err);
-    if (rc == 0 && m->shards.tp_size > 1)
-        rc = replicated_grads_end(&m->train->p, saved, err);
+    int rc = glm5_train_run_backward(m, m->train, dlogprobs, indexer_loss, err);
     glm5_train_release(m);
     return rc;
 }

@@ -13,8 +13,10 @@ static int carve(dsarl_model_cache *c, dsarl_arena *arena, dsarl_error *err)
     size_t kv_bytes = (size_t)c->n_rows * (size_t)(cfg->kv_lora_rank + cfg->qk_rope_head_dim) * m->elem;
     size_t ik_bytes = (size_t)c->n_rows * (size_t)cfg->index_head_dim * m->elem;
     for (int32_t i = 0; i < cfg->num_hidden_layers; i++) {
+        c->kv[i] = c->ik[i] = NULL;
+        if (!glm5_stage_has_layer(m, i)) // another pipeline stage's layer keeps its own cache
+            continue;
         DSARL_TRY(dsarl_arena_alloc(arena, kv_bytes, 0, &c->kv[i], err));
-        c->ik[i] = NULL;
         if (m->layers[i].idx_wq_b) // full indexer layer: its keys are needed by later decode steps
             DSARL_TRY(dsarl_arena_alloc(arena, ik_bytes, 0, &c->ik[i], err));
     }

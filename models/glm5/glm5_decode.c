@@ -84,11 +84,16 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
     p->n_acts = 1;
     DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[0], err));
-    DSARL_TRY(glm5_embed(p, err));
-    const int32_t *prev_topk = NULL;
-    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+    const int32_t *prev_topk = NULL; // the embedding, or the previous pipeline stage's output
+    DSARL_TRY(glm5_stage_input(p, &prev_topk, err));
+    for (int32_t i = m->stage.first; i < m->stage.end; i++) {
         DSARL_TRY(glm5_layer_forward(p, &p->acts[0], i, prev_topk, err));
         prev_topk = p->acts[0].topk; // indices into the cache: every layer's arrays share the row layout
+    }
+    if (!glm5_stage_is_last(m)) { // the next stage goes on; the last one's logits come back to every stage
+        DSARL_TRY(glm5_stage_output(p, prev_topk, err));
+        DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));
+        return d->synchronize(m->dev, err);
     }
     // final norm and LM head on the last new token of each sequence only: (B, C) -> (B, V/tp), gathered to (B, V)
     DSARL_TRY(d->gather_rows(m->dev, p->tmp, p->x, last_rows, B, C, err));
@@ -96,6 +101,7 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
                                  (float)c->rms_norm_eps, err));
     DSARL_TRY(d->gemm_f32out(m->dev, false, true, B, V, C, 1.0f, p->h_final, m->lm_head, 0.0f, p->logits, err));
     DSARL_TRY(glm5_gather_vocab(m, logits, p->logits, B, err));
+    DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));
     return d->synchronize(m->dev, err);
 }
 
@@ -109,7 +115,7 @@ static int serve_experts(dsarl_model *m, dsarl_error *err)
     glm5_layer_acts a;
     memset(&a, 0, sizeof(a));
     int rc = DSARL_OK;
-    for (int32_t i = 0; rc == 0 && i < m->cfg.num_hidden_layers; i++)
+    for (int32_t i = m->stage.first; rc == 0 && i < m->stage.end; i++)
         if (m->cfg.mlp_sparse[i])
             rc = glm5_moe_serve(&p, &a, &m->layers[i], err);
     if (rc == 0)
@@ -138,7 +144,7 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
-        {(void **)&p.logits, B * V * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
+        {(void **)&p.logits, (glm5_stage_is_last(m) ? B * V : 0) * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
         {&p.tmp, T * C * e}, {(void **)&p.tokens, (5 * T + B) * i4}};
     int rc = DSARL_OK;
     for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)

@@ -451,9 +451,8 @@ static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
     return glm5_head_maps_prepare(p, err);
 }
 
-int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
+int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
 {
-    const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = batch->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m);
     int32_t tp = m->shards.tp_size;
@@ -475,11 +474,12 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
             p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
     p->save = save;
     p->recompute = save && m->activation_recompute;
-    p->n_acts = save && !p->recompute ? c->num_hidden_layers : 1;
+    p->n_acts = save && !p->recompute ? m->stage.end - m->stage.first : 1; // this stage's layers
     size_t e = m->elem, i4 = sizeof(int32_t);
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
+        {(void **)&p->logits, (glm5_stage_is_last(m) ? T * V : 0) * sizeof(float)}, // the LM head's stage only
+        {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
     if (p->sp) // the row-parallel layers' partial sums before their reduce-scatter
@@ -499,16 +499,26 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     if (p->recompute) {
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
-        for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        for (int32_t i = m->stage.first; i < m->stage.end; i++) {
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->T_sp * C) * e, &p->x_saved[i], err));
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * p->topk_width) * sizeof(int32_t), (void **)&p->topk_saved[i],
                                       err));
         }
     }
-    DSARL_TRY(glm5_embed(p, err));
-    const int32_t *prev_topk = NULL;
-    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
-        glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? i : 0];
+    return DSARL_OK;
+}
+
+int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m);
+    size_t e = m->elem;
+    const int32_t *prev_topk = NULL; // the embedding, or the previous pipeline stage's output
+    DSARL_TRY(glm5_stage_input(p, &prev_topk, err));
+    for (int32_t i = m->stage.first; i < m->stage.end; i++) {
+        glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? i - m->stage.first : 0];
         if (p->recompute)
             DSARL_TRY(d->copy(m->dev, p->x_saved[i], p->x, (size_t)(p->T_sp * C) * e, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
@@ -520,6 +530,8 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
             prev_topk = p->topk_saved[i];
         }
     }
+    if (!glm5_stage_is_last(m)) // the next stage takes it from here (no logits)
+        return glm5_stage_output(p, prev_topk, err);
     float eps = (float)c->rms_norm_eps;
     void *h_local = p->sp ? p->tmp : p->h_final;
     DSARL_TRY(d->rmsnorm_forward(m->dev, h_local, p->rstd_final, p->x, m->final_norm, p->T_sp, C, eps, err));
@@ -528,6 +540,12 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
                                    p->logits, err);
+}
+
+int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
+{
+    DSARL_TRY(glm5_pass_begin(m, batch, save, p, err));
+    return glm5_pass_layers(p, err);
 }
 
 int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err)
@@ -561,8 +579,10 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     float *rows = logits; // a padded pass has more rows than the caller's
     if (rc == 0 && p.T != p.T_real)
         rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
-    if (rc == 0) // a tool path: every rank gets the whole (T, V) rows
+    if (rc == 0 && glm5_stage_is_last(m)) // a tool path: every rank gets the whole (T, V) rows
         rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
+    if (rc == 0)
+        rc = glm5_stage_share_last(m, rows, p.T * m->cfg.vocab_size, err);
     if (rc == 0 && rows != logits)
         memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)

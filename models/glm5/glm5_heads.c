@@ -163,6 +163,8 @@ int glm5_head_gather(glm5_pass *p, glm5_head_map k, void *out, const void *src, 
     const glm5_config *c = &m->cfg;
     if (!p->head_maps[k])
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: head-layout map %d was not prepared for this pass", (int)k);
+    if (p->staged) // a pipeline stage keeps several passes in flight: another one's token count may have rebuilt them
+        DSARL_TRY(glm5_head_maps_prepare(p, err));
     int64_t u = glm5_head_unit(c);
     map_plan pl[GLM5_MAP_COUNT];
     plans(c, p->T, glm5_local_heads(m), u, pl);

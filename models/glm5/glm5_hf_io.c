@@ -83,6 +83,7 @@ typedef struct key_target {
     int32_t slot;     // per-expert bookkeeping: expert*3 + {gate 0, up 1, down 2}; -1 for whole tensors
     int mtp;          // 1 for a key of a layer at or past num_hidden_layers (MTP)
     int scale;        // 1 for an FP8 scale ("..._scale_inv"), read with its weight
+    int other_stage;  // 1 for a key of the model that another pipeline stage holds
     int needed;       // 1 when this rank holds (part of) what the key stores
 } key_target;
 
@@ -106,6 +107,10 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
     }
     if (t.spec < 0 && glm5_fp8_is_scale_key(key)) {
         t.scale = 1;
+        return t;
+    }
+    if (t.spec < 0 && glm5_stage_key_elsewhere(m, key)) { // read by the stage that holds it
+        t.other_stage = 1;
         return t;
     }
     if (t.spec >= 0) { // a whole tensor: every rank holds a slice of it (or all of it)
@@ -157,7 +162,7 @@ static key_target classify(load_state *s, const char *file, const char *key)
     key_target t = resolve_key(s->m, key);
     if (t.mtp)
         s->mtp_keys++;
-    else if (t.spec < 0 && !t.scale && s->unexpected_keys++ == 0)
+    else if (t.spec < 0 && !t.scale && !t.other_stage && s->unexpected_keys++ == 0)
         dsarl_log(DSARL_LOG_WARN, "%s: tensor '%s' is not part of the glm_moe_dsa model; ignored", file, key);
     return t;
 }
@@ -534,12 +539,13 @@ static int64_t keys_of(const dsarl_model *m, const glm5_param *p)
 
 // Writes the whole tensors of parameters [first, last) (data[i - first] each) into one safetensors file at path,
 // plus the kept MTP tensors when with_extra, and names it fname in weight_map when there is one.
-static int write_file(const dsarl_model *m, const char *path, const char *fname, int64_t first, int64_t last,
-                      float *const *data, bool with_extra, json_t *weight_map, dsarl_error *err)
+static int write_file(const dsarl_model *m, const glm5_param *params, const char *path, const char *fname,
+                      int64_t first, int64_t last, float *const *data, bool with_extra, json_t *weight_map,
+                      dsarl_error *err)
 {
     int64_t n_entries = 0, E = m->cfg.n_routed_experts, C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
     for (int64_t i = first; i < last; i++)
-        n_entries += keys_of(m, &m->params[i]);
+        n_entries += keys_of(m, &params[i]);
     int64_t n_params_entries = n_entries;
     if (with_extra)
         n_entries += (int64_t)m->extra.n;
@@ -548,7 +554,7 @@ static int write_file(const dsarl_model *m, const char *path, const char *fname,
     int rc = (!entries || !names) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory writing %s", path) : DSARL_OK;
     int64_t k = 0;
     for (int64_t i = first; i < last && rc == 0; i++) {
-        const glm5_param *p = &m->params[i];
+        const glm5_param *p = &params[i];
         float *base = data[i - first];
         if (keys_of(m, p) == 1) {
             snprintf(names[k], 96, "%s", p->name);
@@ -640,18 +646,19 @@ static int download_local(dsarl_model *m, float *host, dsarl_error *err)
 
 // Splits the parameters, in buffer order, into files of at most max_bytes of float32 each (a larger tensor gets a
 // file of its own): file f holds [starts[f], starts[f + 1]). Every rank computes the same split from the config.
-static int plan_files(const dsarl_model *m, int64_t max_bytes, int64_t **starts, int64_t *n_files, dsarl_error *err)
+static int plan_files(const glm5_param *params, int64_t n_params, int64_t max_bytes, int64_t **starts,
+                      int64_t *n_files, dsarl_error *err)
 {
-    int64_t *s = malloc((size_t)(m->n_params + 1) * sizeof(int64_t)), n = 0, bytes = 0;
+    int64_t *s = malloc((size_t)(n_params + 1) * sizeof(int64_t)), n = 0, bytes = 0;
     if (!s)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory planning the save");
-    for (int64_t i = 0; i < m->n_params; i++) {
-        int64_t b = m->params[i].full_numel * (int64_t)sizeof(float);
+    for (int64_t i = 0; i < n_params; i++) {
+        int64_t b = params[i].full_numel * (int64_t)sizeof(float);
         if (i == 0 || (bytes > 0 && bytes + b > max_bytes))
             s[n++] = i, bytes = 0;
         bytes += b;
     }
-    s[n] = m->n_params;
+    s[n] = n_params;
     *starts = s, *n_files = n;
     return DSARL_OK;
 }
@@ -659,12 +666,19 @@ static int plan_files(const dsarl_model *m, int64_t max_bytes, int64_t **starts,
 int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, dsarl_error *err)
 {
     bool writer = dsarl_group_rank(world_group(m)) == 0;
-    bool split = false; // does any rank hold less than a whole tensor?
+    // the whole model's tensors, in buffer order: under pipeline parallelism the writer's stage holds only its own,
+    // the others come from their stages (local[i]: the tensor's spec on this rank, or -1)
+    glm5_param *all = m->params;
+    int64_t n_all = m->n_params, *local = NULL;
+    int rc = glm5_stage_all_specs(m, &all, &n_all, &local, err);
+    if (rc)
+        return rc;
+    bool split = m->stage.size > 1; // does any rank hold less than the whole model (or of a tensor)?
     int64_t max_numel = 0, total_bytes = 0;
-    for (int64_t i = 0; i < m->n_params; i++) {
-        split |= m->params[i].shard_dim >= 0;
-        max_numel = m->params[i].numel > max_numel ? m->params[i].numel : max_numel;
-        total_bytes += m->params[i].full_numel * (int64_t)sizeof(float);
+    for (int64_t i = 0; i < n_all; i++) {
+        split |= all[i].shard_dim >= 0;
+        max_numel = all[i].numel > max_numel ? all[i].numel : max_numel;
+        total_bytes += all[i].full_numel * (int64_t)sizeof(float);
     }
     for (size_t j = 0; j < m->extra.n; j++) {
         dsarl_tensor t;
@@ -672,14 +686,16 @@ int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, 
             total_bytes += (int64_t)dsarl_tensor_nbytes(&t);
     }
     int64_t *starts = NULL, n_files = 0;
-    float *host = malloc((size_t)m->n_weights * sizeof(float)), *scratch = NULL, *buf = NULL;
-    float **data = calloc((size_t)m->n_params + 1, sizeof(float *));
+    float *host = malloc((size_t)m->n_weights * sizeof(float)), *scratch = NULL, *buf = NULL, *staged = NULL;
+    float **data = calloc((size_t)n_all + 1, sizeof(float *));
     json_t *weight_map = NULL;
-    int rc = (!host || !data) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir) : DSARL_OK;
+    rc = (!host || !data) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir) : DSARL_OK;
+    if (rc == 0 && m->stage.size > 1 && !(staged = malloc((size_t)(max_numel > 0 ? max_numel : 1) * sizeof(float))))
+        rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
     if (rc == 0)
         rc = download_local(m, host, err);
     if (rc == 0)
-        rc = plan_files(m, max_file_bytes > 0 ? max_file_bytes : INT64_MAX, &starts, &n_files, err);
+        rc = plan_files(all, n_all, max_file_bytes > 0 ? max_file_bytes : INT64_MAX, &starts, &n_files, err);
     if (rc == 0 && writer) {
         rc = dsarl_mkdir_p(dir, err);
         // an earlier single-file save would shadow the new index (loaders prefer model.safetensors): it goes
@@ -696,18 +712,21 @@ int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, 
     for (int64_t f = 0; rc == 0 && f < n_files; f++) {
         int64_t first = starts[f], last = starts[f + 1], numel = 0;
         for (int64_t i = first; i < last; i++)
-            numel += m->params[i].full_numel;
+            numel += all[i].full_numel;
         if (split && writer && !(buf = malloc((size_t)numel * sizeof(float))))
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory gathering %lld weights to save to %s",
                             (long long)numel, dir);
         if (split)
             rc = agree(m, rc, err);
         for (int64_t i = first, at = 0; rc == 0 && i < last; i++) {
-            const glm5_param *p = &m->params[i];
+            const glm5_param *p = &all[i];
+            const float *mine = local[i] >= 0 ? host + m->params[local[i]].offset : NULL;
             data[i - first] = split ? (writer ? buf + at : NULL) : host + p->offset;
             at += p->full_numel;
-            if (split)
-                rc = gather_param(m, p, host + p->offset, data[i - first], scratch, err);
+            if (split) // this stage's shard, or its copy from the stage that holds it (first stage ranks)
+                rc = glm5_stage_fetch(m, p, mine, staged, &mine, err);
+            if (split && rc == 0)
+                rc = gather_param(m, p, mine, data[i - first], scratch, err);
         }
         char fname[64];
         if (n_files == 1)
@@ -716,7 +735,7 @@ int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, 
             snprintf(fname, sizeof fname, "model-%05lld-of-%05lld.safetensors", (long long)f + 1, (long long)n_files);
         char *path = writer && rc == 0 ? dsarl_path_join(dir, fname) : NULL;
         if (writer && rc == 0)
-            rc = path ? write_file(m, path, fname, first, last, data, f == n_files - 1, weight_map, err)
+            rc = path ? write_file(m, all, path, fname, first, last, data, f == n_files - 1, weight_map, err)
                       : DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory saving to %s", dir);
         free(path);
         free(buf), buf = NULL;
@@ -737,7 +756,9 @@ int glm5_save_hf_files(dsarl_model *m, const char *dir, int64_t max_file_bytes, 
     }
     rc = agree(m, rc, err);
     json_decref(weight_map);
-    free(starts), free(scratch), free(data), free(host);
+    free(starts), free(scratch), free(data), free(host), free(staged), free(local);
+    if (all != m->params)
+        free(all);
     return rc;
 }
 

@@ -90,20 +90,35 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
                      const dsarl_dsa_ops *dsa_ops, dsarl_dsa_context *dsa, const dsarl_parallel *parallel,
                      dsarl_model **out, dsarl_error *err)
 {
+    return glm5_model_alloc_staged(cfg, dev_ops, dev, dsa_ops, dsa, parallel, NULL, out, err);
+}
+
+int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_ops, dsarl_device *dev,
+                            const dsarl_dsa_ops *dsa_ops, dsarl_dsa_context *dsa, const dsarl_parallel *parallel,
+                            const dsarl_node *recipe, dsarl_model **out, dsarl_error *err)
+{
     if (!dev_ops || !dev || !dsa_ops)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a device (ops and instance) and a DSA backend");
     DSARL_TRY(glm5_check_layout(cfg, parallel, err));
-    if (parallel && (parallel->pp_size > 1 || parallel->cp_size > 1))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline and context parallel sizes > 1 are not "
-                          "implemented yet (pp %d, cp %d)", parallel->pp_size, parallel->cp_size);
+    if (parallel && parallel->cp_size > 1)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: context parallel sizes > 1 are not implemented yet (cp %d)",
+                          parallel->cp_size);
+    if (parallel && parallel->pp_size > 1 && !dsarl_device_has_collectives(dev_ops))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline parallelism (pp %d) needs a device with the 1.3 "
+                          "collectives (send, recv, broadcast)", parallel->pp_size);
     if (parallel && parallel->tp_size > 1 && (!DSARL_PARALLEL_HAS_GROUPS(parallel) || !parallel->tp ||
                                               !dsarl_device_has_collectives(dev_ops)))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: tensor parallelism (tp %d) needs the process groups of "
                           "an ABI 1.3 core and a device with the 1.3 collectives (all_reduce ... recv)",
                           parallel->tp_size);
+    glm5_stage stage;
+    DSARL_TRY(glm5_stage_resolve(cfg, parallel, recipe, &stage, err));
     dsarl_model *m = calloc(1, sizeof(*m));
-    if (!m)
+    if (!m) {
+        free(stage.starts);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the model");
+    }
+    m->stage = stage; // owned by m from here
     m->cfg = *cfg;
     m->dev_ops = dev_ops, m->dev = dev, m->dsa_ops = dsa_ops, m->dsa = dsa;
     m->parallel = parallel ? *parallel : (dsarl_parallel)DSARL_PARALLEL_SINGLE;
@@ -114,6 +129,8 @@ int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, ds
     m->storage = dev_ops->storage_dtype(dev);
     m->elem = dsarl_dtype_size(m->storage);
     int rc = glm5_param_specs(cfg, &m->shards, &m->params, &m->n_params, &m->n_weights, err);
+    if (rc == 0 && stage.size > 1) // only this stage's parameters take device memory
+        glm5_stage_filter_specs(cfg, &stage, m->params, &m->n_params, &m->n_weights);
     if (rc == 0 && !(m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(glm5_layer))))
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the layer table");
     if (rc == 0)
@@ -152,6 +169,7 @@ void glm5_model_free(dsarl_model *m)
     if (!m)
         return;
     glm5_train_release(m);
+    glm5_stage_release(m);
     if (m->weights)
         m->dev_ops->free(m->dev, m->weights);
     if (m->inv_freq)
@@ -166,6 +184,7 @@ void glm5_model_free(dsarl_model *m)
     glm5_extra_free(&m->extra);
     free(m->params);
     free(m->layers);
+    free(m->stage.starts);
     free(m);
 }
 
@@ -200,7 +219,8 @@ int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_ran
         float *host = malloc((size_t)(p->full_numel + (p->shard_dim >= 0 ? p->numel : 0)) * sizeof(float));
         if (!host)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory initialising %s", p->name);
-        uint64_t s = seed ^ (0xA24BAED4963EE407ull * (uint64_t)(i + 1)); // one stream per tensor
+        // one stream per tensor, by its place in the whole model: every stage split starts from the same weights
+        uint64_t s = seed ^ (0xA24BAED4963EE407ull * (uint64_t)(p->spec_index + 1));
         bool is_bias = strstr(p->name, "bias") != NULL, is_norm = p->ndim == 1 && !is_bias;
         for (int64_t j = 0; j < p->full_numel; j++)
             host[j] = is_bias ? 0.0f : is_norm ? 1.0f : (float)(normal01(&s) * initializer_range);

@@ -60,7 +60,16 @@ typedef struct glm5_param {
     glm5_shard shard;
     bool trainable;    /* false for e_score_correction_bias (a buffer updated by load balancing) */
     int32_t layer;     /* decoder layer, or -1 */
+    int64_t spec_index; /* position in the whole model's list (every stage's): seeds its random init */
 } glm5_param;
+
+/* This rank's pipeline stage (glm5_pipeline.c): decoder layers [first, end) of the model's; the first stage holds
+ * the embedding, the last the final norm and LM head (and, with tied embeddings, the embedding too). */
+typedef struct glm5_stage {
+    int32_t rank, size;  /* pp rank and size (0 of 1 without pipeline parallelism) */
+    int32_t first, end;  /* decoder layers of this stage */
+    int32_t *starts;     /* (size + 1) the first layer of every stage (NULL for one stage); owned by the model */
+} glm5_stage;
 
 /* Device pointers to one decoder layer's weights (NULL where the layer has none). */
 typedef struct glm5_layer {
@@ -105,6 +114,7 @@ struct dsarl_model {
     dsarl_dsa_context *dsa;
     dsarl_parallel parallel;
     glm5_shards shards;          /* this rank's tensor/expert shard (from parallel) */
+    glm5_stage stage;            /* this rank's pipeline stage (every layer without pipeline parallelism) */
     glm5_param *params;
     int64_t n_params, n_weights; /* specs, and float elements in weights */
     void *weights;               /* device buffer holding every parameter */
@@ -126,6 +136,7 @@ struct dsarl_model {
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
     struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
     struct glm5_train *train;    /* the pending training pass of train_forward (glm5_backward.c), or NULL */
+    struct glm5_train **stage_slots; /* pipeline schedule: (stage.size) the passes in flight, NULL until used */
     glm5_hf_read hf_read;        /* what the last Hugging Face load read on this rank (glm5_hf_io.c) */
     glm5_extra extra;            /* MTP tensors carried from load to save (glm5_hf_io.c) */
 };
@@ -181,10 +192,70 @@ void glm5_param_take_shard(const glm5_param *p, const float *full, float *local)
 /* Trainable parameters and buffer elements of cfg, without allocating weights. */
 int glm5_count_parameters(const glm5_config *cfg, int64_t *trainable, int64_t *buffers, dsarl_error *err);
 
-/* Allocates an instance with uninitialised weights on the given device and DSA backend. */
+/* Allocates an instance with uninitialised weights on the given device and DSA backend; under pipeline
+ * parallelism only the parameters of this rank's stage, split as recipe says (NULL: evenly). */
 int glm5_model_alloc(const glm5_config *cfg, const dsarl_device_ops *dev_ops, dsarl_device *dev,
                      const dsarl_dsa_ops *dsa_ops, dsarl_dsa_context *dsa, const dsarl_parallel *parallel,
                      dsarl_model **out, dsarl_error *err);
+int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_ops, dsarl_device *dev,
+                            const dsarl_dsa_ops *dsa_ops, dsarl_dsa_context *dsa, const dsarl_parallel *parallel,
+                            const dsarl_node *recipe, dsarl_model **out, dsarl_error *err);
+
+/* --- pipeline parallelism (glm5_pipeline.c) ------------------------------------------------------------------- */
+
+/* This rank's stage of cfg under parallel, split as recipe says (dsarl_pipeline_stage_layers); refuses a layout
+ * the model cannot run in one sentence naming the keys. */
+int glm5_stage_resolve(const glm5_config *cfg, const dsarl_parallel *parallel, const dsarl_node *recipe,
+                       glm5_stage *out, dsarl_error *err);
+
+/* Whether this rank holds decoder layer i / the embedding (first stage) / the final norm and LM head (last). */
+static inline bool glm5_stage_has_layer(const dsarl_model *m, int32_t i)
+{
+    return i >= m->stage.first && i < m->stage.end;
+}
+static inline bool glm5_stage_is_first(const dsarl_model *m) { return m->stage.rank == 0; }
+static inline bool glm5_stage_is_last(const dsarl_model *m) { return m->stage.rank == m->stage.size - 1; }
+
+/* Whether parameter p (a spec of the whole model) belongs to stage s of cfg. */
+bool glm5_stage_holds(const glm5_config *cfg, const glm5_stage *s, const glm5_param *p);
+
+/* Keeps the specs of stage s in params (n of them, in buffer order) and packs their offsets; *n and *n_weights
+ * become the stage's counts. */
+void glm5_stage_filter_specs(const glm5_config *cfg, const glm5_stage *s, glm5_param *params, int64_t *n,
+                             int64_t *n_weights);
+
+/* host (n float32) = the last stage's values, on every rank of the pp group (log-probs, logits). */
+int glm5_stage_share_last(dsarl_model *m, float *host, int64_t n, dsarl_error *err);
+
+/* *value = its sum over the stages (the indexer loss of each stage's layers). */
+int glm5_stage_sum(dsarl_model *m, double *value, dsarl_error *err);
+
+/* Tied embeddings under pipeline parallelism: the embedding's gradient summed over the first and the last stage
+ * (both hold the tensor), before the data-parallel reduction. Nothing otherwise. Collective over pp. */
+int glm5_stage_reduce_tied(dsarl_model *m, dsarl_error *err);
+
+/* The whole model's specs as this rank's tp/ep shard (*all = m->params under one stage), and *local (malloc'ed,
+ * n_all): each one's index in m->params, or -1 where another stage holds it. The caller frees *all when it is not
+ * m->params, and *local. */
+int glm5_stage_all_specs(dsarl_model *m, glm5_param **all, int64_t *n_all, int64_t **local, dsarl_error *err);
+
+/* Brings this rank's shard of parameter p (a spec of the whole model) to the first stage for a save: *out = mine
+ * where no move is needed (or this rank takes no part), else on the first stage's ranks that take part the copy
+ * received into staged (p->numel) from the pp peer that holds it, sent by that peer. Collective over pp. */
+int glm5_stage_fetch(dsarl_model *m, const glm5_param *p, const float *mine, float *staged, const float **out,
+                     dsarl_error *err);
+
+/* The stage ops of a pipeline schedule (dsarl_model_ops.stage_forward / stage_backward / stage_transfer, ABI 1.4);
+ * glm5_stage_release frees every slot still open. */
+int glm5_stage_forward(dsarl_model *m, int32_t slot, const dsarl_token_batch *batch, const int32_t *targets,
+                       float *logprobs, dsarl_error *err);
+int glm5_stage_backward(dsarl_model *m, int32_t slot, const float *dlogprobs, float *indexer_loss,
+                        dsarl_error *err);
+int glm5_stage_transfer(dsarl_model *m, const dsarl_stage_transfer *t, dsarl_error *err);
+void glm5_stage_release(dsarl_model *m);
+
+/* Whether checkpoint key names a tensor of the model that another pipeline stage holds. */
+bool glm5_stage_key_elsewhere(const dsarl_model *m, const char *key);
 
 /* Frees the instance and its device memory. */
 void glm5_model_free(dsarl_model *model);

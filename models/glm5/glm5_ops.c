@@ -67,8 +67,8 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
     glm5_config cfg;
     DSARL_TRY(glm5_family_config(family, config, &cfg, err));
     dsarl_model *m = NULL;
-    DSARL_TRY(glm5_model_alloc(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
-                               config->parallel, &m, err));
+    DSARL_TRY(glm5_model_alloc_staged(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
+                                      config->parallel, config->recipe, &m, err));
     int rc;
     if (config->model_dir) {
         rc = glm5_load_hf_weights(m, config->model_dir, err);
@@ -237,7 +237,10 @@ static const dsarl_key_spec glm5_keys[] = {
     .cache_reset = glm5_cache_reset,                \
     .forward_cached = glm5_forward_cached,          \
     .cache_length = glm5_cache_length,              \
-    .device = glm5_device
+    .device = glm5_device,                          \
+    .stage_forward = glm5_stage_forward,            \
+    .stage_backward = glm5_stage_backward,          \
+    .stage_transfer = glm5_stage_transfer
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",

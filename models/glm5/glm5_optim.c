@@ -252,6 +252,7 @@ int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err)
 {
     if (!model->grads)
         DSARL_TRY(glm5_zero_grad(model, err));
+    DSARL_TRY(glm5_stage_reduce_tied(model, err)); // a tied embedding's two ends, under pipeline parallelism
     if (sharded(model)) {
         DSARL_TRY(ensure_optim(model, err));
         return reduce_scatter_grads(model, err);

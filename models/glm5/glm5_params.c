@@ -65,6 +65,7 @@ static int add(spec_list *l, const glm5_shards *shards, int32_t layer, const cha
     p->shard = shard;
     p->trainable = trainable;
     p->layer = layer;
+    p->spec_index = l->n - 1;
     // keep every tensor 64-element aligned so device kernels can vectorise; the config's bounds keep each tensor
     // small enough, the sum is checked (a model past 2^42 elements is refused rather than wrapped)
     int64_t padded = (p->numel + 63) / 64 * 64;
@@ -212,6 +213,9 @@ bool glm5_param_counts_in_norm(const dsarl_model *m, const glm5_param *p)
     const dsarl_parallel *par = &m->parallel;
     if (p->shard == GLM5_SHARD_EXPERT) // one copy per expert shard: the first replica of each
         return par->edp_rank == 0;
+    if (p->layer < 0 && m->cfg.tie_word_embeddings && m->stage.size > 1 && !glm5_stage_is_first(m) &&
+        !strcmp(p->name, "model.embed_tokens.weight"))
+        return false; // the last stage's copy of a tied embedding: the first stage counts it
     // dense parameters: the first data-parallel replica; a tensor-parallel shard on every tp rank, a tensor that
     // every tp rank holds whole on the first of them
     bool first_replica = par->dp_rank == 0 && par->cp_rank == 0;

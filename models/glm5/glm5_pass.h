@@ -89,6 +89,13 @@ typedef struct glm5_pass {
     bool recompute;                            // training with activation recompute: layers rerun in backward
     void **x_saved;                            // recompute: (layers) each layer's input (T,C)
     int32_t **topk_saved;                      // recompute: (layers) each layer's top-k (T, topk_width)
+    int32_t *stage_topk;                       // pipeline: (T, topk_width) the top-k received with the stage's
+                                               // input when its first layer is a shared layer, else NULL
+    bool staged;                               // pipeline schedule (glm5_pipeline.c): the sends, receives and pp
+                                               // reductions are the schedule's, not made inside the pass
+    bool input_ready, grad_ready;              // staged: p->x / the backward's dx already hold what the
+                                               // neighbour stage sent
+    const int32_t *out_topk;                   // staged: the top-k the next stage's first (shared) layer reuses
     void *x;                                   // (T_sp,C) residual stream
     void *h_final;                             // (T,C) final norm output (gathered over tp)
     float *rstd_final;                         // (T_sp)
@@ -132,9 +139,23 @@ int glm5_embed(glm5_pass *p, dsarl_error *err);
  * (an all-gather: the tool paths forward_logits and cached decode, never training). */
 int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err);
 
+/* Pipeline stages (glm5_pipeline.c); the send/recv calls are made only where the stage has that neighbour:
+ * glm5_stage_input: p->x = the embedding (first stage) or the previous stage's output; *prev_topk = the top-k the
+ *   stage's first layer reuses when it is a shared layer (received with it), else NULL.
+ * glm5_stage_output: sends p->x (and topk when the next stage starts on a shared layer) to the next stage.
+ * glm5_stage_grad_input / glm5_stage_grad_output: the residual stream's gradient dx (T_sp, C) from the next stage,
+ *   to the previous one. */
+int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err);
+int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err);
+int glm5_stage_grad_input(glm5_pass *p, void *dx, dsarl_error *err);
+int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err);
+
 /* Runs the forward pass; save keeps every layer's activations for glm5_backward_pass. Free with
- * glm5_pass_free, also on failure. */
+ * glm5_pass_free, also on failure. glm5_pass_begin allocates and uploads everything, glm5_pass_layers then runs
+ * the stage's layers (and on the last stage the head): a pipelined stage receives its input in between. */
 int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err);
+int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err);
+int glm5_pass_layers(glm5_pass *p, dsarl_error *err);
 
 /* Runs decoder layer i on p->x in place, keeping its activations in a; prev_topk is the previous layer's top-k
  * (NULL for layer 0), which a shared layer reuses. */
@@ -258,6 +279,26 @@ typedef struct glm5_grad_bufs {
     void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
 } glm5_grad_bufs;
 
+
+/* A training pass (train_forward .. train_backward, or one pipeline slot): the saved forward, its grad_bufs
+ * (targets on the device, the rest allocated for the backward). */
+struct glm5_train {
+    glm5_pass p;
+    glm5_grad_bufs g;
+    bool grad_bufs_ready;
+};
+
+/* The training pass in parts (glm5_backward.c): open = allocate and upload the batch (staged: a pipeline slot,
+ * whose transfers the schedule makes); run_forward = the stage's layers, and on the last stage the log-probs (T)
+ * host; grad_bufs = the backward's buffers (once); run_backward = the backward, accumulating into the gradients;
+ * free releases it. */
+int glm5_train_open(dsarl_model *m, const dsarl_token_batch *batch, bool staged, glm5_train **out, dsarl_error *err);
+int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *targets, float *logprobs,
+                           dsarl_error *err);
+int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err);
+int glm5_train_run_backward(dsarl_model *m, glm5_train *tr, const float *dlogprobs, float *indexer_loss,
+                            dsarl_error *err);
+void glm5_train_free(glm5_train *tr);
 
 /* Backward of glm5_moe_forward from dy (T,C): expert and router weight gradients accumulated, dh2 (T,C)
  * accumulated with the input gradient. */

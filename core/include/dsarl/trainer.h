@@ -102,6 +102,32 @@ DSARL_API int dsarl_trainer_train_backward(const dsarl_model_ops *ops, dsarl_mod
                                            const dsarl_token_batch *batch, const int32_t *targets,
                                            const float *dlogprobs, float *indexer_loss, dsarl_error *err);
 
+/* ABI 1.4: one microbatch of dsarl_trainer_train_microbatches. */
+typedef struct dsarl_train_microbatch {
+    uint32_t struct_size;
+    const dsarl_token_batch *batch;
+    const int32_t *targets;  /* (T) next-token ids, < 0 ignored */
+    float *logprobs;         /* (T) out: the training pass's log-probs, on every rank */
+    float *dlogprobs;        /* (T) the loss callback's d loss / d logprobs (may alias logprobs) */
+    float indexer_loss;      /* out: the indexer KL loss of the microbatch (every stage's layers) */
+} dsarl_train_microbatch;
+
+/* ABI 1.4: turns mb->logprobs of microbatch `index` into mb->dlogprobs (and whatever the algorithm accumulates:
+ * called exactly once per microbatch, in microbatch order, on every rank). */
+typedef int (*dsarl_microbatch_loss_fn)(void *user, int32_t index, dsarl_train_microbatch *mb, dsarl_error *err);
+
+/* ABI 1.4: the forward and backward of the n microbatches of one optimizer slice, ACCUMULATING into the
+ * gradients; loss turns each one's log-probs into their gradient. One process (or no pipeline): forward, loss,
+ * backward per microbatch. Under pipeline parallelism (parallel->pp_size > 1) with a model that has the stage ops:
+ * Megatron's 1F1B schedule (pp - 1 - stage warm-up forwards, then one forward one backward, then the cool-down
+ * backwards), so a stage holds at most pp microbatches; the last stage calls loss as each forward ends, and the
+ * log-probs and indexer losses then reach every pp rank, whose loss calls follow in order. Collective over pp.
+ * Counted in counts->train_pass_tokens. */
+DSARL_API int dsarl_trainer_train_microbatches(const dsarl_model_ops *ops, dsarl_model *model,
+                                               const dsarl_parallel *parallel, dsarl_train_microbatch *mbs,
+                                               int32_t n, dsarl_microbatch_loss_fn loss, void *user,
+                                               dsarl_pass_counts *counts, dsarl_error *err);
+
 /* The tail of one optimizer slice, after its microbatches accumulated gradients: the data-parallel reduction of the
  * gradients (model op reduce_gradients: a sum over dp_cp, so the loss must be scaled by the GLOBAL token or
  * sequence count), gradient norm (*grad_norm), clip to max_grad_norm (<= 0: off), AdamW step with adam's settings

@@ -66,6 +66,18 @@ typedef struct dsarl_optimizer_params {
     double grad_scale;   /* every gradient is multiplied by this before the update */
 } dsarl_optimizer_params;
 
+/* ABI 1.4: the point-to-point transfers of one step of a pipeline schedule (dsarl_model_ops.stage_transfer), each
+ * naming a slot of a microbatch in flight or -1. A schedule pairs them as Megatron's does: a forward send with a
+ * backward receive (both with the next stage), a backward send with a forward receive (both with the previous). */
+typedef struct dsarl_stage_transfer {
+    uint32_t struct_size;
+    int32_t send_forward;                /* slot whose stage output goes to the next stage */
+    int32_t recv_backward;               /* slot whose output gradient comes from the next stage */
+    int32_t send_backward;               /* slot whose input gradient goes to the previous stage (then released) */
+    int32_t recv_forward;                /* slot opened here for recv_batch, its input from the previous stage */
+    const dsarl_token_batch *recv_batch; /* recv_forward's microbatch (the batch its stage_forward gets) */
+} dsarl_stage_transfer;
+
 /* ABI 1.2: what the core knows of a checkpoint before choosing a model family (dsarl_model_ops.accepts). */
 typedef struct dsarl_model_probe {
     uint32_t struct_size;
@@ -264,7 +276,25 @@ typedef struct dsarl_model_ops {
     int (*plan)(const dsarl_model_config *config, const dsarl_parallel *layout, dsarl_model_plan *out,
                 dsarl_error *err);
 
-    void *reserved[4];
+    /* --- ABI 1.4, optional (took reserved slots): the stage ops of a pipeline schedule (the 1F1B schedule of
+     * dsarl_trainer_train_microbatches). A slot in [0, pp) holds one microbatch in flight on this stage, from its
+     * forward (or the transfer that receives its input) to the transfer that sends its input gradient back (the
+     * first stage: to its backward). None of them communicates over pp except stage_transfer. */
+    /* This stage's forward of microbatch slot, kept for stage_backward: from the embedding on the first stage,
+     * else from the input stage_transfer received for it; the last stage fills logprobs (T) host, the others
+     * leave it untouched. */
+    int (*stage_forward)(dsarl_model *model, int32_t slot, const dsarl_token_batch *batch, const int32_t *targets,
+                         float *logprobs, dsarl_error *err);
+    /* This stage's backward of slot, ACCUMULATING into the gradients: the last stage from dlogprobs (T) host, the
+     * others from the gradient stage_transfer received. *indexer_loss (may be NULL) = the indexer KL loss of
+     * this stage's layers (the schedule sums the stages). */
+    int (*stage_backward)(dsarl_model *model, int32_t slot, const float *dlogprobs, float *indexer_loss,
+                          dsarl_error *err);
+    /* The sends and receives t lists, with one neighbour stage at a time, in an order that cannot deadlock when
+     * the neighbour makes the matching transfer (even stages send first, odd stages receive first). */
+    int (*stage_transfer)(dsarl_model *model, const dsarl_stage_transfer *t, dsarl_error *err);
+
+    void *reserved[1];
 } dsarl_model_ops;
 
 /* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */
