@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "glm5_cp.h"
 #include "glm5_pass.h"
 
 // targets (T) int32 and dlogprobs (T) float32 in one block (the log-probs are computed into dlogprobs' room).
@@ -68,6 +69,10 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; p->sp && i < sizeof tp_plan / sizeof tp_plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, tp_plan[i].bytes, tp_plan[i].ptr, err));
+    if (p->cp) { // the key gradients of this rank's queries for every key, before their reduce-scatter
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dqk) * e, &g->dkv_all, err));
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dI) * e, &g->dik_all, err));
+    }
     // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
     g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {
@@ -183,12 +188,16 @@ static int absorbed_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, T, kvr, v, 1.0f, g->s1, T * v, w_uv, w_stride, 0.0f,
                                       g->s3, T * kvr, H, err));
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_LATENT_TM, g->dout_latent, g->s3, err));
-    DSARL_TRY(d->zero(m->dev, g->dkv, (size_t)(T * dqk) * m->elem, err));
-    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
-                                     .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
+    // under cp the keys are every rank's (glm5_cp.c): their gradients go back to their owners
+    void *dkv = p->cp ? g->dkv_all : g->dkv;
+    DSARL_TRY(d->zero(m->dev, dkv, (size_t)(p->batch.n_keys * dqk) * m->elem, err));
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = p->cp ? a->kv_all : a->kv,
+                                     .n_heads = (int32_t)H, .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
     DSARL_TRY(m->dsa_ops->sparse_mla_backward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
-                                              g->dout_latent, g->dq_abs, g->dkv, err));
+                                              g->dout_latent, g->dq_abs, dkv, err));
+    if (p->cp)
+        DSARL_TRY(glm5_cp_scatter_keys(p, g->dkv, g->dkv_all, dqk, err));
     // q_abs_h = [q_nope_h W_UK_h | q_rope_h]: dq = [d q_abs_h W_UK_h^T | d q_rope_h], assembled by one gather from
     // s3 = [(H, T, nope) | (T, H, rope)]
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_DQ_ABS_HM, g->s1, g->dq_abs, err));       // (H, T, kv_lora)
@@ -316,17 +325,22 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
         DSARL_TRY(gather_heads(p, g->lse_heads, g->lse_stage, a->lse, H, 1, DSARL_DTYPE_F32, err));
         q_abs = g->q_heads, lse = g->lse_heads, H *= m->shards.tp_size;
     }
-    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = a->kv, .n_heads = (int32_t)H,
-                                     .d_qk = (int32_t)dqk, .d_v = (int32_t)c->kv_lora_rank,
+    // under cp over every key of the batch (the same global selection as attention), the keys' gradient back to
+    // their owners
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = p->cp ? a->kv_all : a->kv,
+                                     .n_heads = (int32_t)H, .d_qk = (int32_t)dqk, .d_v = (int32_t)c->kv_lora_rank,
                                      .softmax_scale = (float)c->softmax_scale};
-    dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
-                                   .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
+    dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = p->cp ? a->ik_all : a->ik,
+                                   .weights = a->iw_scaled, .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
     const int32_t *indices = m->indexer_sparse_loss ? a->topk : NULL;
     DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, lse, &in, indices, p->topk_width,
                                                g->ilosses + (L - m->layers) * T, err));
-    DSARL_TRY(d->zero(m->dev, g->dik, (size_t)(T * dI) * m->elem, err));
+    void *dik = p->cp ? g->dik_all : g->dik;
+    DSARL_TRY(d->zero(m->dev, dik, (size_t)(p->batch.n_keys * dI) * m->elem, err));
     DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, lse, &in, indices, p->topk_width,
-                                                g->idloss, g->diq, g->dik, g->iw_grad, err));
+                                                g->idloss, g->diq, dik, g->iw_grad, err));
+    if (p->cp)
+        DSARL_TRY(glm5_cp_scatter_keys(p, g->dik, g->dik_all, dI, err));
     // weights: iw_scaled = s * (h weights_proj^T); h is detached
     DSARL_TRY(d->convert(m->dev, g->diw, m->storage, g->iw_grad, DSARL_DTYPE_F32, T * nI,
                          (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), err));
@@ -424,6 +438,24 @@ static int vocab_parallel_logprobs(glm5_pass *p, const int32_t *targets, float *
 }
 
 // logprobs (T_real) host of the pass's logits and the uploaded targets (g->targets; targets (T) on the host).
+static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err);
+
+// The caller's targets uploaded and their log-probs (the caller's tokens, host): under cp this rank's rows', then
+// all-gathered over cp into the caller's order, so every cp rank returns all of them.
+static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs,
+                           dsarl_error *err)
+{
+    float *out = logprobs;
+    if (p->cp) {
+        DSARL_TRY(glm5_cp_local_targets(p, targets, &targets, err));
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)p->T * sizeof(float), (void **)&out, err));
+    }
+    const int32_t *all_targets = targets;
+    DSARL_TRY(upload_targets(p, g, targets, &all_targets, err));
+    DSARL_TRY(pass_logprobs(p, g, all_targets, out, err));
+    return p->cp ? glm5_cp_gather_rows(p, logprobs, out, 1, err) : DSARL_OK;
+}
+
 static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -465,11 +497,8 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
-    const int32_t *all_targets = targets;
     if (rc == 0)
-        rc = upload_targets(&p, &g, targets, &all_targets, err);
-    if (rc == 0)
-        rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
+        rc = caller_logprobs(&p, &g, targets, logprobs, err);
     glm5_pass_free(&p);
     return rc;
 }
@@ -518,6 +547,8 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(m);
+    if (p->cp) // the gradients of this rank's rows (0 at its pad rows)
+        DSARL_TRY(glm5_cp_local_values(p, dlogprobs, &dlogprobs, err));
     if (T != p->T_real) // pad rows: no gradient (their targets are ignored too)
         DSARL_TRY(d->zero(m->dev, g->dlogprobs, (size_t)T * sizeof(float), err));
     DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)p->T_real * sizeof(float), DSARL_COPY_HOST_TO_DEVICE,
@@ -540,8 +571,10 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, Ts, C, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
-    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer;
-        // 0 at the pad rows of a padded pass
+    if (indexer_loss && p->cp) // the mean over the caller's tokens: coeff / T_caller at this rank's real rows
+        DSARL_TRY(glm5_cp_upload_real(p, g->idloss, m->indexer_loss_coeff / (float)p->cp->T_caller, err));
+    else if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full
+        // layer; 0 at the pad rows of a padded pass
         DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
     for (int32_t i = c->num_hidden_layers - 1; i >= 0; i--) {
         const glm5_layer *L = &m->layers[i];
@@ -577,7 +610,9 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dfull, p->vocab_ids, T, C, err));
     }
     double iloss = 0.0;
-    if (indexer_loss)
+    if (indexer_loss && p->cp)
+        DSARL_TRY(glm5_cp_sum_indexer_losses(p, g->ilosses, &iloss, err));
+    else if (indexer_loss)
         DSARL_TRY(sum_indexer_losses(m, g, T, p->T_real, &iloss, err));
     if (indexer_loss_out)
         *indexer_loss_out = (float)iloss;
@@ -680,11 +715,8 @@ int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int
     int rc = glm5_pass_forward(m, batch, true, &tr->p, err);
     if (rc == 0)
         rc = alloc_targets(&tr->p, &tr->g, err);
-    const int32_t *all_targets = targets;
     if (rc == 0)
-        rc = upload_targets(&tr->p, &tr->g, targets, &all_targets, err);
-    if (rc == 0)
-        rc = pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err);
+        rc = caller_logprobs(&tr->p, &tr->g, targets, logprobs, err);
     m->train = tr;
     if (rc != 0)
         glm5_train_release(m);

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "glm5_cp.h"
 #include "glm5_pass.h"
 
 // Makes room for one more pointer in a growing list.
@@ -102,6 +103,10 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     a->h2_full = a->h2; // every row is local without sp: the gathered norm is the norm
     if (p->sp)
         DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &a->h2_full, err));
+    if (p->cp) { // every key of the batch, gathered over cp
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dqk) * e, &a->kv_all, err));
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dI) * e, &a->ik_all, err));
+    }
     // route_w[N] = 0: the routing weight of padding rows (moe_route_forward writes the first N)
     DSARL_TRY(p->m->dev_ops->zero(p->m->dev, a->route_w + N, sizeof(float), err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
@@ -212,6 +217,10 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
         DSARL_TRY(d->gemm_f32out(m->dev, false, true, T, nI, C, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)),
                                  a->h1, L->idx_weights_proj, 0.0f, a->iw_scaled, err));
         const void *index_keys = a->ik;
+        if (p->cp) { // every key of the batch in global order (glm5_cp.c)
+            DSARL_TRY(glm5_cp_gather_keys(p, a->ik_all, a->ik, dI, err));
+            index_keys = a->ik_all;
+        }
         if (p->cache) {
             index_keys = p->cache->ik[layer];
             DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->ik[layer], a->ik, p->cache_rows, NULL, T, dI, err));
@@ -270,6 +279,10 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
     const void *keys = a->kv;
     int32_t layer = (int32_t)(L - m->layers);
+    if (p->cp) { // every key of the batch in global order (glm5_cp.c)
+        DSARL_TRY(glm5_cp_gather_keys(p, a->kv_all, a->kv, dqk, err));
+        keys = a->kv_all;
+    }
     if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
         keys = p->cache->kv[layer];
         DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
@@ -420,9 +433,14 @@ static int choose_form(glm5_pass *p, dsarl_error *err)
     const dsarl_dsa_ops *dsa = m->dsa_ops;
     const char *name = dsa->common.name ? dsa->common.name : "(unnamed)";
     p->form = DSARL_DSA_FORM_ABSORBED;
+    if (p->cp && m->attention_form == GLM5_FORM_HEADWISE)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: policy.megatron_cfg.model_overrides.dsa_attention_form is "
+                          "headwise, but context parallelism (context_parallel_size %d) runs the absorbed form only; "
+                          "use absorbed or auto", p->cp->size);
+    // under cp queries and keys differ (no host segments): absorbed, whatever the backend prefers
     if (m->attention_form == GLM5_FORM_HEADWISE)
         p->form = DSARL_DSA_FORM_HEADWISE;
-    else if (m->attention_form == GLM5_FORM_AUTO && DSARL_DSA_HAS(dsa, preferred_form))
+    else if (m->attention_form == GLM5_FORM_AUTO && !p->cp && DSARL_DSA_HAS(dsa, preferred_form))
         p->form = dsa->preferred_form(m->dsa, &p->batch, p->topk_width);
     if (p->form != DSARL_DSA_FORM_ABSORBED && p->form != DSARL_DSA_FORM_HEADWISE)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: DSA backend %s answered preferred_form %d; a backend must "
@@ -463,10 +481,13 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
     p->T_real = T;
     dsarl_token_batch padded;
-    if (T % tp != 0) // not divisible into equal sequence-parallel row blocks: pad (policy.make_sequence_length_
-        DSARL_TRY(pad_batch(p, batch, &padded, err)); // divisible_by avoids it), T grows
-    if (T % tp != 0)
+    if (m->parallel.cp_size > 1) { // context parallel: this rank's chunks of every sequence (glm5_cp.c), T = T_local
+        DSARL_TRY(glm5_cp_prepare(p, batch, &batch, err));
+        T = p->T;
+    } else if (T % tp != 0) { // not divisible into equal sequence-parallel row blocks: pad (policy.make_sequence_
+        DSARL_TRY(pad_batch(p, batch, &padded, err)); // length_divisible_by avoids it), T grows
         batch = &padded, T = p->T;
+    }
     p->sp = tp > 1, p->T_sp = T / tp;
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
     p->topk_width = c->index_topk;
@@ -487,9 +508,9 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     // tokens, positions, key_start, key_end: one block, uploaded at once by upload_batch
     p->positions = p->tokens + T, p->key_start = p->tokens + 2 * T, p->key_end = p->tokens + 3 * T;
     // the batch decides the form, and the form the activation buffers
-    DSARL_TRY(upload_batch(p, batch, err));
+    DSARL_TRY(p->cp ? glm5_cp_upload_batch(p, err) : upload_batch(p, batch, err));
     if (tp > 1)
-        DSARL_TRY(glm5_upload_vocab_ids(p, batch->tokens, err));
+        DSARL_TRY(glm5_upload_vocab_ids(p, p->cp ? glm5_cp_tokens(p) : batch->tokens, err));
     DSARL_TRY(choose_form(p, err));
     DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
@@ -558,12 +579,14 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
 {
     glm5_pass p;
     int rc = glm5_pass_forward(m, batch, false, &p, err);
-    float *rows = logits; // a padded pass has more rows than the caller's
-    if (rc == 0 && p.T != p.T_real)
+    float *rows = logits; // a padded pass has more rows than the caller's, a cp pass other ones
+    if (rc == 0 && (p.T != p.T_real || p.cp))
         rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
     if (rc == 0) // a tool path: every rank gets the whole (T, V) rows
         rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
-    if (rc == 0 && rows != logits)
+    if (rc == 0 && p.cp)
+        rc = glm5_cp_gather_rows(&p, logits, rows, m->cfg.vocab_size, err);
+    else if (rc == 0 && rows != logits)
         memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);
