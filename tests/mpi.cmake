@@ -98,6 +98,7 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
       "4:policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.megatron_cfg.expert_model_parallel_size=2"
       "2:policy.megatron_cfg.context_parallel_size=2"
       "4:policy.megatron_cfg.context_parallel_size=2"
+      "4:policy.megatron_cfg.context_parallel_size=2,policy.megatron_cfg.expert_model_parallel_size=4"
       "4:policy.megatron_cfg.context_parallel_size=4,policy.make_sequence_length_divisible_by=8"
       "4:policy.megatron_cfg.context_parallel_size=2,policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.make_sequence_length_divisible_by=8")
   add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
