@@ -10,11 +10,12 @@
  * - several AdamW steps through dsarl_trainer_optimizer_step (gradients reduced over dp_cp, the norm, clipping): the
  *   loss and gradient norm of every step and the weights after;
  * - cached decode (no cp: every rank decodes the same sequences) and the native engine's rollouts;
- * on a tiny GLM-5.2 config (IndexShare layers FSF, MoE with shared experts) and a GLM-5.1 one with GLM-5's real
- * asymmetric head dims. Batches: three short sequences whose lengths 2 cp does not divide (the model pads each), and a
- * longer pack of unequal segments, one far longer than index_topk, so the sparse selection drops keys across chunk
- * boundaries. Refused under cp, each in one sentence: the headwise attention form (recipe and pass), a layout without
- * a cp group. */
+ * in both attention forms (absorbed, headwise), with and without activation recompute, on a tiny GLM-5.2 config
+ * (IndexShare layers FSF, MoE with shared experts) and a GLM-5.1 one with GLM-5's real asymmetric head dims. Batches:
+ * three short sequences whose lengths 2 cp does not divide (the model pads each), and a longer pack of unequal
+ * segments, one far longer than index_topk, so the sparse selection drops keys across chunk boundaries. Also the
+ * zigzag rows themselves, and refusals in one sentence: a target outside the vocabulary (named by its position in the
+ * caller's batch), a layout without a cp group. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -238,9 +239,10 @@ static double compare_decode(dsarl_model *single, dsarl_model *cpm, const cp_bat
 }
 
 // One round on batch lens: log-probs, logits, a backward and an accumulated training pass, decode.
-static void check_round(dsarl_model *single, dsarl_model *cpm, const char *what, uint64_t salt, const int32_t *lens,
-                        int32_t nseq)
+static void check_round(dsarl_model *single, dsarl_model *cpm, glm5_attention_form form, const char *what,
+                        uint64_t salt, const int32_t *lens, int32_t nseq)
 {
+    single->attention_form = cpm->attention_form = form;
     int64_t V = single->cfg.vocab_size;
     cp_batch b;
     make_batch(&b, V, salt, par.dp_rank, lens, nseq);
@@ -381,18 +383,22 @@ static void check_config(const char *text, glm5_family family, const char *name,
     OK(create_model(text, NULL, family, NULL, &r1, &single));
     OK(create_model(text, NULL, family, &par, &r2, &cpm));
     perturb_vectors(single, cpm);
-    single->attention_form = cpm->attention_form = GLM5_FORM_ABSORBED;
     char what[128];
-    snprintf(what, sizeof what, "%s, 3 short sequences", name);
-    check_round(single, cpm, what, 1, short_lens, 3);
-    snprintf(what, sizeof what, "%s, 4 segments (7, 23, 1, 9 tokens)", name);
-    check_round(single, cpm, what, 2, long_lens, 4);
+    snprintf(what, sizeof what, "%s absorbed, 3 short sequences", name);
+    check_round(single, cpm, GLM5_FORM_ABSORBED, what, 1, short_lens, 3);
+    snprintf(what, sizeof what, "%s absorbed, 4 segments (7, 23, 1, 9 tokens)", name);
+    check_round(single, cpm, GLM5_FORM_ABSORBED, what, 2, long_lens, 4);
+    snprintf(what, sizeof what, "%s headwise, 4 segments", name);
+    check_round(single, cpm, GLM5_FORM_HEADWISE, what, 4, long_lens, 4);
     if (thorough) {
         single->activation_recompute = cpm->activation_recompute = true;
-        snprintf(what, sizeof what, "%s, activation recompute, 4 segments", name);
-        check_round(single, cpm, what, 3, long_lens, 4);
+        snprintf(what, sizeof what, "%s headwise, activation recompute, 3 short sequences", name);
+        check_round(single, cpm, GLM5_FORM_HEADWISE, what, 5, short_lens, 3);
+        snprintf(what, sizeof what, "%s absorbed, activation recompute, 4 segments", name);
+        check_round(single, cpm, GLM5_FORM_ABSORBED, what, 3, long_lens, 4);
         single->activation_recompute = cpm->activation_recompute = false;
     }
+    single->attention_form = cpm->attention_form = GLM5_FORM_ABSORBED;
     const dsarl_model_ops *ops = family == GLM5_FAMILY_51 ? &glm5_1_model_ops : &glm5_2_model_ops;
     double e_gen = world_max(compare_generation(ops, single, cpm));
     if (par.world_rank == 0)
@@ -473,20 +479,14 @@ START_TEST(test_refusals)
 {
     dsarl_recipe *r;
     dsarl_model *m;
-    // the headwise form, asked by the recipe: refused when the model is created
-    static const char *headwise = "      dsa_attention_form: headwise\n";
-    ck_assert_int_eq(create_model(glm52_recipe, headwise, GLM5_FAMILY_52, &par, &r, &m), DSARL_E_UNSUPPORTED);
-    ck_assert_msg(strstr(err.message, "dsa_attention_form") && strstr(err.message, "context_parallel_size"), "%s",
-                  err.message);
-    dsarl_recipe_free(r);
-    // ... and by a pass of a model switched to it
+    // a target outside the vocabulary, named by its position in the caller's batch
     OK(create_model(glm52_recipe, NULL, GLM5_FAMILY_52, &par, &r, &m));
-    m->attention_form = GLM5_FORM_HEADWISE;
     cp_batch b;
     make_batch(&b, m->cfg.vocab_size, 7, par.dp_rank, short_lens, 3);
+    b.targets[12] = (int32_t)m->cfg.vocab_size;
     float lp[MAX_T];
-    ck_assert_int_eq(glm5_forward_logprobs(m, &b.b, b.targets, lp, &err), DSARL_E_UNSUPPORTED);
-    ck_assert_msg(strstr(err.message, "headwise") && strstr(err.message, "absorbed"), "%s", err.message);
+    ck_assert_int_eq(glm5_forward_logprobs(m, &b.b, b.targets, lp, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "target id 64 at position 12"), "%s", err.message);
     glm5_model_free(m);
     dsarl_recipe_free(r);
     // a layout of cp > 1 without its process group (a core without the ABI 1.3 groups)

@@ -31,7 +31,8 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     int64_t stage = !headwise || p->m->indexer_loss_coeff > 0.0f ? H * T * glm5_head_stage(c) : 0;
     // the form's own buffers (the other form's are left at one byte)
     int64_t qk = c->qk_head_dim, nv = c->qk_nope_head_dim + c->v_head_dim;
-    int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
+    int64_t Tk = glm5_key_rows(p); // the keys' rows: every key of the batch under cp
+    int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? Tk * H : 0;
     int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
     int64_t inner_rows = T * c->intermediate_size;
     int64_t R = glm5_moe_rows(p->m, Ts); // this rank's routed rows, with padding room where padded (glm5_pass.h)
@@ -47,7 +48,7 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
         {&g->dx, Ts * C * e}, {&g->dh, Ts * C * e}, {&g->dh2, Ts * C * e}, {&g->dtmp, Ts * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
         {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
-        {&g->dkv_heads, hw_rows * nv * e}, {&g->dk_sum, (headwise ? T * qk : 0) * e}, {&g->ones, hw_rows * e},
+        {&g->dkv_heads, hw_rows * nv * e}, {&g->dk_sum, (headwise ? Tk * qk : 0) * e}, {&g->ones, hw_rows * e},
         {&g->q_abs, q_abs_rows * dqk * e},
         {&g->dkv, T * dqk * e}, {&g->dq, T * H * c->qk_head_dim * e}, {&g->dqr, T * qr * e}, {&g->dqa, T * qr * e},
         {&g->dlat, T * kvr * e}, {&g->dlatn, T * kvr * e}, {&g->dckv, T * dqk * e},
@@ -230,6 +231,8 @@ static int headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     DSARL_TRY(m->dsa_ops->headwise_attention_backward(m->dsa, &p->batch, &hw, p->every_key_selected ? NULL : a->topk,
                                                       p->topk_width, a->attn, a->lse, g->dattn, g->dq, g->dk_heads,
                                                       g->dv_heads, err));
+    if (p->cp) // the keys are every rank's: their gradients go back to their owners (glm5_cp.c)
+        return glm5_cp_headwise_backward(p, g, a, L, err);
     // back to kv_b_proj's output layout (T, H, nope + v): rows (t, h) of T*H
     DSARL_TRY(d->copy_2d(m->dev, g->dkv_heads, nope + v, g->dk_heads, qk, T * H, nope, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_heads, nope), nope + v, g->dv_heads, v, T * H, v, err));

@@ -202,3 +202,52 @@ int glm5_cp_sum_indexer_losses(glm5_pass *p, const float *ilosses, double *loss,
     free(sums);
     return rc;
 }
+
+int glm5_cp_headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    glm5_cp *cp = p->cp;
+    int64_t Tk = cp->T_keys, H = glm5_local_heads(m), nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t kvr = c->kv_lora_rank, v = c->v_head_dim, qk = c->qk_head_dim, dqk = kvr + rope;
+    if (!cp->latent)
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(Tk * kvr) * m->elem, &cp->latent, err));
+    // kv_all = [rmsnorm(c_kv) | rope(k_rope)] per key: one GEMM for every head over the latents, (Tk, H, nope + v)
+    DSARL_TRY(d->copy_2d(m->dev, cp->latent, kvr, a->kv_all, dqk, Tk, kvr, err));
+    DSARL_TRY(glm5_linear(m, p->kv_heads, cp->latent, L->kv_b_proj, Tk, kvr, H * (nope + v), err));
+    // rows (t, h) of Tk*H: the value, and the key [its nope part | the key's rope part, the same for every head]
+    DSARL_TRY(d->copy_2d(m->dev, a->v_heads, v, glm5_at(m, p->kv_heads, nope), nope + v, Tk * H, v, err));
+    DSARL_TRY(d->copy_2d(m->dev, a->k_heads, qk, p->kv_heads, nope + v, Tk * H, nope, err));
+    for (int64_t h = 0; h < H; h++)
+        DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->k_heads, h * qk + nope), H * qk, glm5_at(m, a->kv_all, kvr), dqk,
+                             Tk, rope, err));
+    return DSARL_OK;
+}
+
+int glm5_cp_headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                              dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_config *c = &m->cfg;
+    glm5_cp *cp = p->cp;
+    int64_t Tk = cp->T_keys, H = glm5_local_heads(m), nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t kvr = c->kv_lora_rank, v = c->v_head_dim, qk = c->qk_head_dim, dqk = kvr + rope;
+    // back to kv_b_proj's output layout (Tk, H, nope + v)
+    DSARL_TRY(d->copy_2d(m->dev, g->dkv_heads, nope + v, g->dk_heads, qk, Tk * H, nope, err));
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_heads, nope), nope + v, g->dv_heads, v, Tk * H, v, err));
+    // kv_b_proj over every key (this rank's queries' share; dp_cp sums the shares), then the latents' gradient in
+    // the latents' room (the forward's scratch: later layers overwrote it, so it is rebuilt first)
+    DSARL_TRY(d->copy_2d(m->dev, cp->latent, kvr, a->kv_all, dqk, Tk, kvr, err));
+    DSARL_TRY(glm5_linear_dweight(m, L->kv_b_proj, g->dkv_heads, cp->latent, Tk, kvr, H * (nope + v), err));
+    DSARL_TRY(glm5_linear_dinput(m, cp->latent, g->dkv_heads, L->kv_b_proj, Tk, kvr, H * (nope + v), 0.0f, err));
+    // the shared rope key: per key, ones (1,H) x dk (H,qk), the head sum accumulated in float32 by the GEMM
+    DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, 1, qk, H, 1.0f, g->ones, H, g->dk_heads, H * qk, 0.0f,
+                                      g->dk_sum, qk, Tk, err));
+    // [d latent | d rope key] of every key, summed over cp into their owners' rows
+    DSARL_TRY(d->copy_2d(m->dev, g->dkv_all, dqk, cp->latent, kvr, Tk, kvr, err));
+    DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_all, kvr), dqk, glm5_at(m, g->dk_sum, nope), qk, Tk, rope, err));
+    DSARL_TRY(glm5_cp_scatter_keys(p, g->dkv, g->dkv_all, dqk, err));
+    return d->copy_2d(m->dev, g->dlatn, kvr, g->dkv, dqk, p->T, kvr, err);
+}

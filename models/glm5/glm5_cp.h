@@ -23,7 +23,15 @@ typedef struct glm5_cp {
     int32_t *to_global;         // device (T_keys): the rank-major row of each global row, then
     int32_t *to_rank_major;     //   device (T_keys): the global row of each rank-major row (one block)
     void *stage;                // device (T_keys, max(d_qk, index_head_dim)) rank-major staging of the key gathers
+    void *latent;               // headwise form: device (T_keys, kv_lora) every key's normed latent, then its
+                                // gradient (allocated by the first use)
 } glm5_cp;
+
+/* Key rows of pass p: T_keys under cp, else its T (training and prefill keys are the batch's own tokens). */
+static inline int64_t glm5_key_rows(const glm5_pass *p)
+{
+    return p->cp ? p->cp->T_keys : p->T;
+}
 
 /* Lays out this rank's rows of batch b (cp > 1): allocates p->cp (owned by the pass), sets p->T = p->T_real =
  * T_local and *padded to the padded global batch. Refuses a malformed cu_seqlens in one sentence. */
@@ -57,6 +65,16 @@ int glm5_cp_local_values(glm5_pass *p, const float *caller, const float **local,
 /* caller (T_caller, width) host = the rows of every cp rank's local (T_local, width) host rows, in the caller's
  * order (a host all-gather over cp): log-probs (width 1) and forward_logits' rows. */
 int glm5_cp_gather_rows(glm5_pass *p, float *caller, const float *local, int64_t width, dsarl_error *err);
+
+/* Headwise form under cp: the per-head keys a->k_heads (T_keys, H, qk) and values a->v_heads (T_keys, H, v) of every
+ * key from the gathered latents a->kv_all: [k_nope_h | v_h] = latent_norm kv_b_proj_h^T, k_h = [k_nope_h | k_rope]. */
+int glm5_cp_headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err);
+
+/* Its backward, from the backend's dk_heads (T_keys, H, qk) and dv_heads (T_keys, H, v) of this rank's queries:
+ * kv_b_proj's gradient over every key, the latent and rope-key gradients reduce-scattered to their owners, then
+ * g->dlatn (T_local, kv_lora) and g->dkv[:, kv_lora:] (the rope key) as the single-process path leaves them. */
+int glm5_cp_headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
+                              dsarl_error *err);
 
 /* dst (T_local) device float32 = value at this rank's real rows, 0 at pad rows (the indexer loss's gradient). */
 int glm5_cp_upload_real(glm5_pass *p, float *dst, float value, dsarl_error *err);

@@ -76,7 +76,8 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     // the form's own attention buffers: absorbed queries and latent output, or per-head keys and values
     bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
     int64_t q_abs = headwise ? 0 : T * H * dqk, out_latent = headwise ? 0 : T * H * c->kv_lora_rank;
-    int64_t k_heads = headwise ? T * H * c->qk_head_dim : 0, v_heads = headwise ? T * H * c->v_head_dim : 0;
+    int64_t Tk = glm5_key_rows(p); // the keys' rows: every key of the batch under cp
+    int64_t k_heads = headwise ? Tk * H * c->qk_head_dim : 0, v_heads = headwise ? Tk * H * c->v_head_dim : 0;
     struct { void **p; size_t bytes; } plan[] = {
         {&a->x_in, Ts * C * e}, {&a->h1, T * C * e}, {&a->x_mid, Ts * C * e}, {&a->h2, Ts * C * e},
         {(void **)&a->rstd1, Ts * f}, {(void **)&a->rstd2, Ts * f}, {(void **)&a->rstd_qa, T * f},
@@ -183,6 +184,8 @@ static int headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, 
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
     int64_t kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
+    if (p->cp) // every key of the batch, from the gathered latents
+        return glm5_cp_headwise_keys(p, a, L, err);
     // one GEMM for every head: kv_heads (T, H, nope + v), as transformers' kv_b_proj output
     DSARL_TRY(glm5_linear(m, p->kv_heads, a->latent_norm, L->kv_b_proj, T, kvr, H * (nope + v), err));
     // rows (t, h) of T*H: the value; the key = [its nope part | the shared rope key, the same for every head],
@@ -265,6 +268,8 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
                               rs, T, 1, dqk, 0, rope, err));
     DSARL_TRY(d->copy_2d(m->dev, a->kv, dqk, a->latent_norm, kvr, T, kvr, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->kv, kvr), dqk, glm5_at(m, a->ckv, kvr), dqk, T, rope, err));
+    if (p->cp) // every key of the batch in global order (glm5_cp.c)
+        DSARL_TRY(glm5_cp_gather_keys(p, a->kv_all, a->kv, dqk, err));
     if (headwise) {
         DSARL_TRY(headwise_keys(p, a, L, err));
         DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));
@@ -279,10 +284,8 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
     const void *keys = a->kv;
     int32_t layer = (int32_t)(L - m->layers);
-    if (p->cp) { // every key of the batch in global order (glm5_cp.c)
-        DSARL_TRY(glm5_cp_gather_keys(p, a->kv_all, a->kv, dqk, err));
+    if (p->cp)
         keys = a->kv_all;
-    }
     if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
         keys = p->cache->kv[layer];
         DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
@@ -433,11 +436,8 @@ static int choose_form(glm5_pass *p, dsarl_error *err)
     const dsarl_dsa_ops *dsa = m->dsa_ops;
     const char *name = dsa->common.name ? dsa->common.name : "(unnamed)";
     p->form = DSARL_DSA_FORM_ABSORBED;
-    if (p->cp && m->attention_form == GLM5_FORM_HEADWISE)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: policy.megatron_cfg.model_overrides.dsa_attention_form is "
-                          "headwise, but context parallelism (context_parallel_size %d) runs the absorbed form only; "
-                          "use absorbed or auto", p->cp->size);
-    // under cp queries and keys differ (no host segments): absorbed, whatever the backend prefers
+    // under cp queries and keys differ (no host segments, which the backends' per-segment plans need): auto runs
+    // absorbed, whatever the backend prefers
     if (m->attention_form == GLM5_FORM_HEADWISE)
         p->form = DSARL_DSA_FORM_HEADWISE;
     else if (m->attention_form == GLM5_FORM_AUTO && !p->cp && DSARL_DSA_HAS(dsa, preferred_form))
@@ -463,9 +463,10 @@ static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
     int64_t stage = absorbed || indexer_loss ? H * T * glm5_head_stage(c) : 0;
     DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_in, err));
     DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_out, err));
-    if (!absorbed) // kv_b_proj's output, then the shared rope key
-        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * H * (c->qk_nope_head_dim + c->v_head_dim) +
-                                              T * c->qk_rope_head_dim) * m->elem, &p->kv_heads, err));
+    int64_t Tk = glm5_key_rows(p);
+    if (!absorbed) // kv_b_proj's output, then the shared rope key (of every key)
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(Tk * H * (c->qk_nope_head_dim + c->v_head_dim) +
+                                              Tk * c->qk_rope_head_dim) * m->elem, &p->kv_heads, err));
     return glm5_head_maps_prepare(p, err);
 }
 

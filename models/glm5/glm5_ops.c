@@ -99,10 +99,6 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
     m->dense_attention = dense_attention;
     if (rc == 0 && config->recipe)
         rc = read_attention_form(config->recipe, config->dsa_ops, &m->attention_form, err);
-    if (rc == 0 && m->attention_form == GLM5_FORM_HEADWISE && m->parallel.cp_size > 1)
-        rc = dsarl_recipe_fail(config->recipe, ATTENTION_FORM_KEY, err, DSARL_E_UNSUPPORTED,
-                               "is headwise, but context parallelism (context_parallel_size %d) runs the absorbed "
-                               "form only; use absorbed or auto", m->parallel.cp_size);
     bool recompute = false;
     if (rc == 0 && config->recipe)
         rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.activation_checkpointing", false, &recompute,
