@@ -470,6 +470,29 @@ START_TEST(test_zigzag_rows)
     }
     free(mine), free(all), free(seen);
     glm5_pass_free(&p);
+    // a tp the chunks do not divide (5: layout arithmetic only, no pass runs): one more segment of pad chunks after
+    // the sequences, its own causal segment from position 0, takes the rank's rows to a multiple of it
+    int32_t tp = m->shards.tp_size;
+    m->shards.tp_size = 5;
+    memset(&p, 0, sizeof p);
+    p.m = m;
+    OK(glm5_cp_prepare(&p, &b.b, &padded, &err));
+    c = p.cp;
+    ck_assert_int_eq(c->T_local % 5, 0);
+    ck_assert_int_eq(padded->n_sequences, 5);
+    int32_t last = padded->cu_seqlens[4], chunk = (padded->cu_seqlens[5] - last) / two;
+    ck_assert_int_gt(chunk, 0);
+    tok = c->host, pos = tok + c->T_local, ks = tok + 2 * c->T_local, ke = tok + 3 * c->T_local;
+    for (i = c->T_local - 2 * chunk; i < c->T_local; i++) {
+        int64_t j = i - (c->T_local - 2 * chunk);
+        int32_t want = (j < chunk ? me * chunk + (int32_t)j : (two - 1 - me) * chunk + (int32_t)(j - chunk));
+        ck_assert_int_eq(c->caller_row[i], -1);
+        ck_assert_int_eq(pos[i], want);
+        ck_assert_int_eq(ks[i], last);
+        ck_assert_int_eq(ke[i], last + want + 1);
+    }
+    glm5_pass_free(&p);
+    m->shards.tp_size = tp;
     glm5_model_free(m);
     dsarl_recipe_free(r);
 }

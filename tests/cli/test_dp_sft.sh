@@ -65,6 +65,11 @@ same_weights one cp2 1e-4
 run cp2_dp2 4 sft.max_num_steps=3 "${cp[@]}"
 same one cp2_dp2
 same_weights one cp2_dp2 1e-4
+run cp2_resume 2 sft.max_num_steps=2 "${cp[@]}"
+run cp2_resume 2 sft.max_num_steps=3 "${cp[@]}"
+grep -q "resumed from .*step_2" "$tmp/cp2_resume.log" || { cat "$tmp/cp2_resume.log"; fail "no resume under cp"; }
+same cp2 cp2_resume 3
+same_weights cp2 cp2_resume
 
 # GLM-5.1
 recipe="$src/configs/recipes/llm/sft-glm5.1-tiny.yaml"
