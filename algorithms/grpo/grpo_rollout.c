@@ -77,13 +77,17 @@ const dsarl_group *grpo_dp_group(const trainer *tr)
     return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->dp : NULL;
 }
 
-/* The ranks that split generation (NULL in a single process): the data-parallel ranks and their context-parallel
- * peers, which share samples in training but decode apart (decode is one token per step: cp has nothing to split
- * there), so each generates its own prompt groups and the gather gives every rank the batch. */
+/* The ranks that split generation (NULL in a single process). With a generation engine: the data-parallel ranks and
+ * their context-parallel peers, which share samples in training but decode apart (cached decode is one token per
+ * step: cp has nothing to split there), so each generates its own prompt groups and the gather gives every rank the
+ * batch. The built-in sampler reruns whole forward passes, which are collective over cp on one shared batch: there
+ * the cp peers sample the same prompts together. */
 static const dsarl_group *grpo_rollout_group(const trainer *tr)
 {
     const dsarl_parallel *p = tr->ctx->parallel;
-    return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->dp_cp : NULL;
+    if (!p || !DSARL_PARALLEL_HAS_GROUPS(p))
+        return NULL;
+    return tr->engine ? p->dp_cp : p->dp;
 }
 
 /* Rows [lo, hi) of out->items[first ...] that rollout rank r generates: whole prompt groups, contiguous, the
