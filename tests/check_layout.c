@@ -126,6 +126,14 @@ START_TEST(test_refusals)
                         "         megatron_cfg: {tensor_model_parallel_size: 2, sequence_parallel: true}}\n");
     EXPECT_IN(m, "make_sequence_length_divisible_by");
     EXPECT_IN(m, "not a multiple of 2");
+    // context parallelism cuts every sequence into 2 cp chunks, each split again over tp
+    m = layout_fails(4, "cluster: {num_nodes: 1, gpus_per_node: 4}\n"
+                        "policy: {make_sequence_length_divisible_by: 4,\n"
+                        "         megatron_cfg: {tensor_model_parallel_size: 2, sequence_parallel: true,\n"
+                        "                        context_parallel_size: 2}}\n");
+    EXPECT_IN(m, "make_sequence_length_divisible_by");
+    EXPECT_IN(m, "is 4, not a multiple of 8");
+    EXPECT_IN(m, "x 2 x context parallel");
     m = layout_fails(2, "cluster: {num_nodes: 1, gpus_per_node: 2}\n"
                         "policy: {megatron_cfg: {tensor_model_parallel_size: 0}}\n");
     EXPECT_IN(m, "tensor_model_parallel_size");

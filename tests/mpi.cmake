@@ -105,7 +105,12 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
       "2:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.num_layers_in_first_pipeline_stage=3"
       "4:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
       "4:policy.megatron_cfg.pipeline_model_parallel_size=2"
-      "4:policy.megatron_cfg.pipeline_model_parallel_size=4")
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=4"
+      "2:policy.megatron_cfg.context_parallel_size=2"
+      "4:policy.megatron_cfg.context_parallel_size=2"
+      "4:policy.megatron_cfg.context_parallel_size=2,policy.megatron_cfg.expert_model_parallel_size=4"
+      "4:policy.megatron_cfg.context_parallel_size=4,policy.make_sequence_length_divisible_by=8"
+      "4:policy.megatron_cfg.context_parallel_size=2,policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true,policy.make_sequence_length_divisible_by=8")
   add_test(NAME mpi_grpo_layouts COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_grpo_layouts.sh"
            "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" ${MPIEXEC_EXECUTABLE} ${DSARL_MPIEXEC_FLAGS} -- ${DSARL_MPI_LAYOUTS})
   set_tests_properties(mpi_grpo_layouts PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
@@ -142,6 +147,20 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGE
   dsarl_add_mpi_test(glm5_pp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_pp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_pp4_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> pp4 TIMEOUT 120)
+endif()
+
+# Context parallelism of the glm5 passes: CP2 and CP2 x EP2 (-np 2), CP2 x TP2 and CP4 (-np 4), against one process
+# (arguments: tp cp [ep]).
+if(TEST glm5_tp_mpi_np2)
+  add_executable(check_glm5_cp_mpi check_glm5_cp_mpi.c)
+  set_target_properties(check_glm5_cp_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  target_link_libraries(check_glm5_cp_mpi PRIVATE dsarl dsarl_internal PkgConfig::CHECK dsarl-glm5-objects
+                        dsarl-generation-native-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON m)
+  target_compile_definitions(check_glm5_cp_mpi PRIVATE _GNU_SOURCE)
+  dsarl_add_mpi_test(glm5_cp_mpi_cp2 NP 2 COMMAND $<TARGET_FILE:check_glm5_cp_mpi> 1 2 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_cp_mpi_cp2_ep2 NP 2 COMMAND $<TARGET_FILE:check_glm5_cp_mpi> 1 2 2 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_cp_mpi_tp2_cp2 NP 4 COMMAND $<TARGET_FILE:check_glm5_cp_mpi> 2 2 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_cp_mpi_cp4 NP 4 COMMAND $<TARGET_FILE:check_glm5_cp_mpi> 1 4 TIMEOUT 120)
 endif()
 
 # The two tests that SIGKILL a rank find it among the running `dsarl run` processes: alone, so they never pick

@@ -77,7 +77,20 @@ const dsarl_group *grpo_dp_group(const trainer *tr)
     return p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->dp : NULL;
 }
 
-/* Rows [lo, hi) of out->items[first ...] that data-parallel rank r generates: whole prompt groups, contiguous, the
+/* The ranks that split generation (NULL in a single process). With a generation engine: the data-parallel ranks and
+ * their context-parallel peers, which share samples in training but decode apart (cached decode is one token per
+ * step: cp has nothing to split there), so each generates its own prompt groups and the gather gives every rank the
+ * batch. The built-in sampler reruns whole forward passes, which are collective over cp on one shared batch: there
+ * the cp peers sample the same prompts together. */
+static const dsarl_group *grpo_rollout_group(const trainer *tr)
+{
+    const dsarl_parallel *p = tr->ctx->parallel;
+    if (!p || !DSARL_PARALLEL_HAS_GROUPS(p))
+        return NULL;
+    return tr->engine ? p->dp_cp : p->dp;
+}
+
+/* Rows [lo, hi) of out->items[first ...] that rollout rank r generates: whole prompt groups, contiguous, the
  * first n % dp ranks one prompt more when n does not divide. */
 static void rank_rows(size_t n, int64_t n_gen, int32_t dp, int32_t r, int64_t *lo, int64_t *hi)
 {
@@ -91,7 +104,7 @@ static void rank_rows(size_t n, int64_t n_gen, int32_t dp, int32_t r, int64_t *l
  * batch in the one-process order. */
 static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t n, int64_t n_gen, dsarl_error *err)
 {
-    const dsarl_group *g = grpo_dp_group(tr);
+    const dsarl_group *g = grpo_rollout_group(tr);
     int32_t dp = dsarl_group_size(g), me = dsarl_group_rank(g);
     enum { META = 5 }; /* response_len, truncated, raw_reward, verdict, loss_multiplier */
     int64_t lo, hi, max_rows = 0, my_tokens = 0;
@@ -194,7 +207,7 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
                           max_prompt, tr->opt.max_total_len);
     /* max_new comes from the longest prompt of the WHOLE batch, so every rank caps its rows as one process does */
     int32_t max_new = (int32_t)(tr->opt.max_new_tokens < room ? tr->opt.max_new_tokens : room);
-    const dsarl_group *dpg = grpo_dp_group(tr);
+    const dsarl_group *dpg = grpo_rollout_group(tr);
     int64_t lo, hi;
     rank_rows(n, n_gen, dsarl_group_size(dpg), dsarl_group_rank(dpg), &lo, &hi);
     int64_t local = hi - lo, n_tokens = 0;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "glm5_cp.h"
 #include "glm5_pass.h"
 
 // targets (T) int32 and dlogprobs (T) float32 in one block (the log-probs are computed into dlogprobs' room).
@@ -31,7 +32,8 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     int64_t stage = !headwise || p->m->indexer_loss_coeff > 0.0f ? H * T * glm5_head_stage(c) : 0;
     // the form's own buffers (the other form's are left at one byte)
     int64_t qk = c->qk_head_dim, nv = c->qk_nope_head_dim + c->v_head_dim;
-    int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? T * H : 0;
+    int64_t Tk = glm5_key_rows(p); // the keys' rows: every key of the batch under cp
+    int64_t abs_rows = headwise ? 0 : T * H, hw_rows = headwise ? Tk * H : 0;
     int64_t q_abs_rows = headwise && p->m->indexer_loss_coeff > 0.0f ? T * H : 0;
     int64_t inner_rows = T * c->intermediate_size;
     int64_t R = glm5_moe_rows(p->m, Ts); // this rank's routed rows, with padding room where padded (glm5_pass.h)
@@ -47,7 +49,7 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
         {&g->dx, Ts * C * e}, {&g->dh, Ts * C * e}, {&g->dh2, Ts * C * e}, {&g->dtmp, Ts * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
         {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
-        {&g->dkv_heads, hw_rows * nv * e}, {&g->dk_sum, (headwise ? T * qk : 0) * e}, {&g->ones, hw_rows * e},
+        {&g->dkv_heads, hw_rows * nv * e}, {&g->dk_sum, (headwise ? Tk * qk : 0) * e}, {&g->ones, hw_rows * e},
         {&g->q_abs, q_abs_rows * dqk * e},
         {&g->dkv, T * dqk * e}, {&g->dq, T * H * c->qk_head_dim * e}, {&g->dqr, T * qr * e}, {&g->dqa, T * qr * e},
         {&g->dlat, T * kvr * e}, {&g->dlatn, T * kvr * e}, {&g->dckv, T * dqk * e},
@@ -69,6 +71,10 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     };
     for (size_t i = 0; p->sp && i < sizeof tp_plan / sizeof tp_plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, tp_plan[i].bytes, tp_plan[i].ptr, err));
+    if (p->cp) { // the key gradients of this rank's queries for every key, before their reduce-scatter
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dqk) * e, &g->dkv_all, err));
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dI) * e, &g->dik_all, err));
+    }
     // the forward's head staging is free while the backward runs (a recomputed layer's forward finishes first)
     g->s1 = p->head_in, g->s2 = p->head_out;
     if (hw_rows > 0) {
@@ -184,12 +190,16 @@ static int absorbed_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, T, kvr, v, 1.0f, g->s1, T * v, w_uv, w_stride, 0.0f,
                                       g->s3, T * kvr, H, err));
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_LATENT_TM, g->dout_latent, g->s3, err));
-    DSARL_TRY(d->zero(m->dev, g->dkv, (size_t)(T * dqk) * m->elem, err));
-    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = a->kv, .n_heads = (int32_t)H,
-                                     .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
+    // under cp the keys are every rank's (glm5_cp.c): their gradients go back to their owners
+    void *dkv = p->cp ? g->dkv_all : g->dkv;
+    DSARL_TRY(d->zero(m->dev, dkv, (size_t)(p->batch.n_keys * dqk) * m->elem, err));
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = p->cp ? a->kv_all : a->kv,
+                                     .n_heads = (int32_t)H, .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
     DSARL_TRY(m->dsa_ops->sparse_mla_backward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
-                                              g->dout_latent, g->dq_abs, g->dkv, err));
+                                              g->dout_latent, g->dq_abs, dkv, err));
+    if (p->cp)
+        DSARL_TRY(glm5_cp_scatter_keys(p, g->dkv, g->dkv_all, dqk, err));
     // q_abs_h = [q_nope_h W_UK_h | q_rope_h]: dq = [d q_abs_h W_UK_h^T | d q_rope_h], assembled by one gather from
     // s3 = [(H, T, nope) | (T, H, rope)]
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_DQ_ABS_HM, g->s1, g->dq_abs, err));       // (H, T, kv_lora)
@@ -222,6 +232,8 @@ static int headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     DSARL_TRY(m->dsa_ops->headwise_attention_backward(m->dsa, &p->batch, &hw, p->every_key_selected ? NULL : a->topk,
                                                       p->topk_width, a->attn, a->lse, g->dattn, g->dq, g->dk_heads,
                                                       g->dv_heads, err));
+    if (p->cp) // the keys are every rank's: their gradients go back to their owners (glm5_cp.c)
+        return glm5_cp_headwise_backward(p, g, a, L, err);
     // back to kv_b_proj's output layout (T, H, nope + v): rows (t, h) of T*H
     DSARL_TRY(d->copy_2d(m->dev, g->dkv_heads, nope + v, g->dk_heads, qk, T * H, nope, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_heads, nope), nope + v, g->dv_heads, v, T * H, v, err));
@@ -317,17 +329,22 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
         DSARL_TRY(gather_heads(p, g->lse_heads, g->lse_stage, a->lse, H, 1, DSARL_DTYPE_F32, err));
         q_abs = g->q_heads, lse = g->lse_heads, H *= m->shards.tp_size;
     }
-    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = a->kv, .n_heads = (int32_t)H,
-                                     .d_qk = (int32_t)dqk, .d_v = (int32_t)c->kv_lora_rank,
+    // under cp over every key of the batch (the same global selection as attention), the keys' gradient back to
+    // their owners
+    dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = q_abs, .kv = p->cp ? a->kv_all : a->kv,
+                                     .n_heads = (int32_t)H, .d_qk = (int32_t)dqk, .d_v = (int32_t)c->kv_lora_rank,
                                      .softmax_scale = (float)c->softmax_scale};
-    dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = a->ik, .weights = a->iw_scaled,
-                                   .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
+    dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = p->cp ? a->ik_all : a->ik,
+                                   .weights = a->iw_scaled, .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
     const int32_t *indices = m->indexer_sparse_loss ? a->topk : NULL;
     DSARL_TRY(m->dsa_ops->indexer_loss_forward(m->dsa, &p->batch, &at, lse, &in, indices, p->topk_width,
                                                g->ilosses + (L - m->layers) * T, err));
-    DSARL_TRY(d->zero(m->dev, g->dik, (size_t)(T * dI) * m->elem, err));
+    void *dik = p->cp ? g->dik_all : g->dik;
+    DSARL_TRY(d->zero(m->dev, dik, (size_t)(p->batch.n_keys * dI) * m->elem, err));
     DSARL_TRY(m->dsa_ops->indexer_loss_backward(m->dsa, &p->batch, &at, lse, &in, indices, p->topk_width,
-                                                g->idloss, g->diq, g->dik, g->iw_grad, err));
+                                                g->idloss, g->diq, dik, g->iw_grad, err));
+    if (p->cp)
+        DSARL_TRY(glm5_cp_scatter_keys(p, g->dik, g->dik_all, dI, err));
     // weights: iw_scaled = s * (h weights_proj^T); h is detached
     DSARL_TRY(d->convert(m->dev, g->diw, m->storage, g->iw_grad, DSARL_DTYPE_F32, T * nI,
                          (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)), err));
@@ -425,6 +442,24 @@ static int vocab_parallel_logprobs(glm5_pass *p, const int32_t *targets, float *
 }
 
 // logprobs (T_real) host of the pass's logits and the uploaded targets (g->targets; targets (T) on the host).
+static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err);
+
+// The caller's targets uploaded and their log-probs (the caller's tokens, host): under cp this rank's rows', then
+// all-gathered over cp into the caller's order, so every cp rank returns all of them.
+static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs,
+                           dsarl_error *err)
+{
+    float *out = logprobs;
+    if (p->cp) {
+        DSARL_TRY(glm5_cp_local_targets(p, targets, &targets, err));
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)p->T * sizeof(float), (void **)&out, err));
+    }
+    const int32_t *all_targets = targets;
+    DSARL_TRY(upload_targets(p, g, targets, &all_targets, err));
+    DSARL_TRY(pass_logprobs(p, g, all_targets, out, err));
+    return p->cp ? glm5_cp_gather_rows(p, logprobs, out, 1, err) : DSARL_OK;
+}
+
 static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -466,13 +501,16 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
-    const int32_t *all_targets = targets;
-    if (rc == 0)
+    if (rc == 0 && p.cp)
+        rc = caller_logprobs(&p, &g, targets, logprobs, err);
+    else if (rc == 0) {
+        const int32_t *all_targets = targets;
         rc = upload_targets(&p, &g, targets, &all_targets, err);
-    if (rc == 0 && glm5_stage_is_last(m))
-        rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
-    if (rc == 0)
-        rc = glm5_stage_share_last(m, logprobs, p.T_real, err);
+        if (rc == 0 && glm5_stage_is_last(m))
+            rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
+        if (rc == 0)
+            rc = glm5_stage_share_last(m, logprobs, p.T_real, err);
+    }
     glm5_pass_free(&p);
     return rc;
 }
@@ -519,7 +557,10 @@ static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T
 static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
-    int64_t T = p->T, Ts = p->T_sp, C = m->cfg.hidden_size, V = glm5_local_vocab(m);
+    const glm5_config *c = &m->cfg;
+    int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(m);
+    if (p->cp) // the gradients of this rank's rows (0 at its pad rows)
+        DSARL_TRY(glm5_cp_local_values(p, dlogprobs, &dlogprobs, err));
     if (T != p->T_real) // pad rows: no gradient (their targets are ignored too)
         DSARL_TRY(d->zero(m->dev, g->dlogprobs, (size_t)T * sizeof(float), err));
     DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)p->T_real * sizeof(float), DSARL_COPY_HOST_TO_DEVICE,
@@ -556,8 +597,10 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     else // the residual stream's gradient from the next pipeline stage
         DSARL_TRY(glm5_stage_grad_input(p, g->dx, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
-    if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full layer;
-        // 0 at the pad rows of a padded pass
+    if (indexer_loss && p->cp) // the mean over the caller's tokens: coeff / T_caller at this rank's real rows
+        DSARL_TRY(glm5_cp_upload_real(p, g->idloss, m->indexer_loss_coeff / (float)p->cp->T_caller, err));
+    else if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full
+        // layer; 0 at the pad rows of a padded pass
         DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
     for (int32_t i = m->stage.end - 1; i >= m->stage.first; i--) {
         const glm5_layer *L = &m->layers[i];
@@ -595,7 +638,9 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dfull, p->vocab_ids, T, C, err));
     }
     double iloss = 0.0;
-    if (indexer_loss)
+    if (indexer_loss && p->cp)
+        DSARL_TRY(glm5_cp_sum_indexer_losses(p, g->ilosses, &iloss, err));
+    else if (indexer_loss)
         DSARL_TRY(sum_indexer_losses(m, g, T, p->T_real, &iloss, err));
     if (indexer_loss && !p->staged) // every stage's layers (a pipeline schedule sums them at its end)
         DSARL_TRY(glm5_stage_sum(m, &iloss, err));
@@ -708,6 +753,8 @@ int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *target
 {
     DSARL_TRY(glm5_pass_layers(&tr->p, err));
     DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
+    if (tr->p.cp) // context parallelism (never with pipeline stages): every rank's rows, gathered
+        return caller_logprobs(&tr->p, &tr->g, targets, logprobs, err);
     const int32_t *all_targets = targets;
     DSARL_TRY(upload_targets(&tr->p, &tr->g, targets, &all_targets, err));
     return glm5_stage_is_last(m) ? pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err) : DSARL_OK;

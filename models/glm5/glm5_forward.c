@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "glm5_cp.h"
 #include "glm5_pass.h"
 
 // Makes room for one more pointer in a growing list.
@@ -75,7 +76,8 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     // the form's own attention buffers: absorbed queries and latent output, or per-head keys and values
     bool headwise = p->form == DSARL_DSA_FORM_HEADWISE;
     int64_t q_abs = headwise ? 0 : T * H * dqk, out_latent = headwise ? 0 : T * H * c->kv_lora_rank;
-    int64_t k_heads = headwise ? T * H * c->qk_head_dim : 0, v_heads = headwise ? T * H * c->v_head_dim : 0;
+    int64_t Tk = glm5_key_rows(p); // the keys' rows: every key of the batch under cp
+    int64_t k_heads = headwise ? Tk * H * c->qk_head_dim : 0, v_heads = headwise ? Tk * H * c->v_head_dim : 0;
     struct { void **p; size_t bytes; } plan[] = {
         {&a->x_in, Ts * C * e}, {&a->h1, T * C * e}, {&a->x_mid, Ts * C * e}, {&a->h2, Ts * C * e},
         {(void **)&a->rstd1, Ts * f}, {(void **)&a->rstd2, Ts * f}, {(void **)&a->rstd_qa, T * f},
@@ -102,6 +104,10 @@ int glm5_layer_acts_alloc(glm5_pass *p, glm5_layer_acts *a, dsarl_error *err)
     a->h2_full = a->h2; // every row is local without sp: the gathered norm is the norm
     if (p->sp)
         DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * C) * e, &a->h2_full, err));
+    if (p->cp) { // every key of the batch, gathered over cp
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dqk) * e, &a->kv_all, err));
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->cp->T_keys * dI) * e, &a->ik_all, err));
+    }
     // route_w[N] = 0: the routing weight of padding rows (moe_route_forward writes the first N)
     DSARL_TRY(p->m->dev_ops->zero(p->m->dev, a->route_w + N, sizeof(float), err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(E + 1) * sizeof(int64_t), (void **)&a->count, err));
@@ -178,6 +184,8 @@ static int headwise_keys(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, 
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, H = glm5_local_heads(m), nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
     int64_t kvr = c->kv_lora_rank, v = c->v_head_dim, dqk = kvr + rope;
+    if (p->cp) // every key of the batch, from the gathered latents
+        return glm5_cp_headwise_keys(p, a, L, err);
     // one GEMM for every head: kv_heads (T, H, nope + v), as transformers' kv_b_proj output
     DSARL_TRY(glm5_linear(m, p->kv_heads, a->latent_norm, L->kv_b_proj, T, kvr, H * (nope + v), err));
     // rows (t, h) of T*H: the value; the key = [its nope part | the shared rope key, the same for every head],
@@ -212,6 +220,10 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
         DSARL_TRY(d->gemm_f32out(m->dev, false, true, T, nI, C, (float)(1.0 / sqrt((double)nI) / sqrt((double)dI)),
                                  a->h1, L->idx_weights_proj, 0.0f, a->iw_scaled, err));
         const void *index_keys = a->ik;
+        if (p->cp) { // every key of the batch in global order (glm5_cp.c)
+            DSARL_TRY(glm5_cp_gather_keys(p, a->ik_all, a->ik, dI, err));
+            index_keys = a->ik_all;
+        }
         if (p->cache) {
             index_keys = p->cache->ik[layer];
             DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->ik[layer], a->ik, p->cache_rows, NULL, T, dI, err));
@@ -256,6 +268,8 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
                               rs, T, 1, dqk, 0, rope, err));
     DSARL_TRY(d->copy_2d(m->dev, a->kv, dqk, a->latent_norm, kvr, T, kvr, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, a->kv, kvr), dqk, glm5_at(m, a->ckv, kvr), dqk, T, rope, err));
+    if (p->cp) // every key of the batch in global order (glm5_cp.c)
+        DSARL_TRY(glm5_cp_gather_keys(p, a->kv_all, a->kv, dqk, err));
     if (headwise) {
         DSARL_TRY(headwise_keys(p, a, L, err));
         DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));
@@ -270,6 +284,8 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
     const void *keys = a->kv;
     int32_t layer = (int32_t)(L - m->layers);
+    if (p->cp)
+        keys = a->kv_all;
     if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
         keys = p->cache->kv[layer];
         DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
@@ -420,9 +436,11 @@ static int choose_form(glm5_pass *p, dsarl_error *err)
     const dsarl_dsa_ops *dsa = m->dsa_ops;
     const char *name = dsa->common.name ? dsa->common.name : "(unnamed)";
     p->form = DSARL_DSA_FORM_ABSORBED;
+    // under cp queries and keys differ (no host segments, which the backends' per-segment plans need): auto runs
+    // absorbed, whatever the backend prefers
     if (m->attention_form == GLM5_FORM_HEADWISE)
         p->form = DSARL_DSA_FORM_HEADWISE;
-    else if (m->attention_form == GLM5_FORM_AUTO && DSARL_DSA_HAS(dsa, preferred_form))
+    else if (m->attention_form == GLM5_FORM_AUTO && !p->cp && DSARL_DSA_HAS(dsa, preferred_form))
         p->form = dsa->preferred_form(m->dsa, &p->batch, p->topk_width);
     if (p->form != DSARL_DSA_FORM_ABSORBED && p->form != DSARL_DSA_FORM_HEADWISE)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: DSA backend %s answered preferred_form %d; a backend must "
@@ -445,9 +463,10 @@ static int alloc_head_layout(glm5_pass *p, bool save, dsarl_error *err)
     int64_t stage = absorbed || indexer_loss ? H * T * glm5_head_stage(c) : 0;
     DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_in, err));
     DSARL_TRY(glm5_pass_alloc(p, (size_t)stage * m->elem, &p->head_out, err));
-    if (!absorbed) // kv_b_proj's output, then the shared rope key
-        DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * H * (c->qk_nope_head_dim + c->v_head_dim) +
-                                              T * c->qk_rope_head_dim) * m->elem, &p->kv_heads, err));
+    int64_t Tk = glm5_key_rows(p);
+    if (!absorbed) // kv_b_proj's output, then the shared rope key (of every key)
+        DSARL_TRY(glm5_pass_alloc(p, (size_t)(Tk * H * (c->qk_nope_head_dim + c->v_head_dim) +
+                                              Tk * c->qk_rope_head_dim) * m->elem, &p->kv_heads, err));
     return glm5_head_maps_prepare(p, err);
 }
 
@@ -462,10 +481,13 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
     p->T_real = T;
     dsarl_token_batch padded;
-    if (T % tp != 0) // not divisible into equal sequence-parallel row blocks: pad (policy.make_sequence_length_
-        DSARL_TRY(pad_batch(p, batch, &padded, err)); // divisible_by avoids it), T grows
-    if (T % tp != 0)
+    if (m->parallel.cp_size > 1) { // context parallel: this rank's chunks of every sequence (glm5_cp.c), T = T_local
+        DSARL_TRY(glm5_cp_prepare(p, batch, &batch, err));
+        T = p->T;
+    } else if (T % tp != 0) { // not divisible into equal sequence-parallel row blocks: pad (policy.make_sequence_
+        DSARL_TRY(pad_batch(p, batch, &padded, err)); // length_divisible_by avoids it), T grows
         batch = &padded, T = p->T;
+    }
     p->sp = tp > 1, p->T_sp = T / tp;
     // dense attention (DSA warm-up): a top-k as wide as the longest sequence selects every causal key
     p->topk_width = c->index_topk;
@@ -487,9 +509,9 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     // tokens, positions, key_start, key_end: one block, uploaded at once by upload_batch
     p->positions = p->tokens + T, p->key_start = p->tokens + 2 * T, p->key_end = p->tokens + 3 * T;
     // the batch decides the form, and the form the activation buffers
-    DSARL_TRY(upload_batch(p, batch, err));
+    DSARL_TRY(p->cp ? glm5_cp_upload_batch(p, err) : upload_batch(p, batch, err));
     if (tp > 1)
-        DSARL_TRY(glm5_upload_vocab_ids(p, batch->tokens, err));
+        DSARL_TRY(glm5_upload_vocab_ids(p, p->cp ? glm5_cp_tokens(p) : batch->tokens, err));
     DSARL_TRY(choose_form(p, err));
     DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
@@ -576,14 +598,16 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
 {
     glm5_pass p;
     int rc = glm5_pass_forward(m, batch, false, &p, err);
-    float *rows = logits; // a padded pass has more rows than the caller's
-    if (rc == 0 && p.T != p.T_real)
+    float *rows = logits; // a padded pass has more rows than the caller's, a cp pass other ones
+    if (rc == 0 && (p.T != p.T_real || p.cp))
         rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
     if (rc == 0 && glm5_stage_is_last(m)) // a tool path: every rank gets the whole (T, V) rows
         rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
-    if (rc == 0)
+    if (rc == 0 && !p.cp)
         rc = glm5_stage_share_last(m, rows, p.T * m->cfg.vocab_size, err);
-    if (rc == 0 && rows != logits)
+    if (rc == 0 && p.cp)
+        rc = glm5_cp_gather_rows(&p, logits, rows, m->cfg.vocab_size, err);
+    else if (rc == 0 && rows != logits)
         memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);

@@ -100,12 +100,17 @@ int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_
     if (!dev_ops || !dev || !dsa_ops)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a model needs a device (ops and instance) and a DSA backend");
     DSARL_TRY(glm5_check_layout(cfg, parallel, err));
-    if (parallel && parallel->cp_size > 1)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: context parallel sizes > 1 are not implemented yet (cp %d)",
-                          parallel->cp_size);
     if (parallel && parallel->pp_size > 1 && !dsarl_device_has_collectives(dev_ops))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline parallelism (pp %d) needs a device with the 1.3 "
                           "collectives (send, recv, broadcast)", parallel->pp_size);
+    if (parallel && parallel->pp_size > 1 && parallel->cp_size > 1)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline and context parallelism together (pp %d, cp %d) "
+                          "are not implemented yet; use one of them", parallel->pp_size, parallel->cp_size);
+    if (parallel && parallel->cp_size > 1 && (!DSARL_PARALLEL_HAS_GROUPS(parallel) || !parallel->cp ||
+                                              !dsarl_device_has_collectives(dev_ops)))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: context parallelism (cp %d) needs the process groups of "
+                          "an ABI 1.3 core and a device with the 1.3 collectives (all_reduce ... recv)",
+                          parallel->cp_size);
     if (parallel && parallel->tp_size > 1 && (!DSARL_PARALLEL_HAS_GROUPS(parallel) || !parallel->tp ||
                                               !dsarl_device_has_collectives(dev_ops)))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: tensor parallelism (tp %d) needs the process groups of "

@@ -44,6 +44,8 @@ typedef struct glm5_layer_acts {
     int64_t moe_rows;                          // R: routed rows N, or E * moe_pad with padding
     int64_t moe_pad;                           // rows per expert when padded (one batched GEMM), else 0
     struct glm5_moe_ep *ep;                    // expert parallelism: the layer's dispatch (glm5_moe.c), or NULL
+    void *kv_all, *ik_all;                     // context parallelism: (T_keys, d_qk), (T_keys, dI) every key of
+                                               // the batch gathered over cp in global order (glm5_cp.c), else NULL
 } glm5_layer_acts;
 
 /* The head-layout gathers of glm5_heads.c: each moves a whole (T, H, d) tensor between token-major and head-major
@@ -109,6 +111,8 @@ typedef struct glm5_pass {
     void *tmp;                                 // (T,C) scratch
     int32_t *tokens, *positions, *key_start, *key_end; // (T) device
     dsarl_dsa_batch batch;                     // host_cu_seqlens: the pass's own copy (kept for the backward)
+    struct glm5_cp *cp;                        // context parallelism (glm5_cp.c): this rank's rows of the batch
+                                               // (T = T_real = T_local) and the key gathers; NULL without cp
     dsarl_model_cache *cache;                  // cached inference (glm5_decode.c): keys live in the cache; else NULL
     int32_t *cache_rows;                       // (T) device: the cache row each token's keys are written to
     void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
@@ -277,6 +281,8 @@ typedef struct glm5_grad_bufs {
     void *dact, *dgu, *dexp, *dxin;                     // MLP / experts
     void *diq, *dik, *dik_raw, *diw;                    // indexer
     void *dlogits_s, *drouter_s;                        // dlogits, drouter in the storage dtype (GEMM operands)
+    void *dkv_all, *dik_all;                            // cp: (T_keys, d_qk), (T_keys, dI) key gradients of this
+                                                        // rank's queries, reduce-scattered to their owners
 } glm5_grad_bufs;
 
 

@@ -3,8 +3,8 @@
   dp_compare.py metrics A_LOG_DIR B_LOG_DIR [STEP]  every logged metric of every step (only STEP when given) of two
                                                   runs agrees within 1e-5 relative (timings excepted), and so do the
                                                   prompt/response sample dumps
-  dp_compare.py weights A_DIR B_DIR               two model.safetensors agree within 1e-5 relative per tensor (to
-                                                  the tensor's largest value)"""
+  dp_compare.py weights A_DIR B_DIR [TOL]         two model.safetensors agree within TOL (1e-5) relative per tensor
+                                                  (to the tensor's largest value)"""
 import glob, json, os, struct, sys
 
 
@@ -60,14 +60,14 @@ def tensors(path):
     return out
 
 
-def compare_weights(a_dir, b_dir):
+def compare_weights(a_dir, b_dir, tol):
     a, b = tensors(a_dir + "/model.safetensors"), tensors(b_dir + "/model.safetensors")
     assert set(a) == set(b), f"tensor names differ: {set(a) ^ set(b)}"
     worst = 0.0
     for name in a:
         big = max(1e-6, max(abs(v) for v in b[name]))
         d = max(abs(x - y) for x, y in zip(a[name], b[name])) / big
-        assert d <= 1e-5, f"{name}: relative difference {d:.3g}"
+        assert d <= tol, f"{name}: relative difference {d:.3g}"
         worst = max(worst, d)
     print(f"weights {a_dir} = {b_dir}: {len(a)} tensors, max relative difference {worst:.3g}")
 
@@ -76,4 +76,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "metrics":
         compare_metrics(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
     else:
-        compare_weights(sys.argv[2], sys.argv[3])
+        compare_weights(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5)
