@@ -4,6 +4,7 @@
  * CRC-32 against its check value; save_period, the DD:HH:MM:SS deadline and bad recipe values refused with the
  * key's location. */
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -509,6 +510,80 @@ START_TEST(test_deadline_and_recipe_values)
 }
 END_TEST
 
+// Entries of dir whose name starts with prefix.
+static int count_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* checkpointing.on_corrupt: a corrupt newest with an older good one stops under fail (naming it and why, nothing
+ * moved), falls back under fallback (moved aside to step_N.corrupt-<time> only when asked to move, never removed);
+ * with none good, fallback stops naming each and restart starts over with every corrupt one moved aside. */
+START_TEST(test_on_corrupt_policies)
+{
+    char dir[64];
+    make_temp_dir(dir, sizeof dir);
+    dsarl_checkpoint_config cfg = config_for(dir);
+    fixture a;
+    fixture_open(&a, 5);
+    dsarl_rng rng;
+    dsarl_rng_init(&rng, 2, 0);
+    for (int64_t s = 1; s <= 3; s++) {
+        train_step(&a, &rng);
+        dsarl_trainer_state st = sample_state(s);
+        ck_assert_msg(dsarl_checkpoint_save(&cfg, ops, a.model, &st, NULL, NULL, 0, &err) == 0, "%s", err.message);
+    }
+    fixture_close(&a);
+    char path[600], found[600];
+    int64_t step = 0;
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/step_3/policy/weights/model.safetensors", dir);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    flip_byte(path, (long)sb.st_size / 2);
+    ck_assert_int_eq(dsarl_checkpoint_choose(dir, DSARL_CHECKPOINT_ON_CORRUPT_FAIL, true, found, sizeof found, &step,
+                                             &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "step_3: ") && strstr(err.message, "CRC-32") &&
+                  strstr(err.message, "on_corrupt=fallback"), "%s", err.message);
+    ck_assert_int_eq(count_prefixed(dir, "step_3"), 1);
+    ck_assert_int_eq(dsarl_checkpoint_choose(dir, DSARL_CHECKPOINT_ON_CORRUPT_FALLBACK, false, found, sizeof found,
+                                             &step, &err), 0);
+    ck_assert_int_eq(step, 2);
+    ck_assert_int_eq(count_prefixed(dir, "step_3.corrupt-"), 0); // another rank: it chooses, rank 0 moves
+    ck_assert_int_eq(dsarl_checkpoint_choose(dir, DSARL_CHECKPOINT_ON_CORRUPT_FALLBACK, true, found, sizeof found,
+                                             &step, &err), 0);
+    ck_assert_int_eq(step, 2);
+    snprintf(path, sizeof path, "%s/step_2", dir);
+    ck_assert_str_eq(found, path);
+    ck_assert_int_eq(count_prefixed(dir, "step_3.corrupt-"), 1);
+    snprintf(path, sizeof path, "%s/step_3", dir);
+    ck_assert(!dsarl_path_exists(path));
+    // none good: the two left lose their manifests
+    for (int s = 1; s <= 2; s++) {
+        snprintf(path, sizeof path, "%s/step_%d/manifest.json", dir, s);
+        ck_assert_int_eq(unlink(path), 0);
+    }
+    ck_assert_int_eq(dsarl_checkpoint_choose(dir, DSARL_CHECKPOINT_ON_CORRUPT_FALLBACK, true, found, sizeof found,
+                                             &step, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "none of its 2 checkpoints verifies") && strstr(err.message, "step_2: ") &&
+                  strstr(err.message, "step_1: ") && strstr(err.message, "on_corrupt=restart"), "%s", err.message);
+    ck_assert_int_eq(count_prefixed(dir, "step_2"), 1);
+    ck_assert_int_eq(dsarl_checkpoint_choose(dir, DSARL_CHECKPOINT_ON_CORRUPT_RESTART, true, found, sizeof found,
+                                             &step, &err), 0);
+    ck_assert_int_eq(step, -1);
+    ck_assert_int_eq(count_prefixed(dir, "step_1.corrupt-") + count_prefixed(dir, "step_2.corrupt-"), 2);
+    ck_assert_int_eq(count_prefixed(dir, "step_") - count_prefixed(dir, "step_1.") - count_prefixed(dir, "step_2.") -
+                     count_prefixed(dir, "step_3."), 0);
+    remove_dir(dir);
+}
+END_TEST
+
+
 static Suite *checkpoint_suite(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -516,6 +591,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_round_trip_bit_exact_and_resume);
     tcase_add_test(tc, test_resume_restores_model_state_and_loader);
     tcase_add_test(tc, test_damaged_checkpoints_skipped);
+    tcase_add_test(tc, test_on_corrupt_policies);
     tcase_add_test(tc, test_keep_top_k);
     tcase_add_test(tc, test_crc32_and_schedule);
     tcase_add_test(tc, test_deadline_and_recipe_values);

@@ -256,6 +256,102 @@ START_TEST(test_session)
 }
 END_TEST
 
+// Every parameter value and gradient of the model, concatenated (malloc'd; *n floats each).
+static void snapshot(const dsarl_model_ops *ops, dsarl_model *m, float **values, float **grads, size_t *n)
+{
+    size_t total = 0;
+    for (int64_t i = 0; i < ops->parameter_tensors(m); i++) {
+        const char *name;
+        int32_t ndim;
+        int64_t shape[DSARL_TENSOR_MAX_DIMS];
+        int trainable;
+        ck_assert_int_eq(ops->parameter_info(m, i, &name, &ndim, shape, &trainable, &err), 0);
+        size_t numel = 1;
+        for (int32_t d = 0; d < ndim; d++)
+            numel *= (size_t)shape[d];
+        *values = realloc(total ? *values : NULL, (total + numel) * sizeof(float));
+        *grads = realloc(total ? *grads : NULL, (total + numel) * sizeof(float));
+        ck_assert_int_eq(ops->read_parameter(m, i, *values + total, *grads + total, &err), 0);
+        total += numel;
+    }
+    *n = total;
+}
+
+/* The non-finite guard: a NaN reaching the gradients (through d loss / d logp, as a diverging loss would) skips
+ * the update, leaves every weight as it was and zeroes the gradients; a finite step after it updates; a NaN loss
+ * is skipped without looking at the gradients; the second non-finite step in a row (the recipe's limit 2) fails,
+ * naming the first gradient tensor that is not finite and the key. */
+START_TEST(test_nonfinite_guard)
+{
+    dsarl_recipe *recipe;
+    dsarl_session s;
+    int rc;
+    open_session(TINY_MODEL("260") "  max_consecutive_nonfinite_steps: 2\n", &glm5_2_model_ops, NULL, &recipe, &s,
+                 &rc);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    ck_assert_int_eq(s.guard.max_consecutive, 2);
+    const dsarl_model_ops *ops = s.model_ops;
+    uint64_t seed = (uint64_t)time(NULL) + 11;
+    int32_t tokens[T], targets[T];
+    float dlp[T];
+    dsarl_rng rng;
+    dsarl_rng_init(&rng, seed, 5);
+    random_batch(&rng, tokens, targets, dlp);
+    dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = T, .n_sequences = 2, .tokens = tokens,
+                           .cu_seqlens = cu};
+    dsarl_optimizer_params adam = {.struct_size = sizeof adam, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                   .grad_scale = 1.0};
+    float poisoned[T];
+    memcpy(poisoned, dlp, sizeof dlp);
+    poisoned[1] = NAN;
+    float *v0 = NULL, *g0 = NULL, *v1 = NULL, *g1 = NULL;
+    size_t n0, n1;
+    double norm;
+    bool skipped;
+    // 1. a NaN gradient: skipped, weights untouched, gradients zeroed
+    snapshot(ops, s.model, &v0, &g0, &n0);
+    ck_assert_int_eq(ops->zero_grad(s.model, &err), 0);
+    ck_assert_int_eq(ops->backward(s.model, &b, targets, poisoned, NULL, &err), 0);
+    ck_assert_msg(dsarl_session_optimizer_step(&s, &adam, 0.05, 1.0, "train/loss", 1.5, &norm, &skipped, &err) == 0,
+                  "%s", err.message);
+    ck_assert(skipped && !isfinite(norm));
+    snapshot(ops, s.model, &v1, &g1, &n1);
+    ck_assert_uint_eq(n0, n1);
+    ck_assert_int_eq(memcmp(v0, v1, n0 * sizeof(float)), 0);
+    for (size_t i = 0; i < n1; i++)
+        ck_assert(g1[i] == 0.0f);
+    ck_assert_int_eq(ops->optimizer_steps(s.model), 0);
+    // 2. a finite step updates and resets the count
+    ck_assert_int_eq(ops->backward(s.model, &b, targets, dlp, NULL, &err), 0);
+    ck_assert_int_eq(dsarl_session_optimizer_step(&s, &adam, 0.05, 1.0, "train/loss", 1.5, &norm, &skipped, &err), 0);
+    ck_assert(!skipped && isfinite(norm) && norm > 0.0);
+    ck_assert_int_eq(s.guard.consecutive, 0);
+    snapshot(ops, s.model, &v1, &g1, &n1);
+    ck_assert_int_ne(memcmp(v0, v1, n0 * sizeof(float)), 0);
+    ck_assert_int_eq(ops->optimizer_steps(s.model), 1);
+    // 3. a NaN loss: skipped with finite gradients in place
+    ck_assert_int_eq(ops->zero_grad(s.model, &err), 0);
+    ck_assert_int_eq(ops->backward(s.model, &b, targets, dlp, NULL, &err), 0);
+    memcpy(v0, v1, n1 * sizeof(float));
+    ck_assert_int_eq(dsarl_session_optimizer_step(&s, &adam, 0.05, 1.0, "train/loss", NAN, &norm, &skipped, &err), 0);
+    ck_assert(skipped);
+    snapshot(ops, s.model, &v1, &g1, &n1);
+    ck_assert_int_eq(memcmp(v0, v1, n1 * sizeof(float)), 0);
+    // 4. a second one in a row ends the run, naming the tensor, the step and the key
+    ck_assert_int_eq(ops->backward(s.model, &b, targets, poisoned, NULL, &err), 0);
+    rc = dsarl_session_optimizer_step(&s, &adam, 0.05, 1.0, "train/loss", 0.5, &norm, &skipped, &err);
+    ck_assert_int_eq(rc, DSARL_E_INTERNAL);
+    ck_assert_msg(strstr(err.message, "optimizer step 2 (update 4 of this process)") &&
+                  strstr(err.message, "first non-finite gradient: model.") &&
+                  strstr(err.message, "2 non-finite steps in a row reached policy.max_consecutive_nonfinite_steps=2"),
+                  "%s", err.message);
+    ck_assert_int_eq(s.guard.skipped, 3);
+    free(v0), free(g0), free(v1), free(g1);
+    dsarl_session_close(&s);
+    dsarl_recipe_free(recipe);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("trainer");
@@ -265,6 +361,7 @@ int main(void)
     tcase_add_test(tc, test_optimizer_step_is_norm_clip_step);
     tcase_add_test(tc, test_deadline_rule);
     tcase_add_test(tc, test_session);
+    tcase_add_test(tc, test_nonfinite_guard);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

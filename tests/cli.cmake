@@ -18,3 +18,8 @@ add_test(NAME seed_recipes_tiny COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/te
          "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}" cpu)
 # 76 s in a plain build, 247 s alone under ASan+UBSan (more beside other suites at -j2)
 set_tests_properties(seed_recipes_tiny PROPERTIES LABELS unit TIMEOUT 600)
+
+# docs/errors.md, every entry run as written: its exit status and its message (about a minute on 2 cores).
+add_test(NAME errors_catalogue COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_errors_catalogue.sh"
+         "${CMAKE_BINARY_DIR}" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(errors_catalogue PROPERTIES LABELS slow TIMEOUT 300)

@@ -189,8 +189,9 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
         DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, err));
         double norm;
         double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
-        DSARL_TRY(dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm,
-                                               &norm, err));
+        bool skipped; // a non-finite loss or norm: no update, reported by the guard (ends the run when repeated)
+        DSARL_TRY(dsarl_session_optimizer_step(&tr->session, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm,
+                                               "train/loss", slice.loss, &norm, &skipped, err));
         /* slice sums are normalised per slice; averaging them gives the step's metric */
         grpo_loss_metrics_add(&st->loss, &slice);
         st->grad_norm += norm;

@@ -432,9 +432,11 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     passes.forward_tokens = (int64_t)sums[2], passes.train_pass_tokens = (int64_t)sums[3];
     double norm = 0;
     double lr = dsarl_lr_at(&tr->cfg.lr_schedule, tr->step);
-    if (rc == 0)
-        rc = dsarl_trainer_optimizer_step(ops, tr->model, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm, &norm,
-                                          err);
+    if (rc == 0) {
+        bool skipped; // a non-finite loss or norm: no update, reported by the guard (ends the run when repeated)
+        rc = dsarl_session_optimizer_step(&tr->session, &tr->adam, lr, tr->cfg.lr_schedule.max_grad_norm,
+                                          "train/loss", n_answer > 0 ? nll / n_answer : 0.0, &norm, &skipped, err);
+    }
     for (int64_t i = 0; i < gb; i++)
         sft_sample_free(&samples[i]);
     free(samples);

@@ -96,6 +96,11 @@ static int config_show(int argc, char **argv, const cli_options *opts)
         fprintf(stderr, "dsarl config show: error: missing RECIPE (a YAML file)\n");
         return CLI_EXIT_USAGE;
     }
+    for (int i = 2; i < argc; i++) // an option is never an override (no key starts with "--")
+        if (strncmp(argv[i], "--", 2) == 0) {
+            fprintf(stderr, "dsarl config show: error: unknown option '%s'; see `dsarl config --help`\n", argv[i]);
+            return CLI_EXIT_USAGE;
+        }
     dsarl_error err;
     cli_session session;
     if (cli_open_session(argv[2], argc - 3, argv + 3, opts, &session, &err) < 0)

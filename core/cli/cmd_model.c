@@ -12,11 +12,28 @@
 #include "cmd_model.h"
 #include "dsarl/fileutil.h"
 #include "dsarl/hf_hub.h"
+#include "dsarl/json.h"
 #include "dsarl/npy.h"
 #include "dsarl/ops/generation.h"
 #include "dsarl/ops/model.h"
 #include "dsarl/trainer.h"
 #include "recipe_internal.h"
+
+// Refuses a sequence longer than the model's positions (config.json's max_position_embeddings, when it has one):
+// RoPE past them is extrapolation the model was never trained for, and caches are sized from it.
+static int check_positions(const char *dir, const char *what, int64_t tokens, dsarl_error *err)
+{
+    char *path = dsarl_path_join(dir, "config.json");
+    json_t *root = NULL;
+    int rc = path ? dsarl_json_load_file(path, &root, err) : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory");
+    json_t *max = rc == 0 ? json_object_get(root, "max_position_embeddings") : NULL;
+    if (rc == 0 && json_is_integer(max) && tokens > json_integer_value(max))
+        rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s has %lld tokens, more than the model's max_position_embeddings "
+                        "%lld (%s)", what, (long long)tokens, (long long)json_integer_value(max), path);
+    json_decref(root);
+    free(path);
+    return rc;
+}
 
 // Everything one command holds; closed in reverse order.
 typedef struct model_session {
@@ -299,6 +316,8 @@ int dsarl_cmd_logits(int argc, char **argv)
         return CLI_EXIT_USAGE;
     model_session s;
     rc = session_open(&s, dir, threads, &target, "logits", &err);
+    if (rc == 0)
+        rc = check_positions(s.core.model_dir, "each row of --input-ids", S, &err);
     float *logits = NULL;
     int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t));
     if (rc == 0) {
@@ -417,6 +436,8 @@ int dsarl_cmd_generate(int argc, char **argv)
     dsarl_error err = {0};
     model_session s;
     int rc = session_open(&s, dir, threads, &target, "generate", &err);
+    if (rc == 0)
+        rc = check_positions(s.core.model_dir, "--prompt-ids", P, &err);
     const dsarl_ops_common *gen_c = NULL;
     const dsarl_generation_ops *gen_ops = NULL;
     dsarl_generator *gen = NULL;

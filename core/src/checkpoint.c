@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "dsarl/checkpoint.h"
 #include "dsarl/comm.h"
@@ -46,6 +47,9 @@ static const dsarl_key_spec checkpoint_keys[] = {
     {CK "model_save_format", DSARL_KEY_STRING, "safetensors", "weights format: safetensors (Hugging Face layout)",
      DSARL_KEY_NULLABLE},
     {CK "save_optimizer", DSARL_KEY_BOOL, "true", "also save the AdamW state (needed for bit-identical resume)", 0},
+    {CK "on_corrupt", DSARL_KEY_STRING, "fallback", "a step_N that fails verification at resume: fallback (move it "
+     "aside, resume from the newest good one; stop if none is good) | fail (stop) | restart (as fallback, but start "
+     "from step 0 when none is good)", 0},
     {CK "save_consolidated", DSARL_KEY_BOOL, NULL, "NeMo RL only: dsarl always saves consolidated weights",
      DSARL_KEY_IGNORED},
     {CK "pretrained_checkpoint", DSARL_KEY_ANY, NULL, "NeMo RL only (Megatron checkpoints): not read",
@@ -118,10 +122,32 @@ int dsarl_checkpoint_config_from_recipe(const dsarl_node *root, dsarl_checkpoint
     if (format && strcmp(format, "safetensors") != 0)
         return dsarl_recipe_fail(root, CK "model_save_format", err, DSARL_E_UNSUPPORTED,
                                  "must be safetensors (Hugging Face layout), got \"%s\"", format);
+    dsarl_checkpoint_on_corrupt policy;
+    DSARL_TRY(dsarl_checkpoint_on_corrupt_from_recipe(root, &policy, err));
     cfg->must_save_by_s = -1.0;
     dsarl_error why;
     if (deadline && dsarl_parse_duration(deadline, "the value", &cfg->must_save_by_s, &why))
         return dsarl_recipe_fail(root, CK "checkpoint_must_save_by", err, DSARL_E_INVALID, "%s", why.message);
+    return DSARL_OK;
+}
+
+int dsarl_checkpoint_on_corrupt_from_recipe(const dsarl_node *root, dsarl_checkpoint_on_corrupt *out,
+                                            dsarl_error *err)
+{
+    *out = DSARL_CHECKPOINT_ON_CORRUPT_FALLBACK;
+    if (!root)
+        return DSARL_OK;
+    const char *text = NULL;
+    DSARL_TRY(dsarl_recipe_string_or(root, CK "on_corrupt", "fallback", &text, err));
+    if (strcmp(text, "fallback") == 0)
+        *out = DSARL_CHECKPOINT_ON_CORRUPT_FALLBACK;
+    else if (strcmp(text, "fail") == 0)
+        *out = DSARL_CHECKPOINT_ON_CORRUPT_FAIL;
+    else if (strcmp(text, "restart") == 0)
+        *out = DSARL_CHECKPOINT_ON_CORRUPT_RESTART;
+    else
+        return dsarl_recipe_fail(root, CK "on_corrupt", err, DSARL_E_INVALID, "must be fallback, fail or restart, got "
+                                 "\"%s\"", text);
     return DSARL_OK;
 }
 
@@ -278,6 +304,10 @@ static int state_from_json(const json_t *root, const char *where, dsarl_trainer_
     DSARL_TRY(dsarl_json_get_int(root, "step", where, &st->step, err));
     DSARL_TRY(dsarl_json_get_int(root, "consumed_samples", where, &st->consumed_samples, err));
     DSARL_TRY(dsarl_json_get_double(root, "total_train_time_s", where, &st->total_train_time_s, err));
+    if (st->step < 0 || st->step > DSARL_CHECKPOINT_MAX_STEP || st->consumed_samples < 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: step must be in [0, %lld] and consumed_samples >= 0, got step %"
+                          PRId64 ", consumed_samples %" PRId64, where, (long long)DSARL_CHECKPOINT_MAX_STEP, st->step,
+                          st->consumed_samples);
     json_t *rngs = NULL, *loaders = NULL, *metrics = NULL;
     DSARL_TRY(dsarl_json_get_object(root, "rngs", where, &rngs, err));
     DSARL_TRY(dsarl_json_get_object(root, "dataloaders", where, &loaders, err));
@@ -291,14 +321,19 @@ static int state_from_json(const json_t *root, const char *where, dsarl_trainer_
         DSARL_TRY(u64_from_json(value, "seed", sub, &s.seed, err));
         DSARL_TRY(u64_from_json(value, "stream", sub, &s.stream, err));
         DSARL_TRY(u64_from_json(value, "offset", sub, &s.offset, err));
-        DSARL_TRY(dsarl_trainer_state_set_rng(st, key, s, err));
+        if (dsarl_trainer_state_set_rng(st, key, s, err) < 0)
+            return dsarl_error_prefix(err, "%s", where);
     }
     json_object_foreach(loaders, key, value) {
         snprintf(sub, sizeof sub, "%s: dataloaders.%s", where, key);
         dsarl_dataloader_state s;
         DSARL_TRY(dsarl_json_get_int(value, "epoch", sub, &s.epoch, err));
         DSARL_TRY(dsarl_json_get_int(value, "cursor", sub, &s.cursor, err));
-        DSARL_TRY(dsarl_trainer_state_set_loader(st, key, s, err));
+        if (s.epoch < 0 || s.cursor < 0)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "%s: epoch and cursor must be >= 0, got epoch %" PRId64 ", cursor %"
+                              PRId64, sub, s.epoch, s.cursor);
+        if (dsarl_trainer_state_set_loader(st, key, s, err) < 0)
+            return dsarl_error_prefix(err, "%s", where);
     }
     json_object_foreach(metrics, key, value) {
         if (json_is_null(value))
@@ -306,7 +341,8 @@ static int state_from_json(const json_t *root, const char *where, dsarl_trainer_
         if (!json_is_number(value))
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s: metrics.%s must be a number, got %s", where, key,
                               dsarl_json_type_name(value));
-        DSARL_TRY(dsarl_trainer_state_set_metric(st, key, json_number_value(value), err));
+        if (dsarl_trainer_state_set_metric(st, key, json_number_value(value), err) < 0)
+            return dsarl_error_prefix(err, "%s", where);
     }
     return DSARL_OK;
 }
@@ -877,6 +913,170 @@ int dsarl_checkpoint_resume_group(const char *checkpoint_dir, const dsarl_model_
     dsarl_dataloader_state position;
     DSARL_TRY(dsarl_trainer_state_get_loader(state, "train", &position, err));
     return dsarl_dataloader_set_state(loader, position, err);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Resume with a policy for corrupt checkpoints (checkpointing.on_corrupt) and a writable checkpoint_dir. */
+
+// Creates checkpoint_dir if needed and writes then removes a probe file in it, so an unwritable directory stops
+// the run before its first step rather than at its first save, hours later.
+static int probe_writable(const char *dir, dsarl_error *err)
+{
+    dsarl_error why;
+    if (dsarl_mkdir_p(dir, &why) < 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "checkpointing.checkpoint_dir: cannot create %s (%s); choose a "
+                          "writable directory or set checkpointing.enabled=false", dir, why.message);
+    char name[64];
+    snprintf(name, sizeof name, ".dsarl-write-probe-%ld", (long)getpid());
+    char *probe = dsarl_path_join(dir, name);
+    if (!probe)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory");
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    int rc = DSARL_OK;
+    if (fd < 0 || write(fd, "x", 1) != 1)
+        rc = DSARL_FAIL(err, DSARL_E_INVALID, "checkpointing.checkpoint_dir: %s is not writable (%s); choose a "
+                        "writable directory or set checkpointing.enabled=false", dir, strerror(errno));
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return rc;
+}
+
+// A step_N that verifies: its manifest checks out and its training_info.json parses with step == N.
+static int check_step(const char *step_dir, int64_t n, dsarl_error *err)
+{
+    DSARL_TRY(dsarl_checkpoint_verify(step_dir, err));
+    dsarl_trainer_state st;
+    DSARL_TRY(dsarl_checkpoint_read_state(step_dir, &st, err));
+    if (st.step != n)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s/" TRAINING_INFO ": step is %" PRId64 " but the directory is step_%"
+                          PRId64 " (the two must agree)", step_dir, st.step, n);
+    return DSARL_OK;
+}
+
+// Renames step_dir to step_dir.corrupt-<UTC time> (a free name), so nothing later overwrites or prunes it.
+static int move_aside(const char *step_dir, char *moved, size_t size, dsarl_error *err)
+{
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    for (int k = 0; k < 100; k++) {
+        if (k == 0)
+            snprintf(moved, size, "%s.corrupt-%s", step_dir, stamp);
+        else
+            snprintf(moved, size, "%s.corrupt-%s-%d", step_dir, stamp, k);
+        if (dsarl_path_exists(moved))
+            continue;
+        if (rename(step_dir, moved) != 0)
+            return DSARL_FAIL(err, DSARL_E_IO, "checkpoint: cannot move corrupt %s aside to %s: %s", step_dir, moved,
+                              strerror(errno));
+        return DSARL_OK;
+    }
+    return DSARL_FAIL(err, DSARL_E_IO, "checkpoint: no free name to move corrupt %s aside", step_dir);
+}
+
+static const char *policy_name(dsarl_checkpoint_on_corrupt p)
+{
+    return p == DSARL_CHECKPOINT_ON_CORRUPT_FAIL ? "fail" : p == DSARL_CHECKPOINT_ON_CORRUPT_RESTART ? "restart"
+                                                                                                   : "fallback";
+}
+
+int dsarl_checkpoint_choose(const char *checkpoint_dir, dsarl_checkpoint_on_corrupt policy, bool move_corrupt,
+                            char *out, size_t size, int64_t *step, dsarl_error *err)
+{
+    *step = -1;
+    int64_t *steps = NULL;
+    size_t n = 0;
+    DSARL_TRY(list_steps(checkpoint_dir, &steps, &n, true, err));
+    // the corrupt ones newer than the newest good one, each named with why (the error lists them all)
+    char listed[DSARL_ERROR_MESSAGE_MAX] = "";
+    size_t n_bad = 0, good = n, at = 0;
+    int rc = DSARL_OK;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *dir = step_path(checkpoint_dir, "step_", steps[i]);
+        if (!dir) {
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory");
+            break;
+        }
+        dsarl_error why;
+        if (check_step(dir, steps[i], &why) == 0) {
+            snprintf(out, size, "%s", dir);
+            good = i;
+            free(dir);
+            break;
+        }
+        dsarl_log(DSARL_LOG_WARN, "checkpoint %s does not verify: %s", dir, why.message);
+        if (at < sizeof listed)
+            at += (size_t)snprintf(listed + at, sizeof listed - at, "%sstep_%" PRId64 ": %s", n_bad ? "; " : "",
+                                   steps[i], why.message);
+        n_bad++;
+        free(dir);
+    }
+    if (rc == 0 && n_bad > 0) {
+        bool have_good = good < n;
+        bool stop = policy == DSARL_CHECKPOINT_ON_CORRUPT_FAIL ||
+                    (!have_good && policy != DSARL_CHECKPOINT_ON_CORRUPT_RESTART);
+        if (stop && have_good)
+            rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s: %zu checkpoint%s newer than step_%" PRId64 " (the newest "
+                            "that verifies) do%s not verify, so the run stops rather than silently resuming from "
+                            "an older one (%s); set checkpointing.on_corrupt=fallback to move %s aside and resume "
+                            "from step_%" PRId64, checkpoint_dir, n_bad, n_bad > 1 ? "s" : "", steps[good],
+                            n_bad > 1 ? "" : "es", listed, n_bad > 1 ? "them" : "it", steps[good]);
+        else if (stop)
+            rc = DSARL_FAIL(err, DSARL_E_INVALID, "%s: none of its %zu checkpoint%s verifies, so the run stops "
+                            "rather than silently restarting from step 0 (%s); set checkpointing.on_corrupt=restart "
+                            "to move %s aside and start over", checkpoint_dir, n_bad, n_bad > 1 ? "s" : "", listed,
+                            n_bad > 1 ? "them" : "it");
+        for (size_t i = 0; rc == 0 && i < n_bad; i++) {
+            char *dir = step_path(checkpoint_dir, "step_", steps[i]);
+            char moved[4096] = "";
+            if (!dir)
+                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "checkpoint: out of memory");
+            else if (move_corrupt)
+                rc = move_aside(dir, moved, sizeof moved, err);
+            if (rc == 0)
+                dsarl_log(DSARL_LOG_WARN, "checkpoint %s does not verify%s%s (checkpointing.on_corrupt=%s)", dir,
+                          moved[0] ? ": moved aside to " : "", moved, policy_name(policy));
+            free(dir);
+        }
+        if (rc == 0 && have_good)
+            dsarl_log(DSARL_LOG_WARN, "resuming from %s, the newest checkpoint that verifies, instead of the newer "
+                      "step_%" PRId64 " (checkpointing.on_corrupt=%s)", out, steps[0], policy_name(policy));
+        else if (rc == 0)
+            dsarl_log(DSARL_LOG_WARN, "no checkpoint under %s verifies: starting over from step 0 "
+                      "(checkpointing.on_corrupt=restart)", checkpoint_dir);
+    }
+    if (rc == 0 && good < n)
+        *step = steps[good];
+    free(steps);
+    return rc;
+}
+
+int dsarl_checkpoint_resume_checked(const dsarl_checkpoint_config *ckpt, const dsarl_node *recipe, bool lead,
+                                    const dsarl_model_ops *ops, dsarl_model *model, dsarl_dataloader *loader,
+                                    dsarl_trainer_state *state, const dsarl_group *shards, char *step_dir,
+                                    size_t size, dsarl_error *err)
+{
+    memset(state, 0, sizeof *state);
+    state->step = -1;
+    dsarl_checkpoint_on_corrupt policy;
+    DSARL_TRY(dsarl_checkpoint_on_corrupt_from_recipe(recipe, &policy, err));
+    if (lead)
+        DSARL_TRY(probe_writable(ckpt->checkpoint_dir, err));
+    int64_t step;
+    DSARL_TRY(dsarl_checkpoint_choose(ckpt->checkpoint_dir, policy, lead, step_dir, size, &step, err));
+    if (step < 0)
+        return DSARL_OK;
+    DSARL_TRY(dsarl_checkpoint_load_group(step_dir, ops, model, state, shards, err));
+    dsarl_dataloader_state position;
+    if (dsarl_trainer_state_get_loader(state, "train", &position, err) < 0 ||
+        dsarl_dataloader_set_state(loader, position, err) < 0)
+        return dsarl_error_prefix(err, "%s/" TRAINING_INFO, step_dir);
+    return DSARL_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------------------

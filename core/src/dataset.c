@@ -290,10 +290,11 @@ int dsarl_dataset_from_recipe(const dsarl_node *root, const char *section, dsarl
                         strcmp(name, "dapo") == 0)) {
         if (!data_path)
             return dsarl_recipe_fail(root, key_path(path, sizeof path, section, "dataset_name"), err,
-                                     DSARL_E_UNSUPPORTED, "is %s, which dsarl does not download; set %s.data_path "
+                                     DSARL_E_INVALID, "is %s, which dsarl does not download; set %s.data_path "
                                      "to a local DAPO-Math jsonl (prompt messages + reward_model.ground_truth)",
                                      name, section);
-        DSARL_TRY(dsarl_dataset_load_dapo_jsonl(data_path, task_name, &ds, err));
+        if (dsarl_dataset_load_dapo_jsonl(data_path, task_name, &ds, err) < 0)
+            return dsarl_error_prefix(err, "%s.data_path", section);
     } else if (!name || strcmp(name, "ResponseDataset") == 0) {
         if (!data_path)
             return DSARL_FAIL(err, DSARL_E_INVALID, "recipe section %s sets neither dataset_name nor data_path; use "
@@ -304,7 +305,8 @@ int dsarl_dataset_from_recipe(const dsarl_node *root, const char *section, dsarl
                                          &input_key, err));
         DSARL_TRY(dsarl_recipe_string_or(root, key_path(path, sizeof path, section, "output_key"), "output",
                                          &output_key, err));
-        DSARL_TRY(dsarl_dataset_load_jsonl(data_path, input_key, output_key, task_name, &ds, err));
+        if (dsarl_dataset_load_jsonl(data_path, input_key, output_key, task_name, &ds, err) < 0)
+            return dsarl_error_prefix(err, "%s.data_path", section);
     } else {
         return dsarl_recipe_fail(root, key_path(path, sizeof path, section, "dataset_name"), err, DSARL_E_INVALID,
                                  "is '%s'; dsarl knows arithmetic, DAPOMath17K, DAPOMathAIME2024, dapo (with "

@@ -14,6 +14,8 @@ static const dsarl_key_spec optimizer_keys[] = {
     {OPT "adam_beta1", DSARL_KEY_FLOAT, "0.9", "decay of the first moment", 0},
     {OPT "adam_beta2", DSARL_KEY_FLOAT, "0.999", "decay of the second moment", 0},
     {OPT "adam_eps", DSARL_KEY_FLOAT, "1.0e-8", "added to sqrt(v_hat) in the denominator", 0},
+    {"policy.max_consecutive_nonfinite_steps", DSARL_KEY_INT, "3", "a NaN/Inf loss or gradient norm skips the "
+     "update; this many skipped steps in a row stop the run (exit status 1)", 0},
 };
 
 const dsarl_key_spec *dsarl_optimizer_keys(size_t *n)

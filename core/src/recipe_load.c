@@ -15,6 +15,20 @@
 #include <unistd.h>
 #include <yaml.h>
 
+/* ---- opening ------------------------------------------------------------------------------------------- */
+
+// A recipe path that names nothing openable is bad input (exit 3), whichever way it is wrong.
+static int open_failure(const char *path, dsarl_error *err)
+{
+    int e = errno;
+    if (e == ENOTDIR)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "cannot open recipe '%s': a component of the path is a file, not a "
+                          "directory", path);
+    bool bad_input = e == ENOENT || e == EACCES || e == ELOOP || e == ENAMETOOLONG || e == EISDIR;
+    return DSARL_FAIL(err, bad_input ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
+                      strerror(e));
+}
+
 /* ---- libyaml errors -------------------------------------------------------------------------------------- */
 
 static int parser_error(const yaml_parser_t *parser, const char *name, dsarl_error *err)
@@ -28,6 +42,15 @@ static int parser_error(const yaml_parser_t *parser, const char *name, dsarl_err
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: byte %zu: %s", name, parser->problem_offset,
                           parser->problem);
     default:
+        // libyaml reads at most 1024 characters as an implicit ("simple") key, and past that reports the ':' it
+        // then meets as misplaced, which says nothing about the real cause
+        if (parser->problem && parser->problem_mark.column >= 1024 &&
+            (strstr(parser->problem, "mapping values are not allowed") ||
+             strstr(parser->problem, "could not find expected ':'")))
+            return DSARL_FAIL(err, DSARL_E_INVALID, "%s:%zu:%zu: %s: a key longer than 1024 characters? libyaml reads "
+                              "at most 1024 characters as a key; shorten it (or write it as an explicit key, "
+                              "\"? KEY\" then \": VALUE\")", name, parser->problem_mark.line + 1,
+                              parser->problem_mark.column + 1, parser->problem);
         if (parser->context)
             return DSARL_FAIL(err, DSARL_E_INVALID, "%s:%zu:%zu: %s (%s at line %zu, column %zu)", name,
                               parser->problem_mark.line + 1, parser->problem_mark.column + 1, parser->problem,
@@ -197,6 +220,18 @@ static int convert_node(const converter *c, int index, dsarl_node **out, dsarl_e
     dsarl_origin origin = origin_at(c, node);
     char where[512];
     *out = NULL;
+    // the loader gives untagged nodes these defaults (so !!str, !!map, !!seq pass unseen); any other tag would be
+    // silently dropped, so it is refused
+    const char *tag = (const char *)node->tag;
+    const char *untagged = node->type == YAML_SCALAR_NODE    ? YAML_STR_TAG
+                           : node->type == YAML_MAPPING_NODE ? YAML_MAP_TAG
+                                                             : YAML_SEQ_TAG;
+    if (tag && strcmp(tag, untagged) != 0) {
+        bool core = strncmp(tag, "tag:yaml.org,2002:", 18) == 0;
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: YAML tag '%s%s' is not supported; recipes hold plain values "
+                          "(quote a string, write numbers, booleans and null plainly)",
+                          mark_text(c, node, where, sizeof where), core ? "!!" : "", core ? tag + 18 : tag);
+    }
     if (node->type == YAML_SCALAR_NODE) {
         const char *text = (const char *)node->data.scalar.value;
         size_t len = node->data.scalar.length;
@@ -295,6 +330,7 @@ static int check_nesting(const char *data, size_t len, const char *name, dsarl_e
     if (!yaml_parser_initialize(&parser))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    yaml_parser_set_encoding(&parser, YAML_UTF8_ENCODING); // never guessed from bytes: FF FE is not a UTF-16 BOM
     int rc = DSARL_OK, depth = 0;
     for (bool done = false; !done && rc == DSARL_OK;) {
         yaml_event_t event;
@@ -330,6 +366,7 @@ static int parse_text(const char *data, size_t len, const char *name, const dsar
     if (!yaml_parser_initialize(&parser))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory creating a YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    yaml_parser_set_encoding(&parser, YAML_UTF8_ENCODING); // never guessed from bytes: FF FE is not a UTF-16 BOM
     int rc = load_document(&parser, name, fixed_origin, out, err);
     yaml_parser_delete(&parser);
     return rc;
@@ -408,8 +445,7 @@ static int load_tree_file(const char *open_path, const char *path, dsarl_node **
 {
     int fd = open(open_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
-                          strerror(errno));
+        return open_failure(path, err);
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -659,8 +695,7 @@ int dsarl_recipe_load_file(const char *path, dsarl_recipe **out, dsarl_error *er
     include_chain chain = {.n = 0};
     char *real = realpath(path, NULL);
     if (!real)
-        return DSARL_FAIL(err, errno == ENOENT ? DSARL_E_NOT_FOUND : DSARL_E_IO, "cannot open recipe '%s': %s", path,
-                          strerror(errno));
+        return open_failure(path, err);
     dsarl_node *tree = NULL;
     int rc = load_tree_file(path, path, &tree, err);
     if (rc < 0) {

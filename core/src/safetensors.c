@@ -93,7 +93,7 @@ static int parse_entry(const char *path, const char *name, json_t *entry, tensor
     /* Only the safetensors spellings are valid inside a file; dsarl's lowercase names are for recipes. */
     t->dtype = dsarl_dtype_from_name(dtype_name);
     if (t->dtype == DSARL_DTYPE_INVALID || !isupper((unsigned char)dtype_name[0]))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
+        return DSARL_FAIL(err, DSARL_E_INVALID,
                           "%s: tensor '%s' has dtype '%s', supported are F64, F32, F16, BF16, F8_E4M3, I64, I32, I8, U8, "
                           "BOOL",
                           path, name, dtype_name);

@@ -167,7 +167,7 @@ static int require_off(const json_t *obj, const char *key, const char *where, co
     if (!v || json_is_null(v) || json_is_false(v) || (json_is_string(v) && json_string_length(v) == 0) ||
         (json_is_number(v) && json_number_value(v) == 0.0))
         return 0;
-    return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key '%s' is set, but dsarl's BPE does not implement %s; "
+    return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key '%s' is set, but dsarl's BPE does not implement %s; "
                       "supported: null/false/empty", where, key, what);
 }
 
@@ -178,7 +178,7 @@ static int parse_byte_level(const json_t *pt, const char *where, bool inside_spl
     DSARL_TRY(dsarl_json_get_bool_or(pt, "add_prefix_space", where, 0, &add_prefix, err));
     DSARL_TRY(dsarl_json_get_bool_or(pt, "use_regex", where, 1, &use_regex, err));
     if (inside_split && use_regex)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'use_regex' is true after a Split pre-tokenizer; "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'use_regex' is true after a Split pre-tokenizer; "
                           "dsarl supports Split followed by ByteLevel with use_regex false", where);
     tok->add_prefix_space = add_prefix != 0;
     if (!inside_split)
@@ -196,12 +196,12 @@ static int parse_split(const json_t *pt, const char *where, dsarl_tokenizer *tok
     snprintf(inner, sizeof inner, "%s.pattern", where);
     int rc = dsarl_json_get_string(pattern, "Regex", inner, &regex, err);
     if (rc < 0)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'Regex' is missing; dsarl supports Split patterns "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'Regex' is missing; dsarl supports Split patterns "
                           "given as {\"Regex\": ...} (GPT-2, cl100k/GLM or Qwen2 regex)", inner);
     DSARL_TRY(dsarl_json_get_string(pt, "behavior", where, &behavior, err));
     DSARL_TRY(dsarl_json_get_bool_or(pt, "invert", where, 0, &invert, err));
     if (strcmp(behavior, "Isolated") != 0 || invert)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'behavior' is '%s'%s; dsarl supports Split with "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'behavior' is '%s'%s; dsarl supports Split with "
                           "behavior Isolated and invert false", where, behavior, invert ? " with invert true" : "");
     if (strcmp(regex, CL100K_REGEX) == 0)
         tok->pattern = PRETOK_CL100K;
@@ -210,7 +210,7 @@ static int parse_split(const json_t *pt, const char *where, dsarl_tokenizer *tok
     else if (strcmp(regex, GPT2_REGEX) == 0)
         tok->pattern = PRETOK_GPT2;
     else
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'Regex' is a pattern dsarl does not implement (it "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'Regex' is a pattern dsarl does not implement (it "
                           "supports exactly GPT-2's, cl100k's as used by GLM-4/GLM-5 and Llama-3, and Qwen2's)", inner);
     return 0;
 }
@@ -222,13 +222,13 @@ static int parse_pre_tokenizer(const json_t *root, const char *file, dsarl_token
     snprintf(where, sizeof where, "%s: pre_tokenizer", file);
     const char *type = NULL;
     if (!pt || !json_is_object(pt))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'pre_tokenizer' is %s; dsarl needs a ByteLevel "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'pre_tokenizer' is %s; dsarl needs a ByteLevel "
                           "pre-tokenizer (alone or after a Split)", file, dsarl_json_type_name(pt));
     DSARL_TRY(dsarl_json_get_string(pt, "type", where, &type, err));
     if (strcmp(type, "ByteLevel") == 0)
         return parse_byte_level(pt, where, false, tok, err);
     if (strcmp(type, "Sequence") != 0)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: type '%s' is not supported; use ByteLevel or "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: type '%s' is not supported; use ByteLevel or "
                           "Sequence[Split, ByteLevel]", where, type);
     json_t *list;
     DSARL_TRY(dsarl_json_get_array(pt, "pretokenizers", where, &list, err));
@@ -241,7 +241,7 @@ static int parse_pre_tokenizer(const json_t *root, const char *file, dsarl_token
         DSARL_TRY(dsarl_json_get_string(json_array_get(list, 1), "type", w0, &t1, err));
     }
     if (!t0 || strcmp(t0, "Split") != 0 || strcmp(t1, "ByteLevel") != 0)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s.pretokenizers: dsarl supports exactly [Split, ByteLevel] "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s.pretokenizers: dsarl supports exactly [Split, ByteLevel] "
                           "in a Sequence", where);
     char w[600];
     snprintf(w, sizeof w, "%s.pretokenizers[0]", where);
@@ -400,7 +400,7 @@ static int parse_added_tokens(const json_t *root, const char *file, dsarl_tokeni
         DSARL_TRY(dsarl_json_get_bool_or(t, "rstrip", where, 0, &rstrip, err));
         DSARL_TRY(dsarl_json_get_bool_or(t, "single_word", where, 0, &single, err));
         if (lstrip || rstrip || single)
-            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: token '%s' sets %s, which dsarl does not implement; "
+            return DSARL_FAIL(err, DSARL_E_INVALID, "%s: token '%s' sets %s, which dsarl does not implement; "
                               "supported: lstrip, rstrip and single_word all false", where, content,
                               lstrip ? "lstrip" : rstrip ? "rstrip" : "single_word");
         if (id < 0 || id >= (1 << 30) || content[0] == '\0')
@@ -493,7 +493,7 @@ static int load_root(dsarl_tokenizer *tok, const json_t *root, const char *file,
     snprintf(where, sizeof where, "%s: model", file);
     DSARL_TRY(dsarl_json_get_string(model, "type", where, &type, err));
     if (strcmp(type, "BPE") != 0)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'type' is '%s'; dsarl loads BPE models only", where,
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'type' is '%s'; dsarl loads BPE models only", where,
                           type);
     DSARL_TRY(require_off(model, "dropout", where, "BPE dropout", err));
     DSARL_TRY(require_off(model, "continuing_subword_prefix", where, "subword prefixes", err));
@@ -509,18 +509,18 @@ static int load_root(dsarl_tokenizer *tok, const json_t *root, const char *file,
         snprintf(where, sizeof where, "%s: normalizer", file);
         DSARL_TRY(dsarl_json_get_string(norm, "type", where, &ntype, err));
         if (strcmp(ntype, "NFC") != 0)
-            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: type '%s' is not supported; dsarl supports a null "
+            return DSARL_FAIL(err, DSARL_E_INVALID, "%s: type '%s' is not supported; dsarl supports a null "
                               "normalizer or NFC (applied as the identity)", where, ntype);
     }
     const json_t *dec = json_object_get(root, "decoder");
     const char *dtype = NULL;
     snprintf(where, sizeof where, "%s: decoder", file);
     if (!dec || !json_is_object(dec))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: key 'decoder' is %s; dsarl needs a ByteLevel decoder",
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'decoder' is %s; dsarl needs a ByteLevel decoder",
                           file, dsarl_json_type_name(dec));
     DSARL_TRY(dsarl_json_get_string(dec, "type", where, &dtype, err));
     if (strcmp(dtype, "ByteLevel") != 0)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "%s: type '%s' is not supported; dsarl needs ByteLevel", where,
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: type '%s' is not supported; dsarl needs ByteLevel", where,
                           dtype);
     DSARL_TRY(parse_pre_tokenizer(root, file, tok, err));
     const json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");

@@ -46,6 +46,7 @@ int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsa
     if (!config || config->struct_size < sizeof *config || !config->device_ops)
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_session_open: needs a dsarl_session_config with device_ops");
     s->config = *config;
+    DSARL_TRY(dsarl_nonfinite_guard_from_recipe(config->recipe, &s->guard, err));
     static const dsarl_parallel single = DSARL_PARALLEL_SINGLE;
     const dsarl_session_config *c = &s->config;
     DSARL_TRY(find_model_files(s, err));
@@ -123,8 +124,9 @@ int dsarl_session_start(dsarl_session *s, const dsarl_checkpoint_config *ckpt, d
     log_cfg->resume_step = -1;
     if (ckpt && ckpt->enabled) {
         char dir[4096];
-        DSARL_TRY(dsarl_checkpoint_resume_group(ckpt->checkpoint_dir, s->model_ops, s->model, loader, state,
-                                                shard_group(s), dir, sizeof dir, err));
+        DSARL_TRY(dsarl_checkpoint_resume_checked(ckpt, s->config.recipe, dsarl_group_rank(world_group(s)) == 0,
+                                                  s->model_ops, s->model, loader, state, shard_group(s), dir,
+                                                  sizeof dir, err));
         if (state->step >= 0) {
             log_cfg->resume_step = state->step;
             dsarl_log(DSARL_LOG_INFO, "resumed from %s (step %" PRId64 ")", dir, state->step);

@@ -41,6 +41,22 @@ typedef struct dsarl_checkpoint_config {
     double must_save_by_s;      /* checkpoint_must_save_by in seconds after the run start; < 0 = no deadline */
 } dsarl_checkpoint_config;
 
+/* ABI 1.4: the largest step a checkpoint may hold (2^53: exact in JSON's numbers); training_info.json beyond it
+ * is refused. */
+#define DSARL_CHECKPOINT_MAX_STEP ((int64_t)1 << 53)
+
+/* ABI 1.4: checkpointing.on_corrupt, what resume does with a step_N that fails verification (manifest missing,
+ * truncated or garbage, a size or CRC-32 mismatch, a missing file, a training_info.json whose step is not N). */
+typedef enum dsarl_checkpoint_on_corrupt {
+    DSARL_CHECKPOINT_ON_CORRUPT_FALLBACK = 0, /* move it aside, resume from the newest good one; stop when none is */
+    DSARL_CHECKPOINT_ON_CORRUPT_FAIL = 1,     /* stop, naming each and why */
+    DSARL_CHECKPOINT_ON_CORRUPT_RESTART = 2,  /* as fallback, but start over from step 0 when none is good */
+} dsarl_checkpoint_on_corrupt;
+
+/* ABI 1.4: reads checkpointing.on_corrupt (fallback when absent or root is NULL); a bad value fails naming it. */
+DSARL_API int dsarl_checkpoint_on_corrupt_from_recipe(const dsarl_node *root, dsarl_checkpoint_on_corrupt *out,
+                                                      dsarl_error *err);
+
 /* The checkpointing.* recipe keys (NeMo RL defaults), for an algorithm's key table. */
 DSARL_API const dsarl_key_spec *dsarl_checkpoint_keys(size_t *n);
 
@@ -139,6 +155,23 @@ DSARL_API int dsarl_checkpoint_verify(const char *step_dir, dsarl_error *err);
 /* The newest complete step_N under checkpoint_dir: *step = N and its path in out (size bytes), or *step = -1 when
  * there is none (a missing checkpoint_dir included). Incomplete ones (tmp_step_N, failed verification) are
  * skipped with one warning line each naming the file and why. */
+/* ABI 1.4: the step_N to resume from under policy: the newest that verifies (manifest and step == N of its
+ * training_info.json). Steps newer than it that do not verify are each logged naming the file and why, and then:
+ * FAIL stops (DSARL_E_INVALID listing each); FALLBACK and RESTART rename each to step_N.corrupt-<UTC time> (when
+ * move_corrupt: one process of a run does) and say which step is used; with none good FALLBACK stops and RESTART
+ * starts over (*step = -1). *step = -1 and no error when checkpoint_dir holds no step_N at all. */
+DSARL_API int dsarl_checkpoint_choose(const char *checkpoint_dir, dsarl_checkpoint_on_corrupt policy,
+                                      bool move_corrupt, char *out, size_t size, int64_t *step, dsarl_error *err);
+
+/* ABI 1.4: dsarl_checkpoint_resume_group behind checkpointing.on_corrupt (read from recipe, may be NULL) and, on
+ * the lead process, a probe that creates ckpt->checkpoint_dir and writes a file into it (unwritable: fails naming
+ * the key). Errors about the stored dataloader position name the training_info.json. */
+DSARL_API int dsarl_checkpoint_resume_checked(const dsarl_checkpoint_config *ckpt, const dsarl_node *recipe,
+                                              bool lead, const dsarl_model_ops *ops, dsarl_model *model,
+                                              dsarl_dataloader *loader, dsarl_trainer_state *state,
+                                              const dsarl_group *shards, char *step_dir, size_t size,
+                                              dsarl_error *err);
+
 DSARL_API int dsarl_checkpoint_find_latest(const char *checkpoint_dir, char *out, size_t size, int64_t *step,
                                            dsarl_error *err);
 

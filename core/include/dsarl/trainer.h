@@ -19,6 +19,23 @@
 
 DSARL_BEGIN_DECLS
 
+/* ABI 1.4: the run's guard against non-finite steps. A step whose loss or gradient norm is NaN or infinite is
+ * skipped (no update, gradients zeroed) and reported; max_consecutive skipped in a row end the run. */
+typedef struct dsarl_nonfinite_guard {
+    uint32_t struct_size;       /* sizeof(dsarl_nonfinite_guard) of the caller's build */
+    int64_t max_consecutive;    /* policy.max_consecutive_nonfinite_steps (>= 1) */
+    int64_t consecutive;        /* optimizer steps skipped in a row so far */
+    int64_t skipped;            /* optimizer steps skipped in the whole run (this process) */
+    int64_t calls;              /* guarded optimizer steps so far, skipped or not (this process) */
+    /* Test hook, never set by a recipe: the guarded calls (1-based, this process) whose gradient norm is replaced
+     * by NaN, as a poisoned gradient would make it; from DSARL_TEST_POISON_GRAD="3" or "3-5". 0 = off. */
+    int64_t poison_first, poison_last;
+} dsarl_nonfinite_guard;
+
+/* ABI 1.4: reads policy.max_consecutive_nonfinite_steps (default 3) and the DSARL_TEST_POISON_GRAD hook. */
+DSARL_API int dsarl_nonfinite_guard_from_recipe(const dsarl_node *root, dsarl_nonfinite_guard *guard,
+                                                dsarl_error *err);
+
 /* What a session is built from. Only device_ops is required: without dsa_ops the session is a device alone,
  * without model_ops it stops after the DSA backend, without tokenizer it loads none. */
 typedef struct dsarl_session_config {
@@ -46,6 +63,7 @@ typedef struct dsarl_session {
     dsarl_model *model;
     dsarl_tokenizer *tokenizer;
     dsarl_metrics *log;                   /* set by dsarl_session_start */
+    dsarl_nonfinite_guard guard;          /* ABI 1.4: policy.max_consecutive_nonfinite_steps, set by session_open */
     char model_dir[4096];                 /* config.model_dir as found: a hub id becomes its cache snapshot */
     char tokenizer_path[4096];            /* config.tokenizer as found, likewise */
 } dsarl_session;
@@ -135,6 +153,16 @@ DSARL_API int dsarl_trainer_train_microbatches(const dsarl_model_ops *ops, dsarl
 DSARL_API int dsarl_trainer_optimizer_step(const dsarl_model_ops *ops, dsarl_model *model,
                                            const dsarl_optimizer_params *adam, double lr, double max_grad_norm,
                                            double *grad_norm, dsarl_error *err);
+
+/* ABI 1.4: dsarl_trainer_optimizer_step behind the session's guard. A non-finite loss (the caller's value, named
+ * loss_name in the report) or gradient norm skips the update: the gradients are zeroed, one warning names the
+ * metric (and, in one process, the first parameter whose gradient is not finite) and the optimizer step, *skipped
+ * is true and *grad_norm the non-finite norm. The max_consecutive-th skip in a row fails (DSARL_E_INTERNAL: the
+ * CLI's exit status 1) naming the key. Collective like dsarl_trainer_optimizer_step (every rank sees the reduced
+ * norm, so every rank skips alike). */
+DSARL_API int dsarl_session_optimizer_step(dsarl_session *s, const dsarl_optimizer_params *adam, double lr,
+                                           double max_grad_norm, const char *loss_name, double loss,
+                                           double *grad_norm, bool *skipped, dsarl_error *err);
 
 /* The one deadline rule (checkpointing.checkpoint_must_save_by): true when elapsed_s since this process's run
  * start plus one more step at this run's average step time (elapsed_s / steps_this_run) would pass the deadline.
