@@ -93,7 +93,8 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
 {
     const dsarl_group *g = grpo_dp_group(tr);
     int32_t dp = dsarl_group_size(g), me = dsarl_group_rank(g);
-    enum { META = 5 }; /* response_len, truncated, raw_reward, verdict, loss_multiplier */
+    /* response_len, truncated, raw_reward, verdict, loss_multiplier, the reward vector */
+    enum { META = 5 + DSARL_MAX_REWARD_COMPONENTS };
     int64_t lo, hi, max_rows = 0, my_tokens = 0;
     rank_rows(n, n_gen, dp, me, &lo, &hi);
     for (int32_t r = 0; r < dp; r++) {
@@ -118,6 +119,8 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
         double *m = meta + (size_t)(i - lo) * META;
         m[0] = x->response_len, m[1] = x->truncated, m[2] = x->raw_reward, m[3] = x->verdict;
         m[4] = x->loss_multiplier;
+        for (int k = 0; k < DSARL_MAX_REWARD_COMPONENTS; k++)
+            m[5 + k] = x->components[k];
         memcpy(tok + at, x->response, sizeof(int32_t) * (size_t)x->response_len);
         memcpy(lp + at, x->response_lp, sizeof(float) * (size_t)x->response_len);
         at += x->response_len;
@@ -141,6 +144,8 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
                 x->raw_reward = x->reward = (float)m[2];
                 x->verdict = (dsarl_verdict)m[3];
                 x->loss_multiplier = (float)m[4];
+                for (int k = 0; k < DSARL_MAX_REWARD_COMPONENTS; k++)
+                    x->components[k] = (float)m[5 + k];
                 x->response = malloc(sizeof(int32_t) * (size_t)(len ? len : 1));
                 x->response_lp = malloc(sizeof(float) * (size_t)(len ? len : 1));
                 if (!x->response || !x->response_lp) {
@@ -161,6 +166,25 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
     free(lp);
     free(all_lp);
     return rc;
+}
+
+/* How many reward components the estimator needs from the environment: 0 for a scalar reward; for GDPO the
+ * environment's ABI 1.4 reward vector, refused (naming the key) when the environment has none. */
+static int reward_components_of(trainer *tr, dsarl_error *err)
+{
+    tr->n_components = 0;
+    if (tr->cfg.advantage.estimator != GRPO_ESTIMATOR_GDPO)
+        return DSARL_OK;
+    if (!dsarl_environment_has_components(tr->env_ops))
+        return dsarl_recipe_fail(tr->root, "grpo.adv_estimator.name", err, DSARL_E_INVALID,
+                                 "is gdpo but environment '%s' scores a single reward (no ABI 1.4 reward vector); "
+                                 "use the grpo estimator", tr->env_ops->common.name);
+    size_t k = tr->env_ops->reward_components(tr->env, NULL);
+    if (k > DSARL_MAX_REWARD_COMPONENTS)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "environment '%s' reports %zu reward components, more than the %d "
+                          "the environment ABI allows", tr->env_ops->common.name, k, DSARL_MAX_REWARD_COMPONENTS);
+    tr->n_components = (int64_t)k;
+    return DSARL_OK;
 }
 
 /* Generates `n_gen` responses for each of n examples and scores them; appends n * n_gen rollouts (group after
@@ -285,14 +309,27 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
         truths[i] = r->example->ground_truth;
     }
     grpo_completions_free(&gen);
+    float *components = NULL;
+    if (rc == DSARL_OK)
+        rc = reward_components_of(tr, err);
+    if (rc == DSARL_OK && tr->n_components > 0) {
+        components = calloc(cnt * (size_t)tr->n_components, sizeof(float));
+        if (!components)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " reward vectors", local);
+    }
     if (rc == DSARL_OK && local > 0)
-        rc = tr->env_ops->score(tr->env, (size_t)local, responses, truths, rewards, verdicts, err);
+        rc = components ? tr->env_ops->score_components(tr->env, (size_t)local, responses, truths, rewards, verdicts,
+                                                        components, err)
+                        : tr->env_ops->score(tr->env, (size_t)local, responses, truths, rewards, verdicts, err);
     for (int64_t i = 0; i < local && rc == DSARL_OK; i++) {
         rollout *r = &out->items[first + lo + i];
         r->raw_reward = r->reward = rewards[i];
         r->verdict = verdicts[i];
         r->loss_multiplier = r->prompt_cut ? 0.0f : 1.0f;
+        for (int64_t k = 0; components && k < tr->n_components; k++)
+            r->components[k] = components[i * tr->n_components + k];
     }
+    free(components);
     free(responses);
     free(truths);
     free(rewards);

@@ -88,8 +88,8 @@ static int reduce_loss_metrics(const trainer *tr, grpo_loss_metrics *m, float *i
 }
 
 /* One microbatch: current log-probs, the loss and its per-token gradient, backward into the gradients. */
-static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1, double valid_toks,
-                            double valid_seqs, grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
+static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1, const double valid[3],
+                            grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
 {
     const dsarl_model_ops *ops = tr->ctx->model_ops;
     DSARL_TRY(logprobs_range(tr, tr->model, p, s0, s1, true, p->lp_theta, err));
@@ -105,8 +105,9 @@ static int train_microbatch(trainer *tr, packed_batch *p, int64_t s0, int64_t s1
         .n_tokens = p->cu[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = cu, .lp_theta = p->lp_theta + base,
         .lp_old = tr->cfg.loss.force_on_policy_ratio ? NULL : p->lp_old + base, .lp_gen = p->lp_gen + base,
         .lp_ref = tr->reference ? p->lp_ref + base : NULL, .token_mask = p->mask + base,
-        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = valid_toks,
-        .global_valid_seqs = valid_seqs};
+        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0,
+        .token_advantages = p->token_adv ? p->token_adv + base : NULL, .rewards = p->reward + s0,
+        .global_valid_toks = valid[0], .global_valid_seqs = valid[1], .global_positive_toks = valid[2]};
     double loss;
     grpo_loss_metrics mb;
     int rc = grpo_clipped_pg_loss(&tr->cfg.loss, &in, &loss, p->grad + base, &mb, err);
@@ -134,23 +135,25 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
     st->n_slices = 0;
     for (int64_t g0 = 0; g0 < p->B; g0 += gbs) {
         int64_t g1 = g0 + gbs < p->B ? g0 + gbs : p->B;
-        double valid_toks = 0.0, valid_seqs = 0.0;
+        double valid[3] = {0.0, 0.0, 0.0}; /* tokens, sequences, tokens of positively rewarded sequences */
         for (int64_t s = g0; s < g1; s++) {
-            valid_seqs += p->sample_mask[s];
-            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++)
-                valid_toks += p->mask[t] * p->sample_mask[s];
+            valid[1] += p->sample_mask[s];
+            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++) {
+                valid[0] += p->mask[t] * p->sample_mask[s];
+                valid[2] += p->reward[s] > 0.0f ? p->mask[t] * p->sample_mask[s] : 0.0;
+            }
         }
         DSARL_TRY(ops->zero_grad(tr->model, err));
         grpo_loss_metrics slice;
         grpo_loss_metrics_init(&slice);
         float indexer = 0.0f;
-        /* this rank's share of the slice; valid_toks / valid_seqs above count the WHOLE slice (every rank holds
+        /* this rank's share of the slice; the valid counts above count the WHOLE slice (every rank holds
          * the gathered batch), so the summed gradients are the one-process gradient */
         int64_t lo, hi;
         rank_share(tr, g0, g1, &lo, &hi);
         for (int64_t s = lo; s < hi; s += mbs) {
             int64_t e = s + mbs < hi ? s + mbs : hi;
-            DSARL_TRY(train_microbatch(tr, p, s, e, valid_toks, valid_seqs, &slice, &indexer, err));
+            DSARL_TRY(train_microbatch(tr, p, s, e, valid, &slice, &indexer, err));
         }
         DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, err));
         double norm;

@@ -45,9 +45,10 @@ DSARL_BEGIN_DECLS
  * set. 1.1: token_batch.logit_scale, dsa preferred_form/headwise/routes, device gemm_f32out/convert. 1.2: model
  * accepts/flops/train_forward/train_backward, ops_common.rank, device capabilities/stream, dsa device_requires.
  * 1.3: device collectives (all_reduce ... recv) on the process groups of dsarl/comm.h, dsarl_parallel's groups,
- * model plan (sizes under a layout, for `dsarl plan`). */
+ * model plan (sizes under a layout, for `dsarl plan`). 1.4: environment reward_components/score_components (a reward
+ * vector per response). */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 3
+#define DSARL_ABI_MINOR 4
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"

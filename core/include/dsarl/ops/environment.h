@@ -4,6 +4,7 @@
 #ifndef DSARL_OPS_ENVIRONMENT_H
 #define DSARL_OPS_ENVIRONMENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "dsarl/plugin.h"
@@ -31,7 +32,27 @@ typedef struct dsarl_environment_ops {
                  float *rewards, dsarl_verdict *verdicts, dsarl_error *err);
 
     void *reserved[8];
+
+    /* --- ABI 1.4: a reward vector per response, for multi-reward advantage estimators (GDPO) ---------------- */
+    /* Optional as a pair (NULL: the environment scores one reward). How many components score_components fills
+     * (at most DSARL_MAX_REWARD_COMPONENTS) and, through names, their names in ascending strcmp order, valid
+     * while env lives. */
+    size_t (*reward_components)(const dsarl_environment *env, const char *const **names);
+    /* score's outputs plus components[i * n_components + k] = component k of response i's reward. */
+    int (*score_components)(dsarl_environment *env, size_t n, const char *const *responses,
+                            const char *const *ground_truths, float *rewards, dsarl_verdict *verdicts,
+                            float *components, dsarl_error *err);
 } dsarl_environment_ops;
+
+/* ABI 1.4: the most reward components an environment may report. */
+#define DSARL_MAX_REWARD_COMPONENTS 8
+
+/* Whether an environment ops table (any 1.x) fills the ABI 1.4 reward-vector pair. */
+static inline bool dsarl_environment_has_components(const dsarl_environment_ops *ops)
+{
+    return ops->common.struct_size >= offsetof(dsarl_environment_ops, score_components) + sizeof(ops->score_components) &&
+           ops->reward_components && ops->score_components;
+}
 
 DSARL_END_DECLS
 
