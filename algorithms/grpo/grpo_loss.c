@@ -267,10 +267,12 @@ int grpo_clipped_pg_loss_detached(const grpo_loss_config *cfg, const grpo_loss_i
             if (cfg->use_cispo) {
                 // CISPO: the clamped ratio is a constant weight on the REINFORCE term -A lp; the clamp caps the
                 // weight instead of removing the gradient.
-                clip_loss = -adv * r.ratio_c * lp;
-                dclip = -adv * r.ratio_c;
-                m.clip_fraction_low += r.ratio < ratio_lo ? diag : 0.0;
-                m.clip_fraction_high += r.ratio > ratio_hi ? diag : 0.0;
+                // The weight is detached: it is computed from lp_detached (the value of lp_theta under sg).
+                const token_ratio r_sg = ratio_of(cfg, lp_sg, lp_sg, old, seq_ratio);
+                clip_loss = -adv * r_sg.ratio_c * lp;
+                dclip = -adv * r_sg.ratio_c;
+                m.clip_fraction_low += r_sg.ratio < ratio_lo ? diag : 0.0;
+                m.clip_fraction_high += r_sg.ratio > ratio_hi ? diag : 0.0;
             } else {
                 // Pessimistic clipped surrogate; torch.max sends half the gradient each way on a tie.
                 const double loss1 = -adv * r.ratio, loss2 = -adv * r.ratio_c;
