@@ -136,6 +136,9 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t step)
 
 /* grpo_rollout.c */
 void grpo_rollout_set_free(rollout_set *s);
+/* Once the environment exists: the reward components the estimator reads from it (tr->n_components; 0 for a
+ * scalar reward), refusing naming the key when GDPO's reward vector or its weights do not fit the environment. */
+int grpo_check_environment(trainer *tr, dsarl_error *err);
 /* The run's data-parallel group (NULL in a single process: a group of one). */
 const dsarl_group *grpo_dp_group(const trainer *tr);
 /* Generates n_gen responses for each of n examples and scores them; appends n * n_gen rollouts (group after

@@ -168,9 +168,7 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
     return rc;
 }
 
-/* How many reward components the estimator needs from the environment: 0 for a scalar reward; for GDPO the
- * environment's ABI 1.4 reward vector, refused (naming the key) when the environment has none. */
-static int reward_components_of(trainer *tr, dsarl_error *err)
+int grpo_check_environment(trainer *tr, dsarl_error *err)
 {
     tr->n_components = 0;
     if (tr->cfg.advantage.estimator != GRPO_ESTIMATOR_GDPO)
@@ -184,6 +182,16 @@ static int reward_components_of(trainer *tr, dsarl_error *err)
         return DSARL_FAIL(err, DSARL_E_INVALID, "environment '%s' reports %zu reward components, more than the %d "
                           "the environment ABI allows", tr->env_ops->common.name, k, DSARL_MAX_REWARD_COMPONENTS);
     tr->n_components = (int64_t)k;
+    const grpo_advantage_config *a = &tr->cfg.advantage;
+    if (a->n_reward_weights != 0 && a->n_reward_weights != tr->n_components)
+        return dsarl_recipe_fail(tr->root, "grpo.adv_estimator.reward_weights", err, DSARL_E_INVALID,
+                                 "has %lld entries but environment '%s' scores %lld reward components; give one weight "
+                                 "per component, in the order of their sorted names", (long long)a->n_reward_weights,
+                                 tr->env_ops->common.name, (long long)tr->n_components);
+    if (tr->n_components < 2)
+        return dsarl_recipe_fail(tr->root, "grpo.adv_estimator.name", err, DSARL_E_INVALID,
+                                 "is gdpo but environment '%s' scores %lld reward component(s); GDPO needs at least 2",
+                                 tr->env_ops->common.name, (long long)tr->n_components);
     return DSARL_OK;
 }
 
@@ -310,8 +318,6 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
     }
     grpo_completions_free(&gen);
     float *components = NULL;
-    if (rc == DSARL_OK)
-        rc = reward_components_of(tr, err);
     if (rc == DSARL_OK && tr->n_components > 0) {
         components = calloc(cnt * (size_t)tr->n_components, sizeof(float));
         if (!components)
