@@ -387,6 +387,32 @@ START_TEST(test_malformed_thinking)
 }
 END_TEST
 
+/* Message-level penalties: a textual tool call wins over malformed thinking; the value is clipped; per-token
+ * advantages of a penalised response all take it; untouched responses keep theirs. */
+START_TEST(test_message_penalties)
+{
+    ck_assert(grpo_invalid_tool_call("x <tool_call>{\"name\": \"calc\"}</tool_call>"));
+    ck_assert(grpo_invalid_tool_call("<function_call>"));
+    ck_assert(!grpo_invalid_tool_call(" Answer: 3 (no tool_call here)"));
+    const char *prompts[4] = {"Q:", "Q:", "Q:", "Q:"};
+    const char *responses[4] = {" Answer: 3", "<tool_call>", "<think>x</think> Answer: 3", "<tool_call><think>"};
+    const int32_t cu[5] = {0, 2, 3, 5, 6};
+    float adv[4] = {0.5f, 0.25f, -0.5f, 1.0f}, tadv[6] = {1, 2, 3, 4, 5, 6};
+    grpo_advantage_config cfg = adv_config(true, false);
+    cfg.advantage_clip_low = -3.0;
+    grpo_penalty_counts q;
+    grpo_apply_message_penalties(&cfg, -5.0, -1.0, 4, prompts, responses, cu, adv, tadv, &q);
+    ck_assert(q.invalid_tool_calls == 2 && q.malformed_thinking == 1 && q.assistant_messages == 4);
+    ck_assert(adv[0] == 0.5f && adv[1] == -3.0f && adv[2] == -1.0f && adv[3] == -3.0f);
+    ck_assert(tadv[0] == 1 && tadv[1] == 2 && tadv[2] == -3.0f && tadv[3] == -1.0f && tadv[4] == -1.0f &&
+              tadv[5] == -3.0f);
+    // either penalty off (NaN): those responses keep their advantage
+    float adv2[4] = {0.5f, 0.25f, -0.5f, 1.0f};
+    grpo_apply_message_penalties(&cfg, NAN, -1.0, 4, prompts, responses, NULL, adv2, NULL, &q);
+    ck_assert(q.invalid_tool_calls == 0 && q.malformed_thinking == 2 && adv2[1] == 0.25f && adv2[3] == -1.0f);
+}
+END_TEST
+
 static Suite *grpo_advantage_suite(void)
 {
     Suite *s = suite_create("grpo_advantage");
@@ -404,6 +430,7 @@ static Suite *grpo_advantage_suite(void)
     tcase_add_test(tc, test_reinforce_pp_by_hand);
     tcase_add_test(tc, test_seq_logprob_error_mask_by_hand);
     tcase_add_test(tc, test_malformed_thinking);
+    tcase_add_test(tc, test_message_penalties);
     suite_add_tcase(s, tc);
     return s;
 }

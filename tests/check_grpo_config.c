@@ -279,7 +279,6 @@ static const bad_case bad_cases[] = {
     {{"++grpo.adv_estimator.name=opd"}, "grpo.adv_estimator.name", DSARL_E_UNSUPPORTED},
     {{"++grpo.adv_estimator.name=ppo"}, "grpo.adv_estimator.name", DSARL_E_INVALID},
     {{"++grpo.async_grpo.enabled=true"}, "grpo.async_grpo.enabled", DSARL_E_UNSUPPORTED},
-    {{"++grpo.invalid_tool_call_advantage=-5.0"}, "grpo.invalid_tool_call_advantage", DSARL_E_UNSUPPORTED},
     // NeMo RL's variant combinations its loss and setup assert against, and values that would drop all data.
     {{"loss_fn.sequence_level_importance_ratios=true"}, "loss_fn.token_level_loss", DSARL_E_INVALID},
     {{"loss_fn.sequence_level_importance_ratios=true", "loss_fn.token_level_loss=false",
@@ -348,7 +347,7 @@ END_TEST
 /* The settings a recipe can legitimately combine are accepted (they are not refused by accident). */
 START_TEST(test_good_combinations_accepted)
 {
-    static const char *const good[][4] = {
+    static const char *const good[][5] = {
         {"loss_fn.use_importance_sampling_correction=true", "loss_fn.truncated_importance_sampling_type=tis",
          "loss_fn.truncated_importance_sampling_ratio=5.0"},
         {"grpo.num_generations_per_prompt=1", "grpo.normalize_rewards=false", "grpo.use_leave_one_out_baseline=false",
@@ -365,11 +364,11 @@ START_TEST(test_good_combinations_accepted)
         {"++grpo.adv_estimator.name=reinforce_plus_plus", "loss_fn.use_kl_in_reward=true",
          "++grpo.adv_estimator.minus_baseline=false"},
         {"++grpo.adv_estimator.name=gdpo", "++grpo.adv_estimator.reward_weights=[1,0.5]",
-         "++grpo.malformed_thinking_advantage=-1"},
+         "++grpo.malformed_thinking_advantage=-1", "++grpo.invalid_tool_call_advantage=-5"},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         int n = 0, rc;
-        while (n < 4 && good[i][n])
+        while (n < 5 && good[i][n])
             n++;
         grpo_config cfg;
         dsarl_error err = {0};
@@ -394,7 +393,8 @@ START_TEST(test_good_combinations_accepted)
                       !cfg.advantage.minus_baseline);
         if (i == 10)
             ck_assert(cfg.advantage.estimator == GRPO_ESTIMATOR_GDPO && cfg.advantage.n_reward_weights == 2 &&
-                      cfg.advantage.reward_weights[1] == 0.5 && cfg.malformed_thinking_advantage == -1.0);
+                      cfg.advantage.reward_weights[1] == 0.5 && cfg.malformed_thinking_advantage == -1.0 &&
+                      cfg.invalid_tool_call_advantage == -5.0);
         dsarl_recipe_free(r);
     }
 }

@@ -37,7 +37,7 @@ run rpp_kl 2 ++grpo.adv_estimator.name=reinforce_plus_plus loss_fn.use_kl_in_rew
   loss_fn.reference_policy_kl_penalty=0.05 grpo.skip_reference_policy_logprobs_calculation=false
 run gdpo 1 ++grpo.adv_estimator.name=gdpo ++grpo.adv_estimator.reward_weights=[1.0,0.5]
 run seqmask 1 ++grpo.seq_logprob_error_threshold=1.5
-run malformed 1 ++grpo.malformed_thinking_advantage=-1.0
+run malformed 1 ++grpo.malformed_thinking_advantage=-1.0 ++grpo.invalid_tool_call_advantage=-5.0
 
 python3 - "$d" <<'PY'
 import json, math, sys
@@ -81,8 +81,10 @@ assert abs(m("gdpo", "train/advantages/mean")) < 1e-5
 # sequence masking: the errors are about 1 on-policy, none above 1.5
 assert 1.0 <= m("seqmask", "train/mean_seq_mult_prob_error") < 1.01
 assert m("seqmask", "train/num_masked_seqs_by_logprob_error") == 0
-# malformed thinking: the byte model writes no <think> tags, so nothing is penalised, but it is counted
+# message penalties: the byte model writes no <think> or <tool_call> tags, so nothing is penalised, but it is counted
 assert m("malformed", "train/malformed_thinking_rate") == 0.0 and m("malformed", "train/num_assistant_messages") == 128
+assert m("malformed", "train/invalid_tool_call_rate") == 0.0
+assert "train/invalid_tool_call_rate" not in rows("plain")[-1]
 print("variant runs OK")
 PY
 

@@ -116,7 +116,7 @@ typedef struct grpo_config {
     bool skip_reference_policy_logprobs;   /* true whenever reference_policy_kl_penalty == 0 */
     double seq_logprob_error_threshold;    /* drop sequences whose mean exp(|lp_gen - lp_old|) exceeds it; NAN = off */
     double malformed_thinking_advantage;   /* advantage of responses with malformed <think> tags; NAN = off */
-    double invalid_tool_call_advantage;    /* advantage of responses with an invalid tool call; NAN = off */
+    double invalid_tool_call_advantage;    /* advantage of responses with a (textual, unexecuted) tool call; NAN = off */
     grpo_advantage_config advantage;
     grpo_reward_scaling reward_scaling;
     grpo_reward_shaping reward_shaping;
@@ -199,6 +199,25 @@ void grpo_seq_logprob_error_mask(double threshold, int64_t n_seqs, const int32_t
  * "</think>" (thinking off) wants neither tag in the response; a prompt with one "<think>" more (thinking opened)
  * wants no "<think>" and exactly one "</think>"; any other prompt is malformed already. */
 bool grpo_malformed_thinking(const char *prompt, const char *response);
+
+/* True when a response holds a textual tool call (NeMo-Gym's patterns <tool_call>, </tool_call>, <function_call>,
+ * </function_call>). Rollouts here are single-turn, so no tool call is ever executed: every one in the text is an
+ * invalid (unexecuted) call, as NeMo-Gym judges a final message. */
+bool grpo_invalid_tool_call(const char *response);
+
+/* Counts of grpo_apply_message_penalties. */
+typedef struct grpo_penalty_counts {
+    int64_t invalid_tool_calls, malformed_thinking, assistant_messages;
+} grpo_penalty_counts;
+
+/* NeMo RL's message-level penalties: a response with an invalid tool call gets invalid_tool_call_advantage, else
+ * one with malformed thinking gets malformed_thinking_advantage (each NaN = off), clamped to the advantage clip,
+ * in place of its advantage (advantages[s], and every token's in token_advantages when not NULL).
+ * prompts, responses, advantages: (n); cu_seqlens (n + 1) and token_advantages (cu_seqlens[n]) may be NULL. */
+void grpo_apply_message_penalties(const grpo_advantage_config *adv, double invalid_tool_call_advantage,
+                                  double malformed_thinking_advantage, int64_t n, const char *const *prompts,
+                                  const char *const *responses, const int32_t *cu_seqlens, float *advantages,
+                                  float *token_advantages, grpo_penalty_counts *counts);
 
 /* grpo.reward_scaling in place (no-op when disabled); returns how many rewards were outside the source range
  * and got clamped (NeMo warns about them). rewards: (n). */

@@ -276,6 +276,39 @@ bool grpo_malformed_thinking(const char *prompt, const char *response)
     return true;
 }
 
+bool grpo_invalid_tool_call(const char *response)
+{
+    static const char *const patterns[] = {"<tool_call>", "</tool_call>", "<function_call>", "</function_call>"};
+    for (size_t i = 0; response && i < sizeof patterns / sizeof patterns[0]; i++)
+        if (strstr(response, patterns[i]))
+            return true;
+    return false;
+}
+
+void grpo_apply_message_penalties(const grpo_advantage_config *adv, double invalid_tool_call_advantage,
+                                  double malformed_thinking_advantage, int64_t n, const char *const *prompts,
+                                  const char *const *responses, const int32_t *cu_seqlens, float *advantages,
+                                  float *token_advantages, grpo_penalty_counts *counts)
+{
+    *counts = (grpo_penalty_counts){.assistant_messages = n};
+    for (int64_t s = 0; s < n; s++) {
+        double a;
+        if (!isnan(invalid_tool_call_advantage) && grpo_invalid_tool_call(responses[s])) {
+            counts->invalid_tool_calls++;
+            a = invalid_tool_call_advantage;
+        } else if (!isnan(malformed_thinking_advantage) && grpo_malformed_thinking(prompts[s], responses[s])) {
+            counts->malformed_thinking++;
+            a = malformed_thinking_advantage;
+        } else {
+            continue;
+        }
+        a = clip_advantage(adv, a);  // NeMo clips after the penalties
+        advantages[s] = (float)a;
+        for (int64_t t = cu_seqlens ? cu_seqlens[s] : 0; token_advantages && cu_seqlens && t < cu_seqlens[s + 1]; t++)
+            token_advantages[t] = (float)a;
+    }
+}
+
 int64_t grpo_scale_rewards(const grpo_reward_scaling *cfg, float *rewards, int64_t n)
 {
     if (!cfg->enabled)

@@ -58,19 +58,20 @@ int grpo_batch_late_advantages(trainer *tr, const rollout_set *rs, packed_batch 
             p->advantages[s] = cnt > 0.0 ? (float)(sum / cnt) : 0.0f;
         }
     }
-    if (!isnan(c->malformed_thinking_advantage)) {
-        /* as NeMo, the penalty replaces the advantage of the whole assistant message, then the clip applies */
-        double a = c->malformed_thinking_advantage;
-        a = a < c->advantage.advantage_clip_low ? c->advantage.advantage_clip_low : a;
-        a = a > c->advantage.advantage_clip_high ? c->advantage.advantage_clip_high : a;
-        for (int64_t s = 0; s < n; s++) {
-            if (!grpo_malformed_thinking(rs->items[s].prompt_text, rs->items[s].response_text))
-                continue;
-            p->n_malformed_thinking++;
-            p->advantages[s] = (float)a;
-            for (int64_t t = p->cu[s]; p->token_adv && t < p->cu[s + 1]; t++)
-                p->token_adv[t] = (float)a;
+    if (!isnan(c->malformed_thinking_advantage) || !isnan(c->invalid_tool_call_advantage)) {
+        const char **prompts = malloc(sizeof(char *) * (size_t)(n ? n : 1));
+        const char **responses = malloc(sizeof(char *) * (size_t)(n ? n : 1));
+        if (!prompts || !responses) {
+            free(prompts);
+            free(responses);
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " responses", n);
         }
+        for (int64_t s = 0; s < n; s++)
+            prompts[s] = rs->items[s].prompt_text, responses[s] = rs->items[s].response_text;
+        grpo_apply_message_penalties(&c->advantage, c->invalid_tool_call_advantage, c->malformed_thinking_advantage,
+                                     n, prompts, responses, p->cu, p->advantages, p->token_adv, &p->penalties);
+        free(prompts);
+        free(responses);
     }
     return DSARL_OK;
 }

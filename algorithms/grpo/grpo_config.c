@@ -160,7 +160,7 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.adv_estimator.use_leave_one_out_baseline",
                                    adv->use_leave_one_out_baseline, &adv->use_leave_one_out_baseline, err));
     static const char *const estimators[] = {"grpo", "gdpo", "reinforce_plus_plus"};
-    int estimator;
+    int estimator = 0;
     DSARL_TRY(parse_estimator(root, estimators, &estimator, err));
     adv->estimator = (grpo_estimator)estimator;
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.adv_estimator.minus_baseline", true, &adv->minus_baseline, err));
@@ -266,9 +266,6 @@ static int refuse_unsupported(const dsarl_node *root, dsarl_error *err)
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.enabled", false, &async_enabled, err));
     if (async_enabled)
         NOT_YET("grpo.async_grpo.enabled", "is true but asynchronous GRPO is not supported yet; use false");
-    if (is_set(root, "grpo.invalid_tool_call_advantage"))
-        NOT_YET("grpo.invalid_tool_call_advantage",
-                "is set but no environment of this build makes tool calls, so no response could be flagged; use null");
     return DSARL_OK;
 }
 
@@ -464,6 +461,8 @@ static int validate_variants(const dsarl_node *root, const grpo_config *cfg, dsa
                "threshold drops every sequence), or null; got %g", thr);
     if (is_set(root, "grpo.malformed_thinking_advantage") && !isfinite(cfg->malformed_thinking_advantage))
         REFUSE("grpo.malformed_thinking_advantage", "must be a finite number or null");
+    if (is_set(root, "grpo.invalid_tool_call_advantage") && !isfinite(cfg->invalid_tool_call_advantage))
+        REFUSE("grpo.invalid_tool_call_advantage", "must be a finite number or null");
     return DSARL_OK;
 }
 

@@ -3,8 +3,7 @@
  *
  * `grpo` and `loss_fn` are owned: a misspelt key below them fails with "did you mean". Keys of NeMo RL features
  * dsarl does not implement fall in two groups:
- *   - keys whose value changes the algorithm (async_grpo.enabled, max_rollout_turns, invalid_tool_call_advantage,
- *     adv_estimator.name opd) are declared normally and grpo_config_validate refuses any value but the default with
+ *   - keys whose value changes the algorithm (async_grpo.enabled, max_rollout_turns, adv_estimator.name opd) are declared normally and grpo_config_validate refuses any value but the default with
  *     "not supported yet", so a recipe never silently trains something else than it says;
  *   - keys that only tune those features or NeMo's machinery (async_grpo's knobs, calculate_advantages_on_gpu,
  *     deduplicate_multimodal_data, debug_payload_metrics) are DSARL_KEY_IGNORED: accepted, reported as unused.
@@ -80,7 +79,7 @@ static const dsarl_key_spec grpo_math_keys[] = {
     {"grpo.seq_logprob_error_threshold", DSARL_KEY_FLOAT, "null",
      ">= 1: sample_mask 0 for sequences whose mean exp(|lp_gen - lp_old|) exceeds it; null = off", N},
     {"grpo.invalid_tool_call_advantage", DSARL_KEY_FLOAT, "null",
-     "advantage of responses with an invalid tool call; refused: no environment here makes tool calls", N},
+     "advantage that replaces the computed one of responses with a textual (so unexecuted) tool call; null = off", N},
     {"grpo.malformed_thinking_advantage", DSARL_KEY_FLOAT, "null",
      "advantage that replaces the computed one of responses whose <think> tags are malformed; null = off", N},
 

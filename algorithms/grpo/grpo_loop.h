@@ -104,7 +104,7 @@ typedef struct packed_batch {
     float *token_adv;    /* (T) per-token advantages (Reinforce++), or NULL: advantages broadcast per sequence */
     grpo_seq_error_stats seq_error; /* after grpo_batch_late_advantages, when the old log-probs were computed */
     bool has_seq_error;
-    int64_t n_malformed_thinking;   /* responses whose advantage grpo.malformed_thinking_advantage replaced */
+    grpo_penalty_counts penalties;  /* responses whose advantage a message-level penalty replaced */
 } packed_batch;
 
 typedef struct step_stats {

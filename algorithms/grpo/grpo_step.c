@@ -97,11 +97,18 @@ static int variant_metrics(trainer *tr, const packed_batch *p, const grpo_loss_m
         for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
             DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
     }
-    if (!isnan(c->malformed_thinking_advantage)) {
-        DSARL_TRY(grpo_set_metric(tr, "train/num_malformed_thinking", (double)p->n_malformed_thinking, err));
-        DSARL_TRY(grpo_set_metric(tr, "train/num_assistant_messages", (double)p->B, err));
-        DSARL_TRY(grpo_set_metric(tr, "train/malformed_thinking_rate",
-                                  (double)p->n_malformed_thinking / (double)(p->B ? p->B : 1), err));
+    if (!isnan(c->malformed_thinking_advantage) || !isnan(c->invalid_tool_call_advantage)) {
+        const grpo_penalty_counts *q = &p->penalties;
+        double msgs = (double)(q->assistant_messages ? q->assistant_messages : 1);
+        struct { const char *name; double v; } rows[] = {
+            {"train/invalid_tool_call_rate", (double)q->invalid_tool_calls / msgs},
+            {"train/malformed_thinking_rate", (double)q->malformed_thinking / msgs},
+            {"train/num_invalid_tool_calls", (double)q->invalid_tool_calls},
+            {"train/num_malformed_thinking", (double)q->malformed_thinking},
+            {"train/num_assistant_messages", (double)q->assistant_messages},
+        };
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
+            DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
     }
     return DSARL_OK;
 }
