@@ -46,7 +46,7 @@ DSARL_BEGIN_DECLS
  * accepts/flops/train_forward/train_backward, ops_common.rank, device capabilities/stream, dsa device_requires.
  * 1.3: device collectives (all_reduce ... recv) on the process groups of dsarl/comm.h, dsarl_parallel's groups,
  * model plan (sizes under a layout, for `dsarl plan`). 1.4: environment reward_components/score_components (a reward
- * vector per response). */
+ * vector per response) and step (multi-turn episodes). */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 4
 
