@@ -275,7 +275,8 @@ static const bad_case bad_cases[] = {
     {{"policy.megatron_cfg.scheduler.lr_decay_style=WSD"}, "policy.megatron_cfg.scheduler.lr_decay_style",
      DSARL_E_UNSUPPORTED},
     // NeMo RL features dsarl does not implement: refused unless left at their default.
-    {{"grpo.max_rollout_turns=2"}, "grpo.max_rollout_turns", DSARL_E_UNSUPPORTED},
+    {{"grpo.max_rollout_turns=0"}, "grpo.max_rollout_turns", DSARL_E_INVALID},
+    {{"grpo.max_rollout_turns=3", "++grpo.adv_estimator.name=gdpo"}, "grpo.max_rollout_turns", DSARL_E_INVALID},
     {{"++grpo.adv_estimator.name=opd"}, "grpo.adv_estimator.name", DSARL_E_UNSUPPORTED},
     {{"++grpo.adv_estimator.name=ppo"}, "grpo.adv_estimator.name", DSARL_E_INVALID},
     {{"++grpo.async_grpo.enabled=true"}, "grpo.async_grpo.enabled", DSARL_E_UNSUPPORTED},

@@ -98,6 +98,7 @@ typedef struct grpo_reward_shaping {
 typedef struct grpo_config {
     int64_t num_prompts_per_step;
     int64_t num_generations_per_prompt;
+    int64_t max_rollout_turns;             /* policy turns per episode; > 1 needs an environment with step */
     int64_t max_num_epochs;
     int64_t max_num_steps;
     int64_t val_period;                    /* 0 = no periodic validation */

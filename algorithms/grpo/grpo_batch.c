@@ -135,7 +135,8 @@ int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
         for (int64_t j = 0; j < L; j++) {
             p->targets[at + j] = j + 1 < L ? p->tokens[at + j + 1] : -1;
             int64_t k = j + 1 - r->prompt_len; /* index of the predicted token within the response */
-            if (j + 1 < L && k >= 0) {
+            /* observation tokens of multi-turn episodes carry NAN log-probs: they do not train */
+            if (j + 1 < L && k >= 0 && !isnan(r->response_lp[k])) {
                 p->mask[at + j] = 1.0f;
                 p->lp_gen[at + j] = r->response_lp[k];
             }

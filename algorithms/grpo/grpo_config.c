@@ -19,6 +19,7 @@ void grpo_config_defaults(grpo_config *cfg)
     *cfg = (grpo_config){
         .num_prompts_per_step = 32,
         .num_generations_per_prompt = 16,
+        .max_rollout_turns = 1,
         .max_num_epochs = 1,
         .max_num_steps = 1000000,
         .val_period = 10,
@@ -127,6 +128,7 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
                                   err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.num_generations_per_prompt", d.num_generations_per_prompt,
                                   &cfg->num_generations_per_prompt, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_rollout_turns", 1, &cfg->max_rollout_turns, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_num_epochs", d.max_num_epochs, &cfg->max_num_epochs, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_num_steps", d.max_num_steps, &cfg->max_num_steps, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.val_period", d.val_period, &cfg->val_period, err));
@@ -257,11 +259,6 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
 /* Features NeMo RL has and dsarl does not: refused unless left at their default. */
 static int refuse_unsupported(const dsarl_node *root, dsarl_error *err)
 {
-    int64_t turns;
-    DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_rollout_turns", 1, &turns, err));
-    if (turns != 1)
-        NOT_YET("grpo.max_rollout_turns", "is %lld but multi-turn rollouts are not supported yet; use 1",
-                (long long)turns);
     bool async_enabled;
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.enabled", false, &async_enabled, err));
     if (async_enabled)
@@ -454,6 +451,11 @@ static int validate_variants(const dsarl_node *root, const grpo_config *cfg, dsa
     if (a->n_reward_weights > 0 && a->estimator != GRPO_ESTIMATOR_GDPO)
         REFUSE("grpo.adv_estimator.reward_weights", "is set but only gdpo reads it; set it to null or "
                                                     "grpo.adv_estimator.name: gdpo");
+    if (cfg->max_rollout_turns < 1 || cfg->max_rollout_turns > 64)
+        REFUSE("grpo.max_rollout_turns", "must be in [1, 64], got %lld", (long long)cfg->max_rollout_turns);
+    if (cfg->max_rollout_turns > 1 && a->estimator == GRPO_ESTIMATOR_GDPO)
+        REFUSE("grpo.max_rollout_turns", "is %lld but gdpo reads a reward vector that multi-turn episodes do not "
+                                         "report; use 1 turn or the grpo estimator", (long long)cfg->max_rollout_turns);
     const double thr = cfg->seq_logprob_error_threshold;
     if (is_set(root, "grpo.seq_logprob_error_threshold") && !(thr >= 1.0 && isfinite(thr)))
         REFUSE("grpo.seq_logprob_error_threshold",

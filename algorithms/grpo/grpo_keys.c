@@ -3,7 +3,7 @@
  *
  * `grpo` and `loss_fn` are owned: a misspelt key below them fails with "did you mean". Keys of NeMo RL features
  * dsarl does not implement fall in two groups:
- *   - keys whose value changes the algorithm (async_grpo.enabled, max_rollout_turns, adv_estimator.name opd) are declared normally and grpo_config_validate refuses any value but the default with
+ *   - keys whose value changes the algorithm (async_grpo.enabled, adv_estimator.name opd) are declared normally and grpo_config_validate refuses any value but the default with
  *     "not supported yet", so a recipe never silently trains something else than it says;
  *   - keys that only tune those features or NeMo's machinery (async_grpo's knobs, calculate_advantages_on_gpu,
  *     deduplicate_multimodal_data, debug_payload_metrics) are DSARL_KEY_IGNORED: accepted, reported as unused.
@@ -23,7 +23,8 @@ static const dsarl_key_spec grpo_math_keys[] = {
     {"grpo", DSARL_KEY_MAP, NULL, "GRPO loop, advantage and DAPO settings (NeMo RL's grpo section)", DSARL_KEY_OWNED},
     {"grpo.num_prompts_per_step", DSARL_KEY_INT, "32", "prompts per training step", 0},
     {"grpo.num_generations_per_prompt", DSARL_KEY_INT, "16", "responses per prompt (the group size)", 0},
-    {"grpo.max_rollout_turns", DSARL_KEY_INT, "1", "rollout turns per sample; only 1 is supported yet", 0},
+    {"grpo.max_rollout_turns", DSARL_KEY_INT, "1",
+     "policy turns per episode; > 1 needs a multi-turn environment (calculator), observations are masked", 0},
     {"grpo.max_num_epochs", DSARL_KEY_INT, "1", "passes over the training data", 0},
     {"grpo.max_num_steps", DSARL_KEY_INT, "1000000", "training steps (the run stops at whichever limit comes first)", 0},
     {"grpo.normalize_rewards", DSARL_KEY_BOOL, "true", "divide advantages by the group std (+1e-6) where it is > 0", 0},

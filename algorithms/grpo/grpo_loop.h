@@ -54,6 +54,10 @@ typedef struct rollout {
     dsarl_verdict verdict;
     float loss_multiplier;
     float components[DSARL_MAX_REWARD_COMPONENTS]; /* the environment's reward vector (multi-reward estimators) */
+    /* multi-turn episodes: response holds the policy's turns and the environment's observations in order; an
+     * observation token has response_lp NAN (it is masked out of the loss) */
+    int32_t turns, env_tokens, tool_calls, invalid_tool_calls;
+    uint8_t ended_by_env;  /* the environment ended the episode (natural termination) */
 } rollout;
 
 typedef struct rollout_set {

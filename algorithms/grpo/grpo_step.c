@@ -77,9 +77,37 @@ static double collective_seconds(const trainer *tr)
 }
 
 /* The metrics of the NeMo RL variants a recipe switched on (absent otherwise, as NeMo logs them). */
-static int variant_metrics(trainer *tr, const packed_batch *p, const grpo_loss_metrics *m, double k, dsarl_error *err)
+static int variant_metrics(trainer *tr, const rollout_set *rs, const packed_batch *p, const grpo_loss_metrics *m,
+                           double k, dsarl_error *err)
 {
     const grpo_config *c = &tr->cfg;
+    if (c->max_rollout_turns > 1 && rs->n > 0) {
+        // NeMo RL's multi-turn rollout metrics, and the tool's
+        double turns = 0, max_turns = 0, natural = 0, at_limit = 0, env = 0, gen = 0, total = 0, calls = 0, bad = 0;
+        for (int64_t i = 0; i < rs->n; i++) {
+            const rollout *r = &rs->items[i];
+            turns += r->turns, max_turns = fmax(max_turns, r->turns);
+            natural += r->ended_by_env;
+            at_limit += !r->ended_by_env && !r->truncated && r->turns >= c->max_rollout_turns;
+            env += r->env_tokens, gen += r->response_len - r->env_tokens, total += r->prompt_len + r->response_len;
+            calls += r->tool_calls, bad += r->invalid_tool_calls;
+        }
+        double n = (double)rs->n;
+        struct { const char *name; double v; } rows[] = {
+            {"train/total_turns", turns},
+            {"train/avg_turns_per_sample", turns / n},
+            {"train/max_turns_per_sample", max_turns},
+            {"train/natural_termination_rate", natural / n},
+            {"train/max_turns_reached_rate", at_limit / n},
+            {"train/mean_env_tokens_per_sample", env / n},
+            {"train/mean_gen_tokens_per_sample", gen / n},
+            {"train/mean_total_tokens_per_sample", total / n},
+            {"train/tool_calls_per_sample", calls / n},
+            {"train/tool_call_error_rate", calls > 0 ? bad / calls : 0.0},
+        };
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
+            DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
+    }
     if (c->loss.positive_example_nll_weight > 0.0)
         DSARL_TRY(grpo_set_metric(tr, "train/positive_nll_loss", m->positive_nll_loss / k, err));
     if (p->has_seq_error) {
@@ -232,7 +260,7 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
         for (size_t i = 0; i < DSARL_ARRAY_LEN(rows) && rc == DSARL_OK; i++)
             rc = grpo_set_metric(tr, rows[i].name, rows[i].v, err);
         if (rc == DSARL_OK)
-            rc = variant_metrics(tr, &p, m, k, err);
+            rc = variant_metrics(tr, &rs, &p, m, k, err);
         if (tr->verifier_failures)
             dsarl_log(DSARL_LOG_WARN, "step %" PRId64 ": the verifier failed on %" PRId64 " responses (scored 0)",
                       tr->step, tr->verifier_failures);
