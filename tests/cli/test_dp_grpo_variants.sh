@@ -3,7 +3,7 @@
 # against the one-process run (every logged train metric of every step and the sample dumps equal, as
 # test_dp_grpo.sh checks plain GRPO): Reinforce++ with the KL in the reward (old and reference log-probs gathered
 # before training), GDPO (the reward vectors gathered with the rollouts), and sequence masking with VAPO's NLL term
-# (masks and positive-token counts over the global batch), token-level. GSPO, CISPO and REINFORCE keep no state
+# (masks and positive-token counts over the global batch), token-level; multi-turn episodes (the turn loop). GSPO, CISPO and REINFORCE keep no state
 # across ranks beyond the plain loss's; their near-cancelling sequence-level losses differ from one process by float
 # rounding (1e-8 absolute) that dp_compare's relative tolerance would flag, so they are not repeated here.
 set -uo pipefail
@@ -49,6 +49,10 @@ pair gdpo ++grpo.adv_estimator.name=gdpo "++grpo.adv_estimator.reward_weights=[1
 # rewards mapped onto [1, 2] before the shaping, so most stay > 0 and the NLL term trains on them
 pair masked ++grpo.seq_logprob_error_threshold=1.5 loss_fn.positive_example_nll_weight=0.1 \
   grpo.reward_scaling.enabled=true grpo.reward_scaling.target_min=1.0 grpo.reward_scaling.target_max=2.0
+# multi-turn episodes with the calculator environment: the turn loop agrees across ranks (the random policy makes no
+# tool call, so the episodes end in their first turn; check_grpo_run covers longer ones in one process)
+pair turns grpo.max_rollout_turns=3 ++data.env_name=calculator "++policy.generation.stop_strings=[</calc>]"
+grep -q '"train/avg_turns_per_sample"' "$tmp"/turns_one/exp_*/metrics.jsonl || fail "no turn metrics"
 grep -q '"train/num_masked_seqs_by_logprob_error"' "$tmp"/masked_one/exp_*/metrics.jsonl || fail "no masking metric"
 grep -q '"train/positive_nll_loss": [1-9]' "$tmp"/masked_one/exp_*/metrics.jsonl || fail "the NLL term trained on nothing"
 echo "data-parallel GRPO variants equal one process"
