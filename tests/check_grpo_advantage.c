@@ -267,6 +267,152 @@ START_TEST(test_dynamic_sampling)
 }
 END_TEST
 
+/* GDPO, 2 groups of 2, components (correctness, format) = (1,1) (0,1) | (1,0) (1,1), weights [2, 1], group-mean
+ * baseline. Unnormalised: A_correctness = [.5, -.5, 0, 0], A_format = [0, 0, -.5, .5]; weighted sum [1, -1, -.5, .5]
+ * has mean 0 and unbiased std sqrt(2.5 / 3): A = sum / 0.9128709. With normalize_rewards each nonzero part is
+ * +-0.5 / (sqrt(0.5) + 1e-6) ~ +-0.7071, the sum is a multiple of the same, and the z-score gives the same A. */
+START_TEST(test_gdpo_by_hand)
+{
+    const float comp[8] = {1, 1, 0, 1, 1, 0, 1, 1};
+    grpo_advantage_config cfg = adv_config(false, false);
+    cfg.n_reward_weights = 2;
+    cfg.reward_weights[0] = 2.0;
+    cfg.reward_weights[1] = 1.0;
+    float a[4];
+    dsarl_error err = {0};
+    const double sd = sqrt(2.5 / 3.0), want[4] = {1 / sd, -1 / sd, -0.5 / sd, 0.5 / sd};
+    for (int normalize = 0; normalize < 2; normalize++) {
+        cfg.normalize_rewards = normalize;
+        ck_assert_int_eq(grpo_gdpo_advantages(&cfg, comp, 2, 2, 2, a, &err), 0);
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(fabs(a[i] - want[i]) < 2e-6, "gdpo (normalize %d) A[%d] = %g, want %g", normalize, i,
+                          (double)a[i], want[i]);
+    }
+    // equal weights (null): sum [.5, -.5, -.5, .5], std sqrt(1 / 3)
+    cfg.n_reward_weights = 0;
+    cfg.normalize_rewards = false;
+    ck_assert_int_eq(grpo_gdpo_advantages(&cfg, comp, 2, 2, 2, a, &err), 0);
+    ck_assert(fabs(a[0] - 0.5 / sqrt(1.0 / 3.0)) < 2e-6 && fabs(a[1] + 0.5 / sqrt(1.0 / 3.0)) < 2e-6);
+    // all components constant: every part is 0, std 0, only the mean (0) is removed
+    const float flat[8] = {1, 0, 1, 0, 1, 0, 1, 0};
+    ck_assert_int_eq(grpo_gdpo_advantages(&cfg, flat, 2, 2, 2, a, &err), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert(a[i] == 0.0f);
+    // refusals: a single component, a weight count that does not match
+    ck_assert_int_eq(grpo_gdpo_advantages(&cfg, comp, 1, 2, 4, a, &err), DSARL_E_INVALID);
+    ck_assert(strstr(err.message, "at least 2"));
+    cfg.n_reward_weights = 3;
+    ck_assert_int_eq(grpo_gdpo_advantages(&cfg, comp, 2, 2, 2, a, &err), DSARL_E_INVALID);
+    ck_assert(strstr(err.message, "reward_weights has 3 entries"));
+}
+END_TEST
+
+/* Reinforce++, one group of 3 with rewards [1, 0, 0]; seq 0 has a prompt token (mask 0) and two response tokens,
+ * seqs 1 and 2 one each. minus_baseline: a = [2/3, -1/3, -1/3]; token values [2/3, 2/3 | -1/3 | -1/3], mean 1/6,
+ * deviations +-1/2, var 1/4: A = [1, 1, -1, -1] on the response tokens. Without the baseline the same (a constant
+ * shift). With the KL in the reward (coef 0.5, k3, logr = ln 2 on seq 0's first response token: k = 1 - ln 2) that
+ * token's value drops by 0.5 (1 - ln 2) before the normalisation, computed here in two passes. */
+START_TEST(test_reinforce_pp_by_hand)
+{
+    const float rewards[3] = {1, 0, 0}, sample[3] = {1, 1, 1};
+    const int32_t cu[4] = {0, 3, 4, 5};
+    const float mask[5] = {0, 1, 1, 1, 1};
+    float lp[5] = {-9, -1, -2, -0.5f, -3}, ref[5] = {-9, -1, -2, -0.5f, -3};
+    ref[1] = (float)(-1.0 + log(2.0));
+    grpo_advantage_config cfg = adv_config(false, false);
+    cfg.minus_baseline = true;
+    float a[5];
+    dsarl_error err = {0};
+    for (int base = 0; base < 2; base++) {
+        cfg.minus_baseline = base;
+        ck_assert_int_eq(grpo_reinforce_pp_advantages(&cfg, rewards, 1, 3, cu, mask, sample, 0.0, GRPO_KL_K3, NULL,
+                                                      NULL, a, &err), 0);
+        const double want[4] = {1, 1, -1, -1};
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(fabs(a[i + 1] - want[i]) < 1e-5, "r++ (minus_baseline %d) A[%d] = %g", base, i + 1,
+                          (double)a[i + 1]);
+    }
+    cfg.minus_baseline = true;
+    ck_assert_int_eq(grpo_reinforce_pp_advantages(&cfg, rewards, 1, 3, cu, mask, sample, 0.5, GRPO_KL_K3, lp, ref, a,
+                                                  &err), 0);
+    double v[4] = {2.0 / 3 - 0.5 * (1.0 - log(2.0)), 2.0 / 3, -1.0 / 3, -1.0 / 3}, mean = 0, var = 0;
+    for (int i = 0; i < 4; i++)
+        mean += v[i] / 4;
+    for (int i = 0; i < 4; i++)
+        var += (v[i] - mean) * (v[i] - mean) / 4;
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(fabs(a[i + 1] - (v[i] - mean) / sqrt(var)) < 1e-5, "r++ kl A[%d] = %g, want %g", i + 1,
+                      (double)a[i + 1], (v[i] - mean) / sqrt(var));
+    // every sample masked: refused
+    const float none[3] = {0, 0, 0};
+    ck_assert_int_eq(grpo_reinforce_pp_advantages(&cfg, rewards, 1, 3, cu, mask, none, 0.0, GRPO_KL_K3, NULL, NULL, a,
+                                                  &err), DSARL_E_INVALID);
+}
+END_TEST
+
+/* Sequence masking by the train/inference error: seq 0's tokens differ by 0.1 and 0.3 (error (e^.1 + e^.3) / 2 =
+ * 1.2275), seq 1's not at all (1.0), seq 2 has no valid token. Threshold 1.2 drops seq 0, a correct one. */
+START_TEST(test_seq_logprob_error_mask_by_hand)
+{
+    const int32_t cu[4] = {0, 3, 5, 6};
+    const float mask[6] = {0, 1, 1, 1, 1, 0};
+    const float old[6] = {-1, -1, -2, -0.5f, -0.7f, -1}, gen[6] = {-5, -1.1f, -1.7f, -0.5f, -0.7f, -3};
+    const float rewards[3] = {1, 0, 1};
+    const double e0 = (exp(fabs(-1.1 - -1.0)) + exp(fabs(-1.7 - -2.0))) / 2;
+    float sample[3] = {1, 1, 1};
+    grpo_seq_error_stats st;
+    grpo_seq_logprob_error_mask(NAN, 3, cu, mask, old, gen, rewards, sample, &st);
+    ck_assert(sample[0] == 1 && sample[1] == 1 && st.num_masked == 0);
+    ck_assert_msg(fabs(st.max - e0) < 1e-5 && fabs(st.min - 1.0) < 1e-6 && fabs(st.mean - (e0 + 1) / 2) < 1e-5,
+                  "max %g min %g mean %g, want %g 1 %g", st.max, st.min, st.mean, e0, (e0 + 1) / 2);
+    grpo_seq_logprob_error_mask(1.2, 3, cu, mask, old, gen, rewards, sample, &st);
+    ck_assert(sample[0] == 0 && sample[1] == 1 && sample[2] == 1 && st.num_masked == 1);
+    ck_assert(st.masked_correct_pct == 1.0);
+    ck_assert(fabs(st.max_after - 1.0) < 1e-6 && fabs(st.mean_after - 1.0) < 1e-6);
+    ck_assert(fabs(st.max - e0) < 1e-5); // the before-mask statistics still see seq 0
+}
+END_TEST
+
+START_TEST(test_malformed_thinking)
+{
+    const char *off = "User: What is 1+2?\nAssistant:", *on = "User: What is 1+2?\nAssistant:<think>";
+    ck_assert(!grpo_malformed_thinking(off, " Answer: 3"));
+    ck_assert(grpo_malformed_thinking(off, "<think>hm</think> Answer: 3"));
+    ck_assert(grpo_malformed_thinking(off, " Answer: 3</think>"));
+    ck_assert(!grpo_malformed_thinking(on, "1 plus 2</think> Answer: 3"));
+    ck_assert(grpo_malformed_thinking(on, " Answer: 3"));
+    ck_assert(grpo_malformed_thinking(on, "a</think>b</think>"));
+    ck_assert(grpo_malformed_thinking(on, "<think>a</think>"));
+    ck_assert(grpo_malformed_thinking("x</think>", "Answer: 3"));
+}
+END_TEST
+
+/* Message-level penalties: a textual tool call wins over malformed thinking; the value is clipped; per-token
+ * advantages of a penalised response all take it; untouched responses keep theirs. */
+START_TEST(test_message_penalties)
+{
+    ck_assert(grpo_invalid_tool_call("x <tool_call>{\"name\": \"calc\"}</tool_call>"));
+    ck_assert(grpo_invalid_tool_call("<function_call>"));
+    ck_assert(!grpo_invalid_tool_call(" Answer: 3 (no tool_call here)"));
+    const char *prompts[4] = {"Q:", "Q:", "Q:", "Q:"};
+    const char *responses[4] = {" Answer: 3", "<tool_call>", "<think>x</think> Answer: 3", "<tool_call><think>"};
+    const int32_t cu[5] = {0, 2, 3, 5, 6};
+    float adv[4] = {0.5f, 0.25f, -0.5f, 1.0f}, tadv[6] = {1, 2, 3, 4, 5, 6};
+    grpo_advantage_config cfg = adv_config(true, false);
+    cfg.advantage_clip_low = -3.0;
+    grpo_penalty_counts q;
+    grpo_apply_message_penalties(&cfg, -5.0, -1.0, 4, prompts, responses, cu, adv, tadv, &q);
+    ck_assert(q.invalid_tool_calls == 2 && q.malformed_thinking == 1 && q.assistant_messages == 4);
+    ck_assert(adv[0] == 0.5f && adv[1] == -3.0f && adv[2] == -1.0f && adv[3] == -3.0f);
+    ck_assert(tadv[0] == 1 && tadv[1] == 2 && tadv[2] == -3.0f && tadv[3] == -1.0f && tadv[4] == -1.0f &&
+              tadv[5] == -3.0f);
+    // either penalty off (NaN): those responses keep their advantage
+    float adv2[4] = {0.5f, 0.25f, -0.5f, 1.0f};
+    grpo_apply_message_penalties(&cfg, NAN, -1.0, 4, prompts, responses, NULL, adv2, NULL, &q);
+    ck_assert(q.invalid_tool_calls == 0 && q.malformed_thinking == 2 && adv2[1] == 0.25f && adv2[3] == -1.0f);
+}
+END_TEST
+
 static Suite *grpo_advantage_suite(void)
 {
     Suite *s = suite_create("grpo_advantage");
@@ -280,6 +426,11 @@ static Suite *grpo_advantage_suite(void)
     tcase_add_test(tc, test_reward_shaping_by_hand);
     tcase_add_test(tc, test_overlong_filter);
     tcase_add_test(tc, test_dynamic_sampling);
+    tcase_add_test(tc, test_gdpo_by_hand);
+    tcase_add_test(tc, test_reinforce_pp_by_hand);
+    tcase_add_test(tc, test_seq_logprob_error_mask_by_hand);
+    tcase_add_test(tc, test_malformed_thinking);
+    tcase_add_test(tc, test_message_penalties);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -275,19 +275,32 @@ static const bad_case bad_cases[] = {
     {{"policy.megatron_cfg.scheduler.lr_decay_style=WSD"}, "policy.megatron_cfg.scheduler.lr_decay_style",
      DSARL_E_UNSUPPORTED},
     // NeMo RL features dsarl does not implement: refused unless left at their default.
-    {{"grpo.max_rollout_turns=2"}, "grpo.max_rollout_turns", DSARL_E_UNSUPPORTED},
-    {{"++grpo.adv_estimator.name=gdpo"}, "grpo.adv_estimator.name", DSARL_E_UNSUPPORTED},
+    {{"grpo.max_rollout_turns=0"}, "grpo.max_rollout_turns", DSARL_E_INVALID},
+    {{"grpo.max_rollout_turns=3", "++grpo.adv_estimator.name=gdpo"}, "grpo.max_rollout_turns", DSARL_E_INVALID},
+    {{"++grpo.adv_estimator.name=opd"}, "grpo.adv_estimator.name", DSARL_E_UNSUPPORTED},
     {{"++grpo.adv_estimator.name=ppo"}, "grpo.adv_estimator.name", DSARL_E_INVALID},
     {{"++grpo.async_grpo.enabled=true"}, "grpo.async_grpo.enabled", DSARL_E_UNSUPPORTED},
-    {{"++grpo.seq_logprob_error_threshold=1.5"}, "grpo.seq_logprob_error_threshold", DSARL_E_UNSUPPORTED},
-    {{"++grpo.invalid_tool_call_advantage=-5.0"}, "grpo.invalid_tool_call_advantage", DSARL_E_UNSUPPORTED},
-    {{"++grpo.malformed_thinking_advantage=-5.0"}, "grpo.malformed_thinking_advantage", DSARL_E_UNSUPPORTED},
-    {{"loss_fn.sequence_level_importance_ratios=true"}, "loss_fn.sequence_level_importance_ratios",
-     DSARL_E_UNSUPPORTED},
-    {{"++loss_fn.use_kl_in_reward=true"}, "loss_fn.use_kl_in_reward", DSARL_E_UNSUPPORTED},
-    {{"++loss_fn.use_cispo=true"}, "loss_fn.use_cispo", DSARL_E_UNSUPPORTED},
-    {{"++loss_fn.disable_ppo_ratio=true"}, "loss_fn.disable_ppo_ratio", DSARL_E_UNSUPPORTED},
-    {{"++loss_fn.positive_example_nll_weight=0.1"}, "loss_fn.positive_example_nll_weight", DSARL_E_UNSUPPORTED},
+    // NeMo RL's variant combinations its loss and setup assert against, and values that would drop all data.
+    {{"loss_fn.sequence_level_importance_ratios=true"}, "loss_fn.token_level_loss", DSARL_E_INVALID},
+    {{"loss_fn.sequence_level_importance_ratios=true", "loss_fn.token_level_loss=false",
+      "loss_fn.truncated_importance_sampling_type=seq-mask-tis"}, "seq-mask-tis", DSARL_E_INVALID},
+    {{"loss_fn.use_cispo=true", "loss_fn.disable_ppo_ratio=true"}, "loss_fn.use_cispo", DSARL_E_INVALID},
+    {{"loss_fn.use_cispo=true", "loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=512"},
+     "loss_fn.force_on_policy_ratio", DSARL_E_INVALID},
+    {{"loss_fn.use_cispo=true", "loss_fn.ratio_clip_c=3"}, "loss_fn.ratio_clip_c", DSARL_E_INVALID},
+    {{"loss_fn.use_cispo=true", "loss_fn.token_level_loss=false"}, "loss_fn.token_level_loss", DSARL_E_INVALID},
+    {{"loss_fn.use_cispo=true", "loss_fn.sequence_level_importance_ratios=true", "loss_fn.token_level_loss=false"},
+     "loss_fn.sequence_level_importance_ratios", DSARL_E_INVALID},
+    {{"loss_fn.use_kl_in_reward=true"}, "reinforce_plus_plus", DSARL_E_INVALID},
+    {{"loss_fn.use_kl_in_reward=true", "++grpo.adv_estimator.name=reinforce_plus_plus",
+      "loss_fn.reference_policy_kl_penalty=0"}, "loss_fn.use_kl_in_reward", DSARL_E_INVALID},
+    {{"loss_fn.use_kl_in_reward=true", "++grpo.adv_estimator.name=reinforce_plus_plus",
+      "loss_fn.force_on_policy_ratio=true"}, "loss_fn.force_on_policy_ratio", DSARL_E_INVALID},
+    {{"++grpo.adv_estimator.reward_weights=[1,2]"}, "grpo.adv_estimator.reward_weights", DSARL_E_INVALID},
+    {{"++grpo.adv_estimator.name=gdpo", "++grpo.adv_estimator.reward_weights=[1,x]"},
+     "grpo.adv_estimator.reward_weights", DSARL_E_INVALID},
+    {{"loss_fn.positive_example_nll_weight=-0.1"}, "loss_fn.positive_example_nll_weight", DSARL_E_INVALID},
+    {{"++grpo.seq_logprob_error_threshold=0.9"}, "grpo.seq_logprob_error_threshold", DSARL_E_INVALID},
     // Wrong types are refused by the schema, with the key and its origin.
     {{"grpo.num_prompts_per_step=abc"}, "grpo.num_prompts_per_step", DSARL_E_INVALID},
     {{"loss_fn.token_level_loss=1"}, "loss_fn.token_level_loss", DSARL_E_INVALID},
@@ -335,7 +348,7 @@ END_TEST
 /* The settings a recipe can legitimately combine are accepted (they are not refused by accident). */
 START_TEST(test_good_combinations_accepted)
 {
-    static const char *const good[][4] = {
+    static const char *const good[][5] = {
         {"loss_fn.use_importance_sampling_correction=true", "loss_fn.truncated_importance_sampling_type=tis",
          "loss_fn.truncated_importance_sampling_ratio=5.0"},
         {"grpo.num_generations_per_prompt=1", "grpo.normalize_rewards=false", "grpo.use_leave_one_out_baseline=false",
@@ -346,10 +359,17 @@ START_TEST(test_good_combinations_accepted)
         {"loss_fn.force_on_policy_ratio=true", "loss_fn.reference_policy_kl_penalty=0",
          "grpo.skip_reference_policy_logprobs_calculation=true"},
         {"policy.megatron_cfg.scheduler.lr_decay_style=cosine", "policy.megatron_cfg.optimizer.clip_grad=0", NULL},
+        {"loss_fn.sequence_level_importance_ratios=true", "loss_fn.token_level_loss=false",
+         "loss_fn.ratio_clip_c=3"},
+        {"loss_fn.use_cispo=true", "loss_fn.positive_example_nll_weight=0.1", "++grpo.seq_logprob_error_threshold=1.5"},
+        {"++grpo.adv_estimator.name=reinforce_plus_plus", "loss_fn.use_kl_in_reward=true",
+         "++grpo.adv_estimator.minus_baseline=false"},
+        {"++grpo.adv_estimator.name=gdpo", "++grpo.adv_estimator.reward_weights=[1,0.5]",
+         "++grpo.malformed_thinking_advantage=-1", "++grpo.invalid_tool_call_advantage=-5"},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         int n = 0, rc;
-        while (n < 4 && good[i][n])
+        while (n < 5 && good[i][n])
             n++;
         grpo_config cfg;
         dsarl_error err = {0};
@@ -364,6 +384,18 @@ START_TEST(test_good_combinations_accepted)
             ck_assert(cfg.skip_reference_policy_logprobs);
         if (i == 6)
             ck_assert(cfg.lr_schedule.max_grad_norm == 0.0 && cfg.lr_schedule.decay_style == DSARL_LR_COSINE);
+        if (i == 7)
+            ck_assert(cfg.loss.sequence_level_importance_ratios && !cfg.loss.token_level_loss);
+        if (i == 8)
+            ck_assert(cfg.loss.use_cispo && cfg.loss.positive_example_nll_weight == 0.1 &&
+                      cfg.seq_logprob_error_threshold == 1.5);
+        if (i == 9)
+            ck_assert(cfg.advantage.estimator == GRPO_ESTIMATOR_REINFORCE_PP && cfg.loss.use_kl_in_reward &&
+                      !cfg.advantage.minus_baseline);
+        if (i == 10)
+            ck_assert(cfg.advantage.estimator == GRPO_ESTIMATOR_GDPO && cfg.advantage.n_reward_weights == 2 &&
+                      cfg.advantage.reward_weights[1] == 0.5 && cfg.malformed_thinking_advantage == -1.0 &&
+                      cfg.invalid_tool_call_advantage == -5.0);
         dsarl_recipe_free(r);
     }
 }

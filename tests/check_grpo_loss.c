@@ -52,6 +52,8 @@ typedef struct batch {
     int32_t cu[MAX_S + 1];
     float lp[MAX_T], old[MAX_T], gen[MAX_T], ref[MAX_T], tok[MAX_T];
     float sample[MAX_S], adv[MAX_S];
+    float tadv[MAX_T], reward[MAX_S]; /* per-token advantages and rewards, passed when use_tadv / use_rewards */
+    bool use_tadv, use_rewards;
 } batch;
 
 /* Appends a sequence of n tokens with advantage adv; its token values are filled by the caller. */
@@ -83,8 +85,10 @@ static grpo_loss_inputs inputs_of(const batch *b)
 {
     grpo_loss_inputs in = {.n_tokens = b->T, .n_seqs = b->S, .cu_seqlens = b->cu, .lp_theta = b->lp,
                            .lp_old = b->old, .lp_gen = b->gen, .lp_ref = b->ref, .token_mask = b->tok,
-                           .sample_mask = b->sample, .advantages = b->adv};
+                           .sample_mask = b->sample, .advantages = b->adv,
+                           .token_advantages = b->use_tadv ? b->tadv : NULL, .rewards = b->use_rewards ? b->reward : NULL};
     grpo_count_valid(&in, &in.global_valid_toks, &in.global_valid_seqs);
+    in.global_positive_toks = grpo_count_positive_toks(&in);
     return in;
 }
 
@@ -478,6 +482,137 @@ END_TEST
 /* ------------------------------------------------------------------------------------------------------------
  * Random inputs: finite differences, microbatch additivity, argument checks. */
 
+/* GSPO, sequence-level loss. Seq 0 (A = +1): token ratios 1.1 and 1.0, so r_seq = exp((log 1.1 + 0) / 2) =
+ * sqrt(1.1), inside the clip: L = -r_seq on both tokens, seq mean -r_seq, d/dlp_t = -r_seq / 2 (each token carries
+ * half the mean log-ratio). Seq 1 (A = +1): ratios 2 and 2, r_seq = 2 > 1.2: L = -1.2, no gradient, both tokens
+ * clipped. loss = (-sqrt(1.1) - 1.2) / 2; grads [-sqrt(1.1) / 4, same, 0, 0]. With lp_gen = lp_old - 0.1 on seq 0's
+ * tokens and the IS correction, seq 0's weight is exp(0.2) (one per sequence), seq 1's is 1. */
+START_TEST(test_gspo_by_hand)
+{
+    batch b = {0};
+    int64_t t = add_seq(&b, 2, 1.0f);
+    set_ratio(&b, t, -1.0, 1.1);
+    set_ratio(&b, t + 1, -2.0, 1.0);
+    t = add_seq(&b, 2, 1.0f);
+    set_ratio(&b, t, -0.5, 2.0);
+    set_ratio(&b, t + 1, -1.5, 2.0);
+    grpo_loss_config cfg = plain_config();
+    cfg.sequence_level_importance_ratios = true;
+    cfg.token_level_loss = false;
+    grpo_loss_inputs in = inputs_of(&b);
+    double loss;
+    float grad[4];
+    grpo_loss_metrics m;
+    dsarl_error err = {0};
+    ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, grad, &m, &err), 0);
+    const double r0 = sqrt(1.1);
+    assert_close(loss, (-r0 - 1.2) / 2, 1e-6, "gspo loss");
+    const double want[4] = {-r0 / 4, -r0 / 4, 0.0, 0.0};
+    for (int i = 0; i < 4; i++)
+        assert_close(grad[i], want[i], 1e-6, "gspo grad");
+    assert_close(m.probs_ratio, (2 * r0 + 2 * 2.0) / 4, 1e-6, "gspo probs_ratio (sequence ratio on every token)");
+    assert_close(m.probs_ratio_clamped, (2 * r0 + 2 * 1.2) / 4, 1e-6, "gspo probs_ratio_clamped");
+    assert_close(m.clip_fraction_high, 0.5, 1e-8, "gspo clip_fraction_high");
+
+    b.gen[0] = b.old[0] - 0.1f;
+    b.gen[1] = b.old[1] - 0.1f;
+    cfg.use_importance_sampling_correction = true;
+    in = inputs_of(&b);
+    ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, grad, &m, &err), 0);
+    const double w0 = exp((double)(b.old[0] - b.gen[0]) + (double)(b.old[1] - b.gen[1]));
+    assert_close(w0, exp(0.2), 1e-5, "gspo weight");
+    assert_close(loss, (-w0 * r0 - 1.2) / 2, 1e-6, "gspo loss with IS");
+    assert_close(grad[0], -w0 * r0 / 4, 1e-6, "gspo grad with IS");
+    assert_close(m.sampling_importance_ratio, (w0 + 1.0) / 2, 1e-6, "gspo sampling_importance_ratio per sequence");
+}
+END_TEST
+
+/* CISPO: t0 A = +1, r = 1.5 (clamp 1.2), lp = -1: L = -A sg(r_c) lp = 1.2, d/dlp = -1.2; t1 A = -1, r = 0.9, lp = -2:
+ * L = 0.9 * -2 = -1.8, d/dlp = 0.9. Token mean: loss -0.3, grads [-0.6, 0.45]; t0 counts as clipped high. */
+START_TEST(test_cispo_by_hand)
+{
+    batch b = {0};
+    int64_t t = add_seq(&b, 1, 1.0f);
+    set_ratio(&b, t, -1.0 - log(1.5), 1.5);
+    t = add_seq(&b, 1, -1.0f);
+    set_ratio(&b, t, -2.0 - log(0.9), 0.9);
+    grpo_loss_config cfg = plain_config();
+    cfg.use_cispo = true;
+    grpo_loss_inputs in = inputs_of(&b);
+    double loss;
+    float grad[2];
+    grpo_loss_metrics m;
+    dsarl_error err = {0};
+    ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, grad, &m, &err), 0);
+    assert_close(loss, -0.3, 1e-6, "cispo loss");
+    assert_close(grad[0], -0.6, 1e-6, "cispo grad 0");
+    assert_close(grad[1], 0.45, 1e-6, "cispo grad 1");
+    assert_close(m.clip_fraction_high, 0.5, 1e-8, "cispo clip_fraction_high");
+    assert_close(m.clip_fraction_low, 0.0, 0.0, "cispo clip_fraction_low");
+}
+END_TEST
+
+/* REINFORCE (disable_ppo_ratio): lp -1 with A = +1 and lp -2 with A = -1: L = -A lp = 1 and -2, loss -0.5, grads
+ * [-0.5, 0.5]; NeMo's probs_ratio metric is then the mean lp, -1.5. lp_old still feeds the IS weight only. */
+START_TEST(test_reinforce_by_hand)
+{
+    batch b = {0};
+    int64_t t = add_seq(&b, 1, 1.0f);
+    set_ratio(&b, t, -1.3, exp(-1.0 + 1.3));
+    t = add_seq(&b, 1, -1.0f);
+    set_ratio(&b, t, -2.2, exp(-2.0 + 2.2));
+    grpo_loss_config cfg = plain_config();
+    cfg.disable_ppo_ratio = true;
+    grpo_loss_inputs in = inputs_of(&b);
+    double loss;
+    float grad[2];
+    grpo_loss_metrics m;
+    dsarl_error err = {0};
+    ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, grad, &m, &err), 0);
+    assert_close(loss, -0.5, 1e-6, "reinforce loss");
+    assert_close(grad[0], -0.5, 1e-6, "reinforce grad 0");
+    assert_close(grad[1], 0.5, 1e-6, "reinforce grad 1");
+    assert_close(m.probs_ratio, -1.5, 1e-6, "reinforce probs_ratio = mean lp");
+    assert_close(m.clip_fraction_low + m.clip_fraction_high, 0.0, 0.0, "reinforce never clips");
+}
+END_TEST
+
+/* VAPO: seq 0 (reward 1, A = +1, r = 1) has tokens lp -1 and -3, seq 1 (reward 0, A = 0) one token. Actor: L = -1
+ * on seq 0's tokens, 0 on seq 1's: -2/3, grads -1/3. NLL over the positive sample's tokens: (1 + 3) / 2 = 2, weight
+ * 0.5 adds 1.0 to the loss and -0.5 / 2 to each of its tokens' gradients. */
+START_TEST(test_vapo_nll_by_hand)
+{
+    batch b = {0};
+    int64_t t = add_seq(&b, 2, 1.0f);
+    set_ratio(&b, t, -1.0, 1.0);
+    set_ratio(&b, t + 1, -3.0, 1.0);
+    t = add_seq(&b, 1, 0.0f);
+    set_ratio(&b, t, -0.5, 1.0);
+    b.use_rewards = true;
+    b.reward[0] = 1.0f;
+    b.reward[1] = 0.0f;
+    grpo_loss_config cfg = plain_config();
+    cfg.positive_example_nll_weight = 0.5;
+    grpo_loss_inputs in = inputs_of(&b);
+    ck_assert(in.global_positive_toks == 2.0);
+    double loss;
+    float grad[3];
+    grpo_loss_metrics m;
+    dsarl_error err = {0};
+    ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, grad, &m, &err), 0);
+    assert_close(m.actor_loss, -2.0 / 3, 1e-6, "vapo actor");
+    assert_close(m.positive_nll_loss, 2.0, 1e-6, "positive_nll_loss");
+    assert_close(loss, -2.0 / 3 + 0.5 * 2.0, 1e-6, "vapo loss");
+    assert_close(grad[0], -1.0 / 3 - 0.25, 1e-6, "vapo grad 0");
+    assert_close(grad[1], -1.0 / 3 - 0.25, 1e-6, "vapo grad 1");
+    assert_close(grad[2], 0.0, 0.0, "vapo grad of the unrewarded sample");
+    // no rewards given: refused, not silently dropped
+    b.use_rewards = false;
+    in = inputs_of(&b);
+    ck_assert_int_eq(grpo_clipped_pg_loss(&cfg, &in, &loss, grad, &m, &err), DSARL_E_INVALID);
+}
+END_TEST
+
 /* A random batch: S sequences of 3..12 tokens, the first 1..2 of each a prompt (token_mask 0), some sequences with
  * sample_mask 0, advantages N(0, 1), lp_theta in [-3, -0.05], lp_old = lp + N(0, spread), lp_gen and lp_ref
  * near them. */
@@ -505,7 +640,18 @@ static int piece_of(const grpo_loss_config *cfg, const batch *b, int64_t s, int6
 {
     double old = cfg->force_on_policy_ratio ? lp_sg : b->old[t];
     double r = cfg->force_on_policy_ratio ? exp(lp - lp_sg) : exp(lp - old);
-    double adv = b->adv[s];
+    if (cfg->sequence_level_importance_ratios && !cfg->force_on_policy_ratio && !cfg->disable_ppo_ratio) {
+        // GSPO: the sequence's ratio, with token t at lp
+        double sum = 0.0, n = 0.0;
+        for (int64_t u = b->cu[s]; u < b->cu[s + 1]; u++) {
+            sum += b->tok[u] * ((u == t ? lp : b->lp[u]) - b->old[u]);
+            n += b->tok[u];
+        }
+        r = exp(sum / (n + 1e-8));
+    }
+    if (cfg->disable_ppo_ratio && !cfg->force_on_policy_ratio)
+        return 0;  // REINFORCE: -A lp, smooth
+    double adv = b->use_tadv ? b->tadv[t] : b->adv[s];
     int piece = 0;
     piece |= (r < 1.0 - cfg->ratio_clip_min) << 0;
     piece |= (r > 1.0 + cfg->ratio_clip_max) << 1;
@@ -573,13 +719,14 @@ START_TEST(test_gradient_finite_differences)
 {
     grpo_loss_config base = plain_config();
     base.reference_policy_kl_penalty = 0.05;
-    struct { const char *name; grpo_loss_config cfg; double spread; } variants[16];
+    struct { const char *name; grpo_loss_config cfg; double spread; int extra; } variants[32];
     int n = 0;
 #define VARIANT(name_, spread_, ...)                                          \
     do {                                                                      \
         variants[n].name = name_;                                             \
         variants[n].cfg = base;                                               \
         variants[n].spread = spread_;                                         \
+        variants[n].extra = 0;                                                \
         grpo_loss_config *c = &variants[n].cfg;                               \
         __VA_ARGS__;                                                          \
         n++;                                                                  \
@@ -604,12 +751,36 @@ START_TEST(test_gradient_finite_differences)
     VARIANT("force on-policy", 0.2, c->force_on_policy_ratio = true; c->use_importance_sampling_correction = true);
     VARIANT("force on-policy sequence on-policy-kl", 0.2, c->force_on_policy_ratio = true;
             c->token_level_loss = false; c->use_on_policy_kl_approximation = true);
+    // NeMo RL's variants (the GSPO ones use a small spread so that some sequence ratios fall inside the clip)
+    VARIANT("gspo", 0.03, c->sequence_level_importance_ratios = true; c->token_level_loss = false);
+    VARIANT("gspo is tis", 0.03, c->sequence_level_importance_ratios = true; c->token_level_loss = false;
+            c->use_importance_sampling_correction = true; c->truncation = GRPO_TRUNCATION_TIS;
+            c->truncation_ratio = 1.5; c->truncation_ratio_min = 0.0);
+    VARIANT("gspo dual clip", 0.2, c->sequence_level_importance_ratios = true; c->token_level_loss = false;
+            c->ratio_clip_c = 1.1);
+    VARIANT("cispo", 0.2, c->use_cispo = true);
+    VARIANT("cispo is icepop", 0.2, c->use_cispo = true; c->use_importance_sampling_correction = true;
+            c->truncation = GRPO_TRUNCATION_ICEPOP; c->truncation_ratio = 1.1; c->truncation_ratio_min = 0.9);
+    VARIANT("reinforce", 0.2, c->disable_ppo_ratio = true);
+    VARIANT("reinforce sequence-level is", 0.2, c->disable_ppo_ratio = true; c->token_level_loss = false;
+            c->use_importance_sampling_correction = true);
+    VARIANT("vapo nll", 0.2, c->positive_example_nll_weight = 0.3; variants[n].extra = 1);
+    VARIANT("vapo nll sequence-level", 0.2, c->positive_example_nll_weight = 0.3; c->token_level_loss = false;
+            variants[n].extra = 1);
+    VARIANT("token advantages, kl in reward", 0.2, c->use_kl_in_reward = true; variants[n].extra = 2);
 #undef VARIANT
     static batch b;
     for (int v = 0; v < n; v++) {
         int checked = 0;
         for (int rep = 0; rep < 3; rep++) {
             random_batch(&b, 12, variants[v].spread);
+            // extra 1: rewards of both signs (VAPO); 2: per-token advantages
+            b.use_rewards = variants[v].extra == 1;
+            b.use_tadv = variants[v].extra == 2;
+            for (int64_t s = 0; s < b.S; s++)
+                b.reward[s] = (float)normal();
+            for (int64_t t = 0; t < b.T; t++)
+                b.tadv[t] = (float)normal();
             checked += check_gradient(&variants[v].cfg, &b, variants[v].name);
         }
         ck_assert_msg(checked >= 60, "%s: only %d tokens away from kinks (seed %llu)", variants[v].name, checked,
@@ -709,6 +880,10 @@ static Suite *grpo_loss_suite(void)
     tcase_add_test(tc, test_seq_mask_tis_by_hand);
     tcase_add_test(tc, test_force_on_policy_by_hand);
     tcase_add_test(tc, test_diagnostics_by_hand);
+    tcase_add_test(tc, test_gspo_by_hand);
+    tcase_add_test(tc, test_cispo_by_hand);
+    tcase_add_test(tc, test_reinforce_by_hand);
+    tcase_add_test(tc, test_vapo_nll_by_hand);
     tcase_add_test(tc, test_gradient_finite_differences);
     tcase_add_test(tc, test_microbatches_sum_to_global);
     tcase_add_test(tc, test_bad_arguments_refused);

@@ -57,6 +57,30 @@ static const dsarl_environment_ops ascii_env = {
     .common = DSARL_OPS_COMMON_NOKEYS(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "ascii", "test reward"),
     .create = ascii_create, .destroy = ascii_destroy, .score = ascii_score};
 
+/* A multi-turn test environment (ABI 1.4 step): turns 0 and 1 get the observation "<ok>" appended, turn 2 ends
+ * the episode with the ascii reward of its own text. */
+static int turns_step(dsarl_environment *env, size_t n, const char *const *responses, const char *const *truths,
+                      const int32_t *turns, const char **observations, uint8_t *done, float *rewards,
+                      dsarl_verdict *verdicts, int32_t *tool_calls, int32_t *invalid_tool_calls, dsarl_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        done[i] = turns[i] >= 2;
+        observations[i] = done[i] ? NULL : "<ok>";
+        tool_calls[i] = !done[i];
+        invalid_tool_calls[i] = 0;
+        if (done[i])
+            DSARL_TRY(ascii_score(env, 1, &responses[i], &truths[i], &rewards[i], &verdicts[i], err));
+    }
+    return 0;
+}
+
+static const dsarl_environment_ops turns_env = {
+    .common = DSARL_OPS_COMMON_NOKEYS(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "turns", "test turns"),
+    .create = ascii_create, .destroy = ascii_destroy, .score = ascii_score, .step = turns_step};
+
+/* When set, runs use turns_env instead of ascii_env. */
+static int use_turns_env;
+
 typedef struct harness {
     dsarl_recipe *recipe;
     dsarl_registry *reg;
@@ -139,7 +163,7 @@ static grpo_run_summary run_ok(const char *work, const char *const *extra, size_
     harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, extra, n_extra, &err) == 0, "%s", err.message);
-    h.env_ops[0] = &ascii_env; /* the run's only environment ("math" by name) */
+    h.env_ops[0] = use_turns_env ? &turns_env : &ascii_env; /* the run's only environment ("math" by name) */
     if (use_builtin_sampler)
         h.ctx.generation_ops = NULL;
     grpo_run_summary sum;
@@ -504,6 +528,42 @@ START_TEST(test_bad_recipe_refused_before_run)
 }
 END_TEST
 
+/* Multi-turn episodes of up to 3 turns of at most 8 tokens (the environment ends them at the third): the observations are appended and masked out of the loss, the generation log-probs of every later turn
+ * (generated after re-prefilling the prompt, the earlier turns and the observations) equal the trainer's over the
+ * whole sequence, and NeMo RL's turn metrics count them. Under the native engine and the built-in sampler. */
+START_TEST(test_multi_turn_episodes)
+{
+    use_builtin_sampler = _i;
+    use_turns_env = 1;
+    char *work = make_work_dir();
+    static const char *const extra[] = {"grpo.max_num_steps=2", "checkpointing.enabled=false",
+                                        "grpo.val_at_end=false", "grpo.val_period=0", "grpo.max_rollout_turns=3"};
+    grpo_run_summary sum = run_ok(work, extra, DSARL_ARRAY_LEN(extra));
+    use_turns_env = 0;
+    json_t *rows = read_metrics(sum.exp_dir);
+    ck_assert_uint_eq(json_array_size(rows), 2);
+    for (size_t s = 0; s < 2; s++) {
+        json_t *row = json_array_get(rows, s);
+        double turns = metric(row, "train/avg_turns_per_sample"), env = metric(row, "train/mean_env_tokens_per_sample");
+        ck_assert_msg(metric(row, "train/max_turns_per_sample") == 3.0 && turns > 1.0 && turns <= 3.0, "turns %g",
+                      turns);
+        // "<ok>" is 4 bytes, appended after every turn but the last of an episode
+        ck_assert_msg(fabs(env - 4.0 * (turns - 1.0)) < 1e-9, "env tokens %g for %g turns", env, turns);
+        ck_assert(metric(row, "train/natural_termination_rate") > 0.0);
+        ck_assert(fabs(metric(row, "train/tool_calls_per_sample") - (turns - 1.0)) < 1e-9);
+        double gen = metric(row, "train/mean_gen_tokens_per_sample");
+        ck_assert(gen >= turns && gen <= 8.0 * turns);
+        // an observation token that trained, or a turn generated from another context, would show here
+        double err_mult = metric(row, "train/token_mult_prob_error");
+        ck_assert_msg(fabs(err_mult - 1.0) <= 1e-5, "token_mult_prob_error %.9g", err_mult);
+        ck_assert(metric(row, "train/grad_norm") > 0.0);
+    }
+    json_decref(rows);
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grpo_run");
@@ -516,6 +576,7 @@ int main(void)
     tcase_add_test(tc, test_epoch_limit_before_generation);
     tcase_add_loop_test(tc, test_stop_at_validation_metric, 0, 5);
     tcase_add_test(tc, test_corrupt_checkpoint_skipped);
+    tcase_add_loop_test(tc, test_multi_turn_episodes, 0, 2);
     tcase_add_loop_test(tc, test_bad_recipe_refused_before_run, 0, (int)DSARL_ARRAY_LEN(bad_cases));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

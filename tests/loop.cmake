@@ -28,3 +28,8 @@ endif()
 add_test(NAME grpo_cli_run COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/grpo_cli_check.sh ${CMAKE_BINARY_DIR}
          ${PROJECT_SOURCE_DIR})
 set_tests_properties(grpo_cli_run PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77)
+# NeMo RL's GRPO variants (GSPO, CISPO, REINFORCE, VAPO, Reinforce++, GDPO, masking) through `dsarl run`, and the
+# combinations it forbids refused with exit status 3.
+add_test(NAME grpo_cli_variants COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/grpo_variants_check.sh ${CMAKE_BINARY_DIR}
+         ${PROJECT_SOURCE_DIR})
+set_tests_properties(grpo_cli_variants PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -50,10 +50,27 @@ typedef struct grpo_loss_config {
     double truncation_ratio_min;        /* lower bound (0 for "tis" when the recipe says null) */
     bool token_level_loss;              /* true: mean over the global batch's tokens; false: mean of sequence means */
     bool force_on_policy_ratio;         /* ratio = exp(lp - sg(lp)) == 1, lp_old taken as sg(lp_theta) */
+    /* NeMo RL's loss variants (docs/algorithms.md), all off by default: */
+    bool sequence_level_importance_ratios; /* GSPO: ratio exp(mean_t(lp - lp_old)) and IS weight per sequence */
+    bool use_cispo;                     /* CISPO: L = -A sg(clamp(ratio)) lp */
+    bool disable_ppo_ratio;             /* REINFORCE: L = -A lp (no ratio, no clip) */
+    bool use_kl_in_reward;              /* the KL goes into the Reinforce++ advantages; the loss has none */
+    double positive_example_nll_weight; /* VAPO: + weight * mean NLL of the tokens of samples with reward > 0 */
 } grpo_loss_config;
+
+/* grpo.adv_estimator.name */
+typedef enum grpo_estimator {
+    GRPO_ESTIMATOR_GRPO = 0,          /* group baseline, optional std normalisation */
+    GRPO_ESTIMATOR_GDPO,              /* GRPO per reward component, weighted sum, batch z-score */
+    GRPO_ESTIMATOR_REINFORCE_PP,      /* Reinforce++: group mean (minus_baseline), KL in reward, batch z-score */
+} grpo_estimator;
 
 /* Group baseline and normalisation (grpo.normalize_rewards etc.). */
 typedef struct grpo_advantage_config {
+    grpo_estimator estimator;
+    bool minus_baseline;             /* Reinforce++: subtract the group mean */
+    int64_t n_reward_weights;        /* GDPO: 0 = equal weights (recipe null) */
+    double reward_weights[16];       /* GDPO: one per reward component, in the order of their sorted names */
     bool normalize_rewards;          /* divide by (std + 1e-6) where std > 0 */
     bool use_leave_one_out_baseline; /* RLOO: baseline and std exclude the sample itself */
     double advantage_clip_low;       /* clamp after normalisation; -INFINITY = none */
@@ -81,6 +98,7 @@ typedef struct grpo_reward_shaping {
 typedef struct grpo_config {
     int64_t num_prompts_per_step;
     int64_t num_generations_per_prompt;
+    int64_t max_rollout_turns;             /* policy turns per episode; > 1 needs an environment with step */
     int64_t max_num_epochs;
     int64_t max_num_steps;
     int64_t val_period;                    /* 0 = no periodic validation */
@@ -97,6 +115,9 @@ typedef struct grpo_config {
     int64_t dynamic_sampling_max_gen_batches;
     double batch_multiplier;               /* prompts generated per round = num_prompts_per_step * this */
     bool skip_reference_policy_logprobs;   /* true whenever reference_policy_kl_penalty == 0 */
+    double seq_logprob_error_threshold;    /* drop sequences whose mean exp(|lp_gen - lp_old|) exceeds it; NAN = off */
+    double malformed_thinking_advantage;   /* advantage of responses with malformed <think> tags; NAN = off */
+    double invalid_tool_call_advantage;    /* advantage of responses with a (textual, unexecuted) tool call; NAN = off */
     grpo_advantage_config advantage;
     grpo_reward_scaling reward_scaling;
     grpo_reward_shaping reward_shaping;
@@ -139,6 +160,65 @@ void grpo_baseline_and_std(const float *rewards, const float *std_rewards, int64
  * rewards: (n_groups * group_size); advantages: (n_groups * group_size) output. */
 int grpo_compute_advantages(const grpo_advantage_config *cfg, const float *rewards, int64_t n_groups,
                             int64_t group_size, float *advantages, dsarl_error *err);
+
+/* GDPO: GRPO advantages (baseline and normalisation as cfg, no clip) of each of n_components reward columns,
+ * summed with cfg->reward_weights (all 1 when cfg->n_reward_weights == 0), then z-scored over the whole batch
+ * (unbiased std; only the mean is removed when that std is 0 or undefined), then clamped as grpo_compute_advantages.
+ * Fails unless n_components >= 2 and the weights, when given, number n_components.
+ * components: (n_groups * group_size, n_components) row-major; advantages: (n_groups * group_size) output. */
+int grpo_gdpo_advantages(const grpo_advantage_config *cfg, const float *components, int64_t n_components,
+                         int64_t n_groups, int64_t group_size, float *advantages, dsarl_error *err);
+
+/* Reinforce++: a_s = R_s - mean of its group (minus_baseline) or R_s; per token a_t = a_s - kl_coef * k3-style
+ * KL(lp_policy, lp_ref) (NeMo's calculate_kl with its fixed clamps 20 / 10) when kl_coef != 0; then
+ * a_t = (a_t - mean) / sqrt(max(var, 1e-8)) with mean and (biased) var over the tokens with token_mask *
+ * sample_mask != 0; then clamped to [advantage_clip_low, high]. Fails when no token is valid or a reward is not
+ * finite. rewards, sample_mask: (n_groups * group_size); cu_seqlens (S + 1); token_mask, lp_policy, lp_ref (may be
+ * NULL when kl_coef == 0), token_advantages: (cu_seqlens[S]). */
+int grpo_reinforce_pp_advantages(const grpo_advantage_config *cfg, const float *rewards, int64_t n_groups,
+                                 int64_t group_size, const int32_t *cu_seqlens, const float *token_mask,
+                                 const float *sample_mask, double kl_coef, grpo_kl_type kl_type,
+                                 const float *lp_policy, const float *lp_ref, float *token_advantages,
+                                 dsarl_error *err);
+
+/* Sequence-level train/inference error (NeMo's seq_mult_prob_error): per sequence with a valid token, the mean over
+ * its tokens with token_mask * sample_mask of exp(|lp_gen - lp_old|), and the statistics NeMo logs. */
+typedef struct grpo_seq_error_stats {
+    double max, mean, min;                   /* over sequences with a valid token (0 when there are none) */
+    double max_after, mean_after, min_after; /* over the ones kept */
+    int64_t num_masked;                      /* sequences the threshold dropped */
+    double masked_correct_pct;               /* fraction of the dropped ones whose reward is exactly 1 */
+} grpo_seq_error_stats;
+
+/* Computes the statistics and, when threshold is not NaN, sets sample_mask[s] = 0 for every sequence whose error
+ * exceeds it. cu_seqlens (S + 1); token_mask, lp_old, lp_gen (cu_seqlens[S]); sample_mask (in/out), rewards (S). */
+void grpo_seq_logprob_error_mask(double threshold, int64_t n_seqs, const int32_t *cu_seqlens, const float *token_mask,
+                                 const float *lp_old, const float *lp_gen, const float *rewards, float *sample_mask,
+                                 grpo_seq_error_stats *out);
+
+/* True when a response's <think> tags do not fit its prompt (NeMo-Gym's rule): a prompt with as many "<think>" as
+ * "</think>" (thinking off) wants neither tag in the response; a prompt with one "<think>" more (thinking opened)
+ * wants no "<think>" and exactly one "</think>"; any other prompt is malformed already. */
+bool grpo_malformed_thinking(const char *prompt, const char *response);
+
+/* True when a response holds a textual tool call (NeMo-Gym's patterns <tool_call>, </tool_call>, <function_call>,
+ * </function_call>). Rollouts here are single-turn, so no tool call is ever executed: every one in the text is an
+ * invalid (unexecuted) call, as NeMo-Gym judges a final message. */
+bool grpo_invalid_tool_call(const char *response);
+
+/* Counts of grpo_apply_message_penalties. */
+typedef struct grpo_penalty_counts {
+    int64_t invalid_tool_calls, malformed_thinking, assistant_messages;
+} grpo_penalty_counts;
+
+/* NeMo RL's message-level penalties: a response with an invalid tool call gets invalid_tool_call_advantage, else
+ * one with malformed thinking gets malformed_thinking_advantage (each NaN = off), clamped to the advantage clip,
+ * in place of its advantage (advantages[s], and every token's in token_advantages when not NULL).
+ * prompts, responses, advantages: (n); cu_seqlens (n + 1) and token_advantages (cu_seqlens[n]) may be NULL. */
+void grpo_apply_message_penalties(const grpo_advantage_config *adv, double invalid_tool_call_advantage,
+                                  double malformed_thinking_advantage, int64_t n, const char *const *prompts,
+                                  const char *const *responses, const int32_t *cu_seqlens, float *advantages,
+                                  float *token_advantages, grpo_penalty_counts *counts);
 
 /* grpo.reward_scaling in place (no-op when disabled); returns how many rewards were outside the source range
  * and got clamped (NeMo warns about them). rewards: (n). */
@@ -198,6 +278,9 @@ typedef struct grpo_loss_inputs {
     const float *token_mask;    /* (T) 1 on generated tokens that train, 0 on prompt and padding */
     const float *sample_mask;   /* (S) per-sequence loss multiplier (0 drops a sequence, e.g. overlong filtering) */
     const float *advantages;    /* (S) per-sequence advantage, broadcast over its tokens */
+    const float *token_advantages; /* (T) per-token advantages instead (Reinforce++ with the KL in the reward); NULL */
+    const float *rewards;       /* (S) rewards: the VAPO NLL term trains on samples with reward > 0; may be NULL */
+    double global_positive_toks; /* sum of token_mask * sample_mask over the global batch's samples with reward > 0 */
     double global_valid_toks;   /* sum of token_mask * sample_mask over the global batch */
     double global_valid_seqs;   /* sum of sample_mask over the global batch */
 } grpo_loss_inputs;
@@ -222,6 +305,7 @@ typedef struct grpo_loss_metrics {
     double clip_fraction_high;       /* tokens whose gradient the upper clip removed (A > 0, ratio > 1 + max) */
     double dual_clip_fraction;       /* tokens capped by the dual clip (A < 0, ratio > c) */
     double num_valid_samples;        /* sum of sample_mask in this microbatch (a count, not normalised) */
+    double positive_nll_loss;        /* VAPO: mean -lp over the tokens of positively rewarded samples */
 } grpo_loss_metrics;
 
 /* Zero sums and empty extrema (min = +inf, max = -inf), ready for grpo_loss_metrics_add. */
@@ -233,6 +317,10 @@ void grpo_loss_metrics_add(grpo_loss_metrics *total, const grpo_loss_metrics *mi
 /* Counts this microbatch's valid tokens (sum token_mask * sample_mask) and sequences (sum sample_mask); the driver
  * sums them over microbatches and ranks into global_valid_toks / global_valid_seqs. */
 void grpo_count_valid(const grpo_loss_inputs *in, double *valid_toks, double *valid_seqs);
+
+/* Counts this microbatch's valid tokens of samples whose reward is > 0 (the VAPO NLL term's denominator, summed
+ * like valid_toks into global_positive_toks); 0 when in->rewards is NULL. */
+double grpo_count_positive_toks(const grpo_loss_inputs *in);
 
 /* ClippedPGLoss of one microbatch: *loss, grad_lp_theta[t] = d loss / d lp_theta[t] (may be NULL) with NeMo's
  * stop-gradients, and metrics (may be NULL). Masked tokens contribute nothing and get gradient 0. */

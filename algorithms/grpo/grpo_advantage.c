@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Baseline and std of one sample from its group's sums (sum of rewards for the baseline; sum and sum of squares
  * of the std rewards): over the whole group, or over the others for leave-one-out. group_size >= 2. */
@@ -24,6 +26,37 @@ static void sample_stats(double sum, double sum_s, double sum_sq, double r, doub
     // that rounds negative gives sqrt(<0) = NaN -> 0; both as torch's nan_to_num(0).
     double s = sqrt((mean_sq - mean_s * mean_s) * (num_valid / (num_valid - 1.0)));
     *std = isnan(s) ? 0.0 : s;
+}
+
+/* GRPO's advantage of every sample of one reward column (stride floats apart in rewards): R - b, divided by
+ * (std + 1e-6) under normalize_rewards where std > 0; a group of one gets 0. No clamp. out: (n_groups * G). */
+static void grpo_group_advantages(const grpo_advantage_config *cfg, const float *rewards, int64_t stride,
+                                  int64_t n_groups, int64_t group_size, float *out)
+{
+    for (int64_t g = 0; g < n_groups; g++) {
+        const float *r = rewards + g * group_size * stride;  // (G) at stride
+        double sum = 0.0, sum_sq = 0.0;
+        for (int64_t i = 0; i < group_size; i++) {
+            sum += r[i * stride];
+            sum_sq += (double)r[i * stride] * r[i * stride];
+        }
+        for (int64_t i = 0; i < group_size; i++) {
+            double ri = r[i * stride], b = ri, s = 0.0;  // a group of one: A = 0
+            if (group_size > 1)
+                sample_stats(sum, sum, sum_sq, ri, ri, group_size, cfg->use_leave_one_out_baseline, &b, &s);
+            double a = ri - b;
+            // A group without variation is left unnormalised (its advantage is 0 anyway, up to rounding).
+            if (cfg->normalize_rewards && s > 0.0)
+                a /= s + 1e-6;
+            out[g * group_size + i] = (float)a;
+        }
+    }
+}
+
+/* grpo.advantage_clip_low / high. */
+static double clip_advantage(const grpo_advantage_config *cfg, double a)
+{
+    return a < cfg->advantage_clip_low ? cfg->advantage_clip_low : a > cfg->advantage_clip_high ? cfg->advantage_clip_high : a;
 }
 
 void grpo_baseline_and_std(const float *rewards, const float *std_rewards, int64_t n_groups, int64_t group_size,
@@ -69,29 +102,211 @@ int grpo_compute_advantages(const grpo_advantage_config *cfg, const float *rewar
                               "reward of sample %lld (group %lld) is %g; a reward must be finite (a verifier failure "
                               "must be reported, not passed on as a reward)",
                               (long long)i, (long long)(i / group_size), (double)rewards[i]);
+    grpo_group_advantages(cfg, rewards, 1, n_groups, group_size, advantages);
+    for (int64_t i = 0; i < n_groups * group_size; i++)
+        advantages[i] = (float)clip_advantage(cfg, advantages[i]);
+    return DSARL_OK;
+}
+
+int grpo_gdpo_advantages(const grpo_advantage_config *cfg, const float *components, int64_t n_components,
+                         int64_t n_groups, int64_t group_size, float *advantages, dsarl_error *err)
+{
+    if (!cfg || !components || !advantages || n_groups < 1 || group_size < 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "grpo_gdpo_advantages: bad arguments (n_groups %lld, group_size %lld)",
+                          (long long)n_groups, (long long)group_size);
+    if (n_components < 2)
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "grpo.adv_estimator.name is gdpo but the environment scores %lld reward component(s); GDPO "
+                          "needs at least 2 (use the grpo estimator for a single reward)", (long long)n_components);
+    if (cfg->n_reward_weights != 0 && cfg->n_reward_weights != n_components)
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "grpo.adv_estimator.reward_weights has %lld entries but the environment scores %lld reward "
+                          "components; give one weight per component, in the order of the sorted component names",
+                          (long long)cfg->n_reward_weights, (long long)n_components);
+    const int64_t n = n_groups * group_size;
+    for (int64_t i = 0; i < n * n_components; i++)
+        if (!isfinite(components[i]))
+            return DSARL_FAIL(err, DSARL_E_INVALID, "reward component %lld of sample %lld is %g; rewards must be finite",
+                              (long long)(i % n_components), (long long)(i / n_components), (double)components[i]);
+    float *part = malloc(sizeof(float) * (size_t)n);
+    double *sum = calloc((size_t)n, sizeof(double));
+    if (!part || !sum) {
+        free(part);
+        free(sum);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "grpo_gdpo_advantages: out of memory for %lld samples", (long long)n);
+    }
+    for (int64_t k = 0; k < n_components; k++) {
+        double w = cfg->n_reward_weights ? cfg->reward_weights[k] : 1.0;
+        grpo_group_advantages(cfg, components + k, n_components, n_groups, group_size, part);
+        for (int64_t i = 0; i < n; i++)
+            sum[i] += w * part[i];
+    }
+    // z-score over the batch; torch's Tensor.std is the unbiased one (NaN for one sample: only the mean goes)
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        mean += sum[i];
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++)
+        var += (sum[i] - mean) * (sum[i] - mean);
+    double std = n > 1 ? sqrt(var / (double)(n - 1)) : NAN;
+    for (int64_t i = 0; i < n; i++) {
+        double a = std > 0.0 ? (sum[i] - mean) / std : sum[i] - mean;
+        advantages[i] = (float)clip_advantage(cfg, a);
+    }
+    free(part);
+    free(sum);
+    return DSARL_OK;
+}
+
+/* calculate_kl(logprobs, reference) as NeMo's Reinforce++ calls it: logr = clamp(lp_ref - lp, +-20), the estimator,
+ * then clamp(+-10). */
+static double reward_kl(grpo_kl_type type, double lp, double lp_ref)
+{
+    double logr = lp_ref - lp;
+    logr = logr > 20.0 ? 20.0 : logr < -20.0 ? -20.0 : logr;
+    double k = type == GRPO_KL_K1 ? -logr : type == GRPO_KL_K2 ? 0.5 * logr * logr : exp(logr) - 1.0 - logr;
+    return k > 10.0 ? 10.0 : k < -10.0 ? -10.0 : k;
+}
+
+int grpo_reinforce_pp_advantages(const grpo_advantage_config *cfg, const float *rewards, int64_t n_groups,
+                                 int64_t group_size, const int32_t *cu_seqlens, const float *token_mask,
+                                 const float *sample_mask, double kl_coef, grpo_kl_type kl_type,
+                                 const float *lp_policy, const float *lp_ref, float *token_advantages,
+                                 dsarl_error *err)
+{
+    const int64_t n = n_groups * group_size;
+    if (!cfg || !rewards || !cu_seqlens || !token_mask || !sample_mask || !token_advantages || n < 1 ||
+        (kl_coef != 0.0 && (!lp_policy || !lp_ref)))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "grpo_reinforce_pp_advantages: bad arguments");
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(rewards[i]))
+            return DSARL_FAIL(err, DSARL_E_INVALID, "reward of sample %lld is %g; a reward must be finite",
+                              (long long)i, (double)rewards[i]);
+    double sum = 0.0, count = 0.0;
     for (int64_t g = 0; g < n_groups; g++) {
         const float *r = rewards + g * group_size;  // (G)
-        double sum = 0.0, sum_sq = 0.0;
+        double group_sum = 0.0;
+        for (int64_t i = 0; i < group_size; i++)
+            group_sum += r[i];
         for (int64_t i = 0; i < group_size; i++) {
-            sum += r[i];
-            sum_sq += (double)r[i] * r[i];
-        }
-        for (int64_t i = 0; i < group_size; i++) {
-            double b = r[i], s = 0.0;  // a group of one: A = 0
-            if (group_size > 1)
-                sample_stats(sum, sum, sum_sq, r[i], r[i], group_size, cfg->use_leave_one_out_baseline, &b, &s);
-            double a = r[i] - b;
-            // A group without variation is left unnormalised (its advantage is 0 anyway, up to rounding).
-            if (cfg->normalize_rewards && s > 0.0)
-                a /= s + 1e-6;
-            if (a < cfg->advantage_clip_low)
-                a = cfg->advantage_clip_low;
-            if (a > cfg->advantage_clip_high)
-                a = cfg->advantage_clip_high;
-            advantages[g * group_size + i] = (float)a;
+            const int64_t s = g * group_size + i;
+            // a group of one is its own baseline, as NeMo's "no valid responses" case
+            double a = cfg->minus_baseline ? r[i] - (group_size > 1 ? group_sum / (double)group_size : r[i]) : r[i];
+            for (int64_t t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++) {
+                double at = a - (kl_coef != 0.0 ? kl_coef * reward_kl(kl_type, lp_policy[t], lp_ref[t]) : 0.0);
+                token_advantages[t] = (float)at;
+                double m = (double)token_mask[t] * sample_mask[s];
+                sum += m * at;
+                count += m;
+            }
         }
     }
+    if (!(count > 0.0))
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "Reinforce++ advantages: the batch has no token that trains (every sample masked)");
+    const double mean = sum / count;
+    double var = 0.0;
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++) {
+            double d = token_advantages[t] - mean;
+            var += (double)token_mask[t] * sample_mask[s] * d * d;
+        }
+    var /= count;
+    const double rstd = 1.0 / sqrt(var > 1e-8 ? var : 1e-8);
+    for (int64_t t = 0; t < cu_seqlens[n]; t++)
+        token_advantages[t] = (float)clip_advantage(cfg, (token_advantages[t] - mean) * rstd);
     return DSARL_OK;
+}
+
+void grpo_seq_logprob_error_mask(double threshold, int64_t n_seqs, const int32_t *cu_seqlens, const float *token_mask,
+                                 const float *lp_old, const float *lp_gen, const float *rewards, float *sample_mask,
+                                 grpo_seq_error_stats *out)
+{
+    *out = (grpo_seq_error_stats){0};
+    double max = -INFINITY, min = INFINITY, sum = 0.0, kmax = -INFINITY, kmin = INFINITY, ksum = 0.0;
+    int64_t n_valid = 0, n_kept = 0, masked_correct = 0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        double num = 0.0, den = 0.0;
+        for (int64_t t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++) {
+            double m = (double)token_mask[t] * sample_mask[s];
+            num += m * exp(fabs((double)lp_gen[t] - lp_old[t]) * m);
+            den += m;
+        }
+        if (!(den > 0.0))
+            continue;  // a fully masked sequence has no error and keeps its (zero) mask
+        double e = num / (den < 1.0 ? 1.0 : den);
+        n_valid++;
+        max = fmax(max, e), min = fmin(min, e), sum += e;
+        if (!isnan(threshold) && e > threshold) {
+            sample_mask[s] = 0.0f;
+            out->num_masked++;
+            masked_correct += rewards[s] == 1.0f;
+            continue;
+        }
+        n_kept++;
+        kmax = fmax(kmax, e), kmin = fmin(kmin, e), ksum += e;
+    }
+    if (n_valid) {
+        out->max = max, out->min = min, out->mean = sum / (double)n_valid;
+    }
+    if (n_kept) {
+        out->max_after = kmax, out->min_after = kmin, out->mean_after = ksum / (double)n_kept;
+    }
+    out->masked_correct_pct = out->num_masked ? (double)masked_correct / (double)out->num_masked : 0.0;
+}
+
+/* Occurrences of needle in text. */
+static int64_t count_of(const char *text, const char *needle)
+{
+    int64_t n = 0;
+    size_t len = strlen(needle);
+    for (const char *p = text ? strstr(text, needle) : NULL; p; p = strstr(p + len, needle))
+        n++;
+    return n;
+}
+
+bool grpo_malformed_thinking(const char *prompt, const char *response)
+{
+    int64_t p_open = count_of(prompt, "<think>"), p_close = count_of(prompt, "</think>");
+    int64_t r_open = count_of(response, "<think>"), r_close = count_of(response, "</think>");
+    if (p_open == p_close)
+        return r_open != 0 || r_close != 0;
+    if (p_open == p_close + 1)
+        return r_open != 0 || r_close != 1;
+    return true;
+}
+
+bool grpo_invalid_tool_call(const char *response)
+{
+    static const char *const patterns[] = {"<tool_call>", "</tool_call>", "<function_call>", "</function_call>"};
+    for (size_t i = 0; response && i < sizeof patterns / sizeof patterns[0]; i++)
+        if (strstr(response, patterns[i]))
+            return true;
+    return false;
+}
+
+void grpo_apply_message_penalties(const grpo_advantage_config *adv, double invalid_tool_call_advantage,
+                                  double malformed_thinking_advantage, int64_t n, const char *const *prompts,
+                                  const char *const *responses, const int32_t *cu_seqlens, float *advantages,
+                                  float *token_advantages, grpo_penalty_counts *counts)
+{
+    *counts = (grpo_penalty_counts){.assistant_messages = n};
+    for (int64_t s = 0; s < n; s++) {
+        double a;
+        if (!isnan(invalid_tool_call_advantage) && grpo_invalid_tool_call(responses[s])) {
+            counts->invalid_tool_calls++;
+            a = invalid_tool_call_advantage;
+        } else if (!isnan(malformed_thinking_advantage) && grpo_malformed_thinking(prompts[s], responses[s])) {
+            counts->malformed_thinking++;
+            a = malformed_thinking_advantage;
+        } else {
+            continue;
+        }
+        a = clip_advantage(adv, a);  // NeMo clips after the penalties
+        advantages[s] = (float)a;
+        for (int64_t t = cu_seqlens ? cu_seqlens[s] : 0; token_advantages && cu_seqlens && t < cu_seqlens[s + 1]; t++)
+            token_advantages[t] = (float)a;
+    }
 }
 
 int64_t grpo_scale_rewards(const grpo_reward_scaling *cfg, float *rewards, int64_t n)

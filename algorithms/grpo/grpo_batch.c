@@ -17,9 +17,62 @@ int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err)
     memcpy(p->reward, p->raw_reward, sizeof(float) * (size_t)n);
     grpo_scale_rewards(&c->reward_scaling, p->reward, n);
     DSARL_TRY(grpo_shape_rewards(&c->reward_shaping, p->reward, p->response_len, p->truncated, n, err));
-    DSARL_TRY(grpo_compute_advantages(&c->advantage, p->reward, n / G, G, p->advantages, err));
+    if (c->advantage.estimator == GRPO_ESTIMATOR_GDPO)
+        DSARL_TRY(grpo_gdpo_advantages(&c->advantage, p->components, p->n_components, n / G, G, p->advantages, err));
+    else if (c->advantage.estimator == GRPO_ESTIMATOR_GRPO)
+        DSARL_TRY(grpo_compute_advantages(&c->advantage, p->reward, n / G, G, p->advantages, err));
+    /* Reinforce++ normalises over the tokens that train: grpo_batch_late_advantages, once the masks are final */
     if (c->overlong_filtering)
         grpo_overlong_filter(p->truncated, p->sample_mask, n);
+    return DSARL_OK;
+}
+
+bool grpo_needs_old_logprobs_early(const grpo_config *cfg)
+{
+    return !isnan(cfg->seq_logprob_error_threshold) ||
+           (cfg->advantage.estimator == GRPO_ESTIMATOR_REINFORCE_PP && cfg->loss.use_kl_in_reward);
+}
+
+int grpo_batch_late_advantages(trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err)
+{
+    const grpo_config *c = &tr->cfg;
+    int64_t n = p->B, G = c->num_generations_per_prompt;
+    if (!isnan(c->seq_logprob_error_threshold)) {
+        grpo_seq_logprob_error_mask(c->seq_logprob_error_threshold, n, p->cu, p->mask, p->lp_old, p->lp_gen,
+                                    p->reward, p->sample_mask, &p->seq_error);
+        p->has_seq_error = true;
+    }
+    if (c->advantage.estimator == GRPO_ESTIMATOR_REINFORCE_PP) {
+        p->token_adv = malloc(sizeof(float) * (size_t)(p->T ? p->T : 1));
+        if (!p->token_adv)
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " token advantages", p->T);
+        double kl_coef = c->loss.use_kl_in_reward ? c->loss.reference_policy_kl_penalty : 0.0;
+        DSARL_TRY(grpo_reinforce_pp_advantages(&c->advantage, p->reward, n / G, G, p->cu, p->mask, p->sample_mask,
+                                               kl_coef, c->loss.kl_type, p->lp_old, tr->reference ? p->lp_ref : NULL,
+                                               p->token_adv, err));
+        /* the per-sequence value logged and dumped: the mean over its trained tokens */
+        for (int64_t s = 0; s < n; s++) {
+            double sum = 0.0, cnt = 0.0;
+            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++)
+                sum += p->mask[t] * p->token_adv[t], cnt += p->mask[t];
+            p->advantages[s] = cnt > 0.0 ? (float)(sum / cnt) : 0.0f;
+        }
+    }
+    if (!isnan(c->malformed_thinking_advantage) || !isnan(c->invalid_tool_call_advantage)) {
+        const char **prompts = malloc(sizeof(char *) * (size_t)(n ? n : 1));
+        const char **responses = malloc(sizeof(char *) * (size_t)(n ? n : 1));
+        if (!prompts || !responses) {
+            free(prompts);
+            free(responses);
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " responses", n);
+        }
+        for (int64_t s = 0; s < n; s++)
+            prompts[s] = rs->items[s].prompt_text, responses[s] = rs->items[s].response_text;
+        grpo_apply_message_penalties(&c->advantage, c->invalid_tool_call_advantage, c->malformed_thinking_advantage,
+                                     n, prompts, responses, p->cu, p->advantages, p->token_adv, &p->penalties);
+        free(prompts);
+        free(responses);
+    }
     return DSARL_OK;
 }
 
@@ -40,6 +93,8 @@ void grpo_packed_free(packed_batch *p)
     free(p->truncated);
     free(p->sample_mask);
     free(p->advantages);
+    free(p->components);
+    free(p->token_adv);
     memset(p, 0, sizeof *p);
 }
 
@@ -80,7 +135,8 @@ int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
         for (int64_t j = 0; j < L; j++) {
             p->targets[at + j] = j + 1 < L ? p->tokens[at + j + 1] : -1;
             int64_t k = j + 1 - r->prompt_len; /* index of the predicted token within the response */
-            if (j + 1 < L && k >= 0) {
+            /* observation tokens of multi-turn episodes carry NAN log-probs: they do not train */
+            if (j + 1 < L && k >= 0 && !isnan(r->response_lp[k])) {
                 p->mask[at + j] = 1.0f;
                 p->lp_gen[at + j] = r->response_lp[k];
             }

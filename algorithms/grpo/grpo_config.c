@@ -19,6 +19,7 @@ void grpo_config_defaults(grpo_config *cfg)
     *cfg = (grpo_config){
         .num_prompts_per_step = 32,
         .num_generations_per_prompt = 16,
+        .max_rollout_turns = 1,
         .max_num_epochs = 1,
         .max_num_steps = 1000000,
         .val_period = 10,
@@ -30,7 +31,10 @@ void grpo_config_defaults(grpo_config *cfg)
         .seed = 42,
         .dynamic_sampling_max_gen_batches = 10,
         .batch_multiplier = 1.0,
-        .advantage = {.normalize_rewards = true, .use_leave_one_out_baseline = true,
+        .seq_logprob_error_threshold = NAN,
+        .malformed_thinking_advantage = NAN,
+        .invalid_tool_call_advantage = NAN,
+        .advantage = {.minus_baseline = true, .normalize_rewards = true, .use_leave_one_out_baseline = true,
                       .advantage_clip_low = -INFINITY, .advantage_clip_high = INFINITY},
         .reward_scaling = {.source_min = 0.0, .source_max = 1.0, .target_min = 0.0, .target_max = 1.0},
         .reward_shaping = {.overlong_buffer_length = 128, .overlong_buffer_penalty = 1.0, .max_response_length = 512},
@@ -76,6 +80,45 @@ static int parse_choice(const dsarl_node *root, const char *path, const char *de
     return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, "must be %s, got '%s'", valid, value);
 }
 
+/* grpo.adv_estimator.name: grpo, gdpo or reinforce_plus_plus; NeMo's opd (distillation) is not supported yet. */
+static int parse_estimator(const dsarl_node *root, const char *const names[3], int *out, dsarl_error *err)
+{
+    const char *name;
+    DSARL_TRY(dsarl_recipe_string_or(root, "grpo.adv_estimator.name", "grpo", &name, err));
+    if (strcmp(name, "opd") == 0)
+        return dsarl_recipe_fail(root, "grpo.adv_estimator.name", err, DSARL_E_UNSUPPORTED,
+                                 "is 'opd' (on-policy distillation), which is not supported yet; use grpo, gdpo or "
+                                 "reinforce_plus_plus");
+    return parse_choice(root, "grpo.adv_estimator.name", "grpo", names, 3, out, err);
+}
+
+/* grpo.adv_estimator.reward_weights: null (equal weights) or a list of numbers, one per reward component. */
+static int load_reward_weights(const dsarl_node *root, grpo_advantage_config *adv, dsarl_error *err)
+{
+    const char *path = "grpo.adv_estimator.reward_weights";
+    adv->n_reward_weights = 0;
+    if (!is_set(root, path))
+        return DSARL_OK;
+    const dsarl_node *list = dsarl_node_get(root, path);
+    if (dsarl_node_kind(list) != DSARL_NODE_LIST)
+        return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, "must be a list of numbers or null, got a %s",
+                                 dsarl_node_type_name(dsarl_node_kind(list)));
+    size_t n = dsarl_node_count(list);
+    if (n < 1 || n > DSARL_ARRAY_LEN(adv->reward_weights))
+        return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, "must hold 1 to %zu weights, got %zu",
+                                 DSARL_ARRAY_LEN(adv->reward_weights), n);
+    for (size_t i = 0; i < n; i++) {
+        const dsarl_node *w = dsarl_node_child_at(list, i);
+        dsarl_node_type k = dsarl_node_kind(w);
+        double v = (k == DSARL_NODE_INT || k == DSARL_NODE_FLOAT) ? dsarl_node_as_double(w) : NAN;
+        if (!isfinite(v))
+            return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, "entry %zu must be a finite number", i);
+        adv->reward_weights[i] = v;
+    }
+    adv->n_reward_weights = (int64_t)n;
+    return DSARL_OK;
+}
+
 int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
 {
     grpo_config_defaults(cfg);
@@ -85,6 +128,7 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
                                   err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.num_generations_per_prompt", d.num_generations_per_prompt,
                                   &cfg->num_generations_per_prompt, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_rollout_turns", 1, &cfg->max_rollout_turns, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_num_epochs", d.max_num_epochs, &cfg->max_num_epochs, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_num_steps", d.max_num_steps, &cfg->max_num_steps, err));
     DSARL_TRY(dsarl_recipe_int_or(root, "grpo.val_period", d.val_period, &cfg->val_period, err));
@@ -117,6 +161,16 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
                                    &adv->normalize_rewards, err));
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.adv_estimator.use_leave_one_out_baseline",
                                    adv->use_leave_one_out_baseline, &adv->use_leave_one_out_baseline, err));
+    static const char *const estimators[] = {"grpo", "gdpo", "reinforce_plus_plus"};
+    int estimator = 0;
+    DSARL_TRY(parse_estimator(root, estimators, &estimator, err));
+    adv->estimator = (grpo_estimator)estimator;
+    DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.adv_estimator.minus_baseline", true, &adv->minus_baseline, err));
+    DSARL_TRY(load_reward_weights(root, adv, err));
+    DSARL_TRY(nullable_double(root, "grpo.seq_logprob_error_threshold", NAN, &cfg->seq_logprob_error_threshold, err));
+    DSARL_TRY(nullable_double(root, "grpo.malformed_thinking_advantage", NAN, &cfg->malformed_thinking_advantage,
+                              err));
+    DSARL_TRY(nullable_double(root, "grpo.invalid_tool_call_advantage", NAN, &cfg->invalid_tool_call_advantage, err));
     DSARL_TRY(nullable_double(root, "grpo.advantage_clip_low", -INFINITY, &adv->advantage_clip_low, err));
     DSARL_TRY(nullable_double(root, "grpo.advantage_clip_high", INFINITY, &adv->advantage_clip_high, err));
 
@@ -179,6 +233,13 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
                               &loss->truncation_ratio_min, err));
     DSARL_TRY(dsarl_recipe_bool_or(root, "loss_fn.token_level_loss", true, &loss->token_level_loss, err));
     DSARL_TRY(dsarl_recipe_bool_or(root, "loss_fn.force_on_policy_ratio", false, &loss->force_on_policy_ratio, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "loss_fn.sequence_level_importance_ratios", false,
+                                   &loss->sequence_level_importance_ratios, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "loss_fn.use_cispo", false, &loss->use_cispo, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "loss_fn.disable_ppo_ratio", false, &loss->disable_ppo_ratio, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "loss_fn.use_kl_in_reward", false, &loss->use_kl_in_reward, err));
+    DSARL_TRY(dsarl_recipe_double_or(root, "loss_fn.positive_example_nll_weight", 0.0,
+                                     &loss->positive_example_nll_weight, err));
 
     bool skip_ref;
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.skip_reference_policy_logprobs_calculation", false, &skip_ref, err));
@@ -198,44 +259,10 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
 /* Features NeMo RL has and dsarl does not: refused unless left at their default. */
 static int refuse_unsupported(const dsarl_node *root, dsarl_error *err)
 {
-    int64_t turns;
-    DSARL_TRY(dsarl_recipe_int_or(root, "grpo.max_rollout_turns", 1, &turns, err));
-    if (turns != 1)
-        NOT_YET("grpo.max_rollout_turns", "is %lld but multi-turn rollouts are not supported yet; use 1",
-                (long long)turns);
-    const char *estimator;
-    DSARL_TRY(dsarl_recipe_string_or(root, "grpo.adv_estimator.name", "grpo", &estimator, err));
-    if (strcmp(estimator, "grpo") != 0) {
-        if (strcmp(estimator, "gdpo") && strcmp(estimator, "reinforce_plus_plus") && strcmp(estimator, "opd"))
-            REFUSE("grpo.adv_estimator.name", "must be grpo (NeMo RL also names gdpo, reinforce_plus_plus, opd), got '%s'",
-                   estimator);
-        NOT_YET("grpo.adv_estimator.name", "is '%s', which is not supported yet; use grpo", estimator);
-    }
     bool async_enabled;
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.enabled", false, &async_enabled, err));
     if (async_enabled)
         NOT_YET("grpo.async_grpo.enabled", "is true but asynchronous GRPO is not supported yet; use false");
-    static const char *const null_only[] = {"grpo.seq_logprob_error_threshold", "grpo.invalid_tool_call_advantage",
-                                            "grpo.malformed_thinking_advantage"};
-    for (size_t i = 0; i < DSARL_ARRAY_LEN(null_only); i++) {
-        double v;
-        DSARL_TRY(nullable_double(root, null_only[i], 0.0, &v, err));
-        if (is_set(root, null_only[i]))
-            NOT_YET(null_only[i], "is set but this feature is not supported yet; use null");
-    }
-    static const char *const false_only[] = {"loss_fn.sequence_level_importance_ratios", "loss_fn.use_kl_in_reward",
-                                             "loss_fn.use_cispo", "loss_fn.disable_ppo_ratio"};
-    for (size_t i = 0; i < DSARL_ARRAY_LEN(false_only); i++) {
-        bool v;
-        DSARL_TRY(dsarl_recipe_bool_or(root, false_only[i], false, &v, err));
-        if (v)
-            NOT_YET(false_only[i], "is true but this loss variant is not supported yet; use false");
-    }
-    double nll_weight;
-    DSARL_TRY(dsarl_recipe_double_or(root, "loss_fn.positive_example_nll_weight", 0.0, &nll_weight, err));
-    if (nll_weight != 0.0)
-        NOT_YET("loss_fn.positive_example_nll_weight", "is %g but the VAPO NLL term is not supported yet; use 0.0",
-                nll_weight);
     return DSARL_OK;
 }
 
@@ -378,6 +405,69 @@ static int validate_loss(const dsarl_node *root, const grpo_config *cfg, dsarl_e
     return DSARL_OK;
 }
 
+/* NeMo RL's loss variants and estimators, and the combinations its ClippedPGLossFn and setup refuse. */
+static int validate_variants(const dsarl_node *root, const grpo_config *cfg, dsarl_error *err)
+{
+    const grpo_loss_config *l = &cfg->loss;
+    const grpo_advantage_config *a = &cfg->advantage;
+    if (l->sequence_level_importance_ratios && l->token_level_loss)
+        REFUSE("loss_fn.sequence_level_importance_ratios",
+               "is true (GSPO) but loss_fn.token_level_loss is true; sequence-level ratios need the sequence-level "
+               "loss: set token_level_loss: false");
+    if (l->sequence_level_importance_ratios && l->truncation == GRPO_TRUNCATION_SEQ_MASK)
+        REFUSE("loss_fn.sequence_level_importance_ratios",
+               "is true but loss_fn.truncated_importance_sampling_type is seq-mask-tis, which masks token-level "
+               "weights; use tis or icepop with GSPO");
+    if (l->use_cispo) {
+        static const char *const why = "CISPO weights each token by its own clamped ratio";
+        if (l->disable_ppo_ratio)
+            REFUSE("loss_fn.use_cispo", "is true but loss_fn.disable_ppo_ratio removes the ratio %s needs", why);
+        if (l->force_on_policy_ratio)
+            REFUSE("loss_fn.use_cispo", "is true but loss_fn.force_on_policy_ratio forces the ratio to 1 (%s)", why);
+        if (l->sequence_level_importance_ratios)
+            REFUSE("loss_fn.use_cispo", "is true but loss_fn.sequence_level_importance_ratios is true (%s)", why);
+        if (l->ratio_clip_c > 0.0)
+            REFUSE("loss_fn.use_cispo", "is true but loss_fn.ratio_clip_c is set; dual clipping would overwrite the "
+                                        "CISPO term: set ratio_clip_c: null");
+        if (!l->token_level_loss)
+            REFUSE("loss_fn.use_cispo", "is true but loss_fn.token_level_loss is false; CISPO needs the token-level "
+                                        "loss");
+    }
+    if (!(l->positive_example_nll_weight >= 0.0) || !isfinite(l->positive_example_nll_weight))
+        REFUSE("loss_fn.positive_example_nll_weight", "must be a finite number >= 0 (0 = off), got %g",
+               l->positive_example_nll_weight);
+    if (l->use_kl_in_reward && a->estimator != GRPO_ESTIMATOR_REINFORCE_PP)
+        REFUSE("loss_fn.use_kl_in_reward",
+               "is true but grpo.adv_estimator.name is not reinforce_plus_plus; only Reinforce++ puts the KL in the "
+               "reward (the loss would silently lose its KL term)");
+    if (l->use_kl_in_reward && l->reference_policy_kl_penalty == 0.0)
+        REFUSE("loss_fn.use_kl_in_reward",
+               "is true but loss_fn.reference_policy_kl_penalty is 0, so there is no KL to put in the reward; set "
+               "the penalty > 0 or use_kl_in_reward: false");
+    if (l->use_kl_in_reward && l->force_on_policy_ratio && isnan(cfg->seq_logprob_error_threshold))
+        REFUSE("loss_fn.use_kl_in_reward",
+               "is true but loss_fn.force_on_policy_ratio skips the old log-probs the KL in the reward is computed "
+               "from; set force_on_policy_ratio: false");
+    if (a->n_reward_weights > 0 && a->estimator != GRPO_ESTIMATOR_GDPO)
+        REFUSE("grpo.adv_estimator.reward_weights", "is set but only gdpo reads it; set it to null or "
+                                                    "grpo.adv_estimator.name: gdpo");
+    if (cfg->max_rollout_turns < 1 || cfg->max_rollout_turns > 64)
+        REFUSE("grpo.max_rollout_turns", "must be in [1, 64], got %lld", (long long)cfg->max_rollout_turns);
+    if (cfg->max_rollout_turns > 1 && a->estimator == GRPO_ESTIMATOR_GDPO)
+        REFUSE("grpo.max_rollout_turns", "is %lld but gdpo reads a reward vector that multi-turn episodes do not "
+                                         "report; use 1 turn or the grpo estimator", (long long)cfg->max_rollout_turns);
+    const double thr = cfg->seq_logprob_error_threshold;
+    if (is_set(root, "grpo.seq_logprob_error_threshold") && !(thr >= 1.0 && isfinite(thr)))
+        REFUSE("grpo.seq_logprob_error_threshold",
+               "must be a finite number >= 1 (a sequence's mean exp(|lp_gen - lp_old|) is never below 1, so a smaller "
+               "threshold drops every sequence), or null; got %g", thr);
+    if (is_set(root, "grpo.malformed_thinking_advantage") && !isfinite(cfg->malformed_thinking_advantage))
+        REFUSE("grpo.malformed_thinking_advantage", "must be a finite number or null");
+    if (is_set(root, "grpo.invalid_tool_call_advantage") && !isfinite(cfg->invalid_tool_call_advantage))
+        REFUSE("grpo.invalid_tool_call_advantage", "must be a finite number or null");
+    return DSARL_OK;
+}
+
 static int validate_optimizer(const dsarl_node *root, const grpo_config *cfg, dsarl_error *err)
 {
     int64_t rollouts = cfg->num_prompts_per_step * cfg->num_generations_per_prompt;
@@ -396,6 +486,7 @@ int grpo_config_validate(const dsarl_node *root, const grpo_config *cfg, dsarl_e
     DSARL_TRY(validate_loop(root, cfg, err));
     DSARL_TRY(validate_rewards(root, cfg, err));
     DSARL_TRY(validate_loss(root, cfg, err));
+    DSARL_TRY(validate_variants(root, cfg, err));
     DSARL_TRY(validate_optimizer(root, cfg, err));
     return DSARL_OK;
 }

@@ -3,14 +3,10 @@
  *
  * `grpo` and `loss_fn` are owned: a misspelt key below them fails with "did you mean". Keys of NeMo RL features
  * dsarl does not implement fall in two groups:
- *   - keys whose value changes the algorithm (async_grpo.enabled, adv_estimator.name, max_rollout_turns,
- *     seq_logprob_error_threshold, invalid_tool_call_advantage, malformed_thinking_advantage,
- *     sequence_level_importance_ratios, use_kl_in_reward, use_cispo, disable_ppo_ratio,
- *     positive_example_nll_weight) are declared normally and grpo_config_validate refuses any value but the
- *     default with "not supported yet", so a recipe never silently trains something else than it says;
- *   - keys that only tune those features or NeMo's machinery (async_grpo's knobs, adv_estimator.minus_baseline /
- *     reward_weights, calculate_advantages_on_gpu, deduplicate_multimodal_data, debug_payload_metrics) are
- *     DSARL_KEY_IGNORED: accepted, reported as unused.
+ *   - keys whose value changes the algorithm (async_grpo.enabled, adv_estimator.name opd) are declared normally and grpo_config_validate refuses any value but the default with
+ *     "not supported yet", so a recipe never silently trains something else than it says;
+ *   - keys that only tune those features or NeMo's machinery (async_grpo's knobs, calculate_advantages_on_gpu,
+ *     deduplicate_multimodal_data, debug_payload_metrics) are DSARL_KEY_IGNORED: accepted, reported as unused.
  * The policy.* keys are the ones the batch checks read, then the learning-rate schedule and gradient-clip keys
  * shared with SFT (dsarl_lr_schedule_keys, with grpo_config_defaults' values: NeMo RL's grpo_math base warms up
  * over 13 steps from 5e-7); the model plugin may declare them too. */
@@ -27,7 +23,8 @@ static const dsarl_key_spec grpo_math_keys[] = {
     {"grpo", DSARL_KEY_MAP, NULL, "GRPO loop, advantage and DAPO settings (NeMo RL's grpo section)", DSARL_KEY_OWNED},
     {"grpo.num_prompts_per_step", DSARL_KEY_INT, "32", "prompts per training step", 0},
     {"grpo.num_generations_per_prompt", DSARL_KEY_INT, "16", "responses per prompt (the group size)", 0},
-    {"grpo.max_rollout_turns", DSARL_KEY_INT, "1", "rollout turns per sample; only 1 is supported yet", 0},
+    {"grpo.max_rollout_turns", DSARL_KEY_INT, "1",
+     "policy turns per episode; > 1 needs a multi-turn environment (calculator), observations are masked", 0},
     {"grpo.max_num_epochs", DSARL_KEY_INT, "1", "passes over the training data", 0},
     {"grpo.max_num_steps", DSARL_KEY_INT, "1000000", "training steps (the run stops at whichever limit comes first)", 0},
     {"grpo.normalize_rewards", DSARL_KEY_BOOL, "true", "divide advantages by the group std (+1e-6) where it is > 0", 0},
@@ -69,17 +66,23 @@ static const dsarl_key_spec grpo_math_keys[] = {
     {"grpo.reward_scaling.target_max", DSARL_KEY_FLOAT, "1.0", "source_max maps to this", 0},
 
     {"grpo.adv_estimator", DSARL_KEY_MAP, NULL, "advantage estimator (NeMo RL's adv_estimator)", 0},
-    {"grpo.adv_estimator.name", DSARL_KEY_STRING, "grpo", "only grpo is supported yet", 0},
+    {"grpo.adv_estimator.name", DSARL_KEY_STRING, "grpo",
+     "grpo (group baseline) | gdpo (per reward component, weighted, batch z-score) | reinforce_plus_plus (group mean, "
+     "batch z-score over tokens); opd is not supported yet", 0},
     {"grpo.adv_estimator.normalize_rewards", DSARL_KEY_BOOL, "null", "null = grpo.normalize_rewards", N},
     {"grpo.adv_estimator.use_leave_one_out_baseline", DSARL_KEY_BOOL, "null",
      "null = grpo.use_leave_one_out_baseline", N},
-    {"grpo.adv_estimator.minus_baseline", DSARL_KEY_BOOL, "true", "Reinforce++ only", IGN},
-    {"grpo.adv_estimator.reward_weights", DSARL_KEY_LIST, "null", "GDPO only", N | IGN},
+    {"grpo.adv_estimator.minus_baseline", DSARL_KEY_BOOL, "true",
+     "reinforce_plus_plus: subtract the group mean before the batch normalisation (other estimators ignore it)", 0},
+    {"grpo.adv_estimator.reward_weights", DSARL_KEY_LIST, "null",
+     "gdpo: weight of each reward component, ordered by component name; null = all 1", N},
 
-    {"grpo.seq_logprob_error_threshold", DSARL_KEY_FLOAT, "null", "sequence masking by logprob error; not supported yet",
-     N},
-    {"grpo.invalid_tool_call_advantage", DSARL_KEY_FLOAT, "null", "tool-call penalty; not supported yet", N},
-    {"grpo.malformed_thinking_advantage", DSARL_KEY_FLOAT, "null", "<think> tag penalty; not supported yet", N},
+    {"grpo.seq_logprob_error_threshold", DSARL_KEY_FLOAT, "null",
+     ">= 1: sample_mask 0 for sequences whose mean exp(|lp_gen - lp_old|) exceeds it; null = off", N},
+    {"grpo.invalid_tool_call_advantage", DSARL_KEY_FLOAT, "null",
+     "advantage that replaces the computed one of responses with a textual (so unexecuted) tool call; null = off", N},
+    {"grpo.malformed_thinking_advantage", DSARL_KEY_FLOAT, "null",
+     "advantage that replaces the computed one of responses whose <think> tags are malformed; null = off", N},
 
     {"grpo.async_grpo", DSARL_KEY_MAP, NULL, "asynchronous GRPO; not supported yet", N},
     {"grpo.async_grpo.enabled", DSARL_KEY_BOOL, "false", "must be false", 0},
@@ -106,14 +109,18 @@ static const dsarl_key_spec grpo_math_keys[] = {
     {"loss_fn.truncated_importance_sampling_ratio", DSARL_KEY_FLOAT, "null", "upper bound of the IS weight", N},
     {"loss_fn.truncated_importance_sampling_ratio_min", DSARL_KEY_FLOAT, "null",
      "lower bound (tis: null = 0; required for icepop and seq-mask-tis)", N},
-    {"loss_fn.sequence_level_importance_ratios", DSARL_KEY_BOOL, "false", "GSPO; not supported yet", 0},
+    {"loss_fn.sequence_level_importance_ratios", DSARL_KEY_BOOL, "false",
+     "GSPO: ratio exp(mean log-ratio) and IS weight per sequence (needs token_level_loss: false)", 0},
     {"loss_fn.token_level_loss", DSARL_KEY_BOOL, "true", "true: mean over tokens; false: mean of sequence means", 0},
     {"loss_fn.force_on_policy_ratio", DSARL_KEY_BOOL, "false",
      "ratio = 1 with its gradient (needs train_global_batch_size = prompts x generations)", 0},
-    {"loss_fn.use_kl_in_reward", DSARL_KEY_BOOL, "false", "Reinforce++ KL in the reward; not supported yet", 0},
-    {"loss_fn.use_cispo", DSARL_KEY_BOOL, "false", "CISPO; not supported yet", 0},
-    {"loss_fn.disable_ppo_ratio", DSARL_KEY_BOOL, "false", "REINFORCE surrogate; not supported yet", 0},
-    {"loss_fn.positive_example_nll_weight", DSARL_KEY_FLOAT, "0.0", "VAPO NLL weight; not supported yet", 0},
+    {"loss_fn.use_kl_in_reward", DSARL_KEY_BOOL, "false",
+     "reinforce_plus_plus: subtract penalty * KL(old || ref) per token from the advantage; the loss has no KL term", 0},
+    {"loss_fn.use_cispo", DSARL_KEY_BOOL, "false", "CISPO: loss -A sg(clamp(ratio)) lp (token-level loss, no dual clip)",
+     0},
+    {"loss_fn.disable_ppo_ratio", DSARL_KEY_BOOL, "false", "REINFORCE: loss -A lp, no ratio or clip", 0},
+    {"loss_fn.positive_example_nll_weight", DSARL_KEY_FLOAT, "0.0",
+     "VAPO: + weight * mean NLL over the tokens of samples with reward > 0; 0 = off", 0},
 
     {"policy.train_global_batch_size", DSARL_KEY_INT, "512", "samples per optimizer step", 0},
     {"policy.max_total_sequence_length", DSARL_KEY_INT, "512", "prompt + response tokens", 0},

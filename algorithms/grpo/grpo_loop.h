@@ -53,6 +53,11 @@ typedef struct rollout {
     float raw_reward;
     dsarl_verdict verdict;
     float loss_multiplier;
+    float components[DSARL_MAX_REWARD_COMPONENTS]; /* the environment's reward vector (multi-reward estimators) */
+    /* multi-turn episodes: response holds the policy's turns and the environment's observations in order; an
+     * observation token has response_lp NAN (it is masked out of the loss) */
+    int32_t turns, env_tokens, tool_calls, invalid_tool_calls;
+    uint8_t ended_by_env;  /* the environment ended the episode (natural termination) */
 } rollout;
 
 typedef struct rollout_set {
@@ -83,6 +88,7 @@ typedef struct trainer {
     double train_time_s;       /* summed over resumes */
     int64_t verifier_failures; /* this step */
     dsarl_pass_counts passes;  /* this step */
+    int64_t n_components;      /* reward components per rollout (0: the environment's scalar reward only) */
 } trainer;
 
 /* The rollouts packed as model input: tokens (T), cu (B + 1), targets (T) = next token or -1, and per position the
@@ -97,6 +103,12 @@ typedef struct packed_batch {
     uint8_t *truncated;
     float *sample_mask, *advantages; /* loss multiplier (0 = no loss); advantage */
     bool old_from_train; /* on-policy: lp_old is copied from the training pass's own log-probs (ratio exactly 1) */
+    int64_t n_components;
+    float *components;   /* (B, n_components): the reward vectors, or NULL */
+    float *token_adv;    /* (T) per-token advantages (Reinforce++), or NULL: advantages broadcast per sequence */
+    grpo_seq_error_stats seq_error; /* after grpo_batch_late_advantages, when the old log-probs were computed */
+    bool has_seq_error;
+    grpo_penalty_counts penalties;  /* responses whose advantage a message-level penalty replaced */
 } packed_batch;
 
 typedef struct step_stats {
@@ -128,6 +140,9 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t step)
 
 /* grpo_rollout.c */
 void grpo_rollout_set_free(rollout_set *s);
+/* Once the environment exists: the reward components the estimator reads from it (tr->n_components; 0 for a
+ * scalar reward), refusing naming the key when GDPO's reward vector or its weights do not fit the environment. */
+int grpo_check_environment(trainer *tr, dsarl_error *err);
 /* The run's data-parallel group (NULL in a single process: a group of one). */
 const dsarl_group *grpo_dp_group(const trainer *tr);
 /* Generates n_gen responses for each of n examples and scores them; appends n * n_gen rollouts (group after
@@ -140,6 +155,11 @@ int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64
 /* grpo_batch.c */
 /* Rewards after scaling and shaping, advantages and loss multipliers, in place in the packed batch. */
 int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err);
+/* What needs the old (and reference) log-probs, after their passes: sequence masking by the train/inference error,
+ * Reinforce++'s per-token advantages, then the malformed-thinking advantage. */
+int grpo_batch_late_advantages(trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err);
+/* Whether the step needs lp_old before the training pass (grpo_batch_late_advantages reads it). */
+bool grpo_needs_old_logprobs_early(const grpo_config *cfg);
 int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err);
 void grpo_packed_free(packed_batch *p);
 

@@ -106,7 +106,8 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
 {
     const dsarl_group *g = grpo_rollout_group(tr);
     int32_t dp = dsarl_group_size(g), me = dsarl_group_rank(g);
-    enum { META = 5 }; /* response_len, truncated, raw_reward, verdict, loss_multiplier */
+    /* response_len, truncated, raw_reward, verdict, loss_multiplier, the reward vector, the multi-turn counts */
+    enum { TURNS = 5 + DSARL_MAX_REWARD_COMPONENTS, META = TURNS + 5 };
     int64_t lo, hi, max_rows = 0, my_tokens = 0;
     rank_rows(n, n_gen, dp, me, &lo, &hi);
     for (int32_t r = 0; r < dp; r++) {
@@ -131,6 +132,10 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
         double *m = meta + (size_t)(i - lo) * META;
         m[0] = x->response_len, m[1] = x->truncated, m[2] = x->raw_reward, m[3] = x->verdict;
         m[4] = x->loss_multiplier;
+        for (int k = 0; k < DSARL_MAX_REWARD_COMPONENTS; k++)
+            m[5 + k] = x->components[k];
+        m[TURNS] = x->turns, m[TURNS + 1] = x->env_tokens, m[TURNS + 2] = x->tool_calls;
+        m[TURNS + 3] = x->invalid_tool_calls, m[TURNS + 4] = x->ended_by_env;
         memcpy(tok + at, x->response, sizeof(int32_t) * (size_t)x->response_len);
         memcpy(lp + at, x->response_lp, sizeof(float) * (size_t)x->response_len);
         at += x->response_len;
@@ -154,6 +159,11 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
                 x->raw_reward = x->reward = (float)m[2];
                 x->verdict = (dsarl_verdict)m[3];
                 x->loss_multiplier = (float)m[4];
+                for (int k = 0; k < DSARL_MAX_REWARD_COMPONENTS; k++)
+                    x->components[k] = (float)m[5 + k];
+                x->turns = (int32_t)m[TURNS], x->env_tokens = (int32_t)m[TURNS + 1];
+                x->tool_calls = (int32_t)m[TURNS + 2], x->invalid_tool_calls = (int32_t)m[TURNS + 3];
+                x->ended_by_env = (uint8_t)m[TURNS + 4];
                 x->response = malloc(sizeof(int32_t) * (size_t)(len ? len : 1));
                 x->response_lp = malloc(sizeof(float) * (size_t)(len ? len : 1));
                 if (!x->response || !x->response_lp) {
@@ -173,6 +183,263 @@ static int gather_rollouts(trainer *tr, rollout_set *out, int64_t first, size_t 
     free(all_tok);
     free(lp);
     free(all_lp);
+    return rc;
+}
+
+int grpo_check_environment(trainer *tr, dsarl_error *err)
+{
+    tr->n_components = 0;
+    if (tr->cfg.max_rollout_turns > 1 && !dsarl_environment_has_step(tr->env_ops))
+        return dsarl_recipe_fail(tr->root, "grpo.max_rollout_turns", err, DSARL_E_INVALID,
+                                 "is %lld but environment '%s' is single-turn (no ABI 1.4 step); use 1 or a multi-turn "
+                                 "environment such as calculator", (long long)tr->cfg.max_rollout_turns,
+                                 tr->env_ops->common.name);
+    if (tr->cfg.advantage.estimator != GRPO_ESTIMATOR_GDPO)
+        return DSARL_OK;
+    if (!dsarl_environment_has_components(tr->env_ops))
+        return dsarl_recipe_fail(tr->root, "grpo.adv_estimator.name", err, DSARL_E_INVALID,
+                                 "is gdpo but environment '%s' scores a single reward (no ABI 1.4 reward vector); "
+                                 "use the grpo estimator", tr->env_ops->common.name);
+    size_t k = tr->env_ops->reward_components(tr->env, NULL);
+    if (k > DSARL_MAX_REWARD_COMPONENTS)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "environment '%s' reports %zu reward components, more than the %d "
+                          "the environment ABI allows", tr->env_ops->common.name, k, DSARL_MAX_REWARD_COMPONENTS);
+    tr->n_components = (int64_t)k;
+    const grpo_advantage_config *a = &tr->cfg.advantage;
+    if (a->n_reward_weights != 0 && a->n_reward_weights != tr->n_components)
+        return dsarl_recipe_fail(tr->root, "grpo.adv_estimator.reward_weights", err, DSARL_E_INVALID,
+                                 "has %lld entries but environment '%s' scores %lld reward components; give one weight "
+                                 "per component, in the order of their sorted names", (long long)a->n_reward_weights,
+                                 tr->env_ops->common.name, (long long)tr->n_components);
+    if (tr->n_components < 2)
+        return dsarl_recipe_fail(tr->root, "grpo.adv_estimator.name", err, DSARL_E_INVALID,
+                                 "is gdpo but environment '%s' scores %lld reward component(s); GDPO needs at least 2",
+                                 tr->env_ops->common.name, (long long)tr->n_components);
+    return DSARL_OK;
+}
+
+/* Completions of the packed prompts (this rank's `local` rows) from the generation engine, or the model's own
+ * sampler without one; a rank with no rows takes its expert-parallel peers' passes empty-handed. */
+static int generate_once(trainer *tr, const dsarl_token_batch *prompts, int64_t local, const dsarl_sampling_params *sp,
+                         grpo_completions *gen, dsarl_error *err)
+{
+    int rc = DSARL_OK;
+    if (local == 0 && dsarl_group_size(sp->lockstep) > 1 && tr->engine) {
+        /* no prompts here, but expert-parallel peers route tokens to this rank's experts: take every pass with them */
+        dsarl_generation_result res = {.struct_size = sizeof res};
+        rc = tr->ctx->generation_ops->generate(tr->engine, prompts, sp, &res, err);
+        gen->cu_lengths = calloc(1, sizeof(int32_t));
+        if (rc == DSARL_OK && !gen->cu_lengths)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for an empty generation");
+    } else if (local == 0) {
+        /* more ranks than prompts: nothing to generate here, but the gather below still needs this rank */
+        gen->cu_lengths = calloc(1, sizeof(int32_t));
+        if (!gen->cu_lengths)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for an empty generation");
+    } else if (tr->engine) {
+        dsarl_generation_result res = {.struct_size = sizeof res};
+        rc = tr->ctx->generation_ops->generate(tr->engine, prompts, sp, &res, err);
+        if (rc == DSARL_OK) {
+            size_t T = (size_t)res.cu_lengths[local];
+            gen->n_sequences = (int32_t)local;
+            gen->cu_lengths = malloc(sizeof(int32_t) * (size_t)(local + 1));
+            gen->tokens = malloc(sizeof(int32_t) * (T ? T : 1));
+            gen->logprobs = malloc(sizeof(float) * (T ? T : 1));
+            gen->truncated = malloc((size_t)local);
+            if (!gen->cu_lengths || !gen->tokens || !gen->logprobs || !gen->truncated) {
+                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory copying %zu generated tokens", T);
+            } else {
+                memcpy(gen->cu_lengths, res.cu_lengths, sizeof(int32_t) * (size_t)(local + 1));
+                memcpy(gen->tokens, res.tokens, sizeof(int32_t) * T);
+                memcpy(gen->logprobs, res.logprobs, sizeof(float) * T);
+                memcpy(gen->truncated, res.truncated, (size_t)local);
+            }
+        }
+    } else if (sp->n_stop_strings > 0) {
+        rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.generation.stop_strings need a generation plugin "
+                        "(policy.generation.backend); the built-in sampler stops on token ids only");
+    } else {
+        rc = grpo_sample_with_model(tr->ctx->model_ops, tr->model, prompts, sp, gen, err);
+    }
+    return rc;
+}
+
+/* Appends n tokens (with log-probs, or NAN for an observation's) to a rollout's response. */
+static int append_tokens(rollout *r, const int32_t *ids, const float *lp, size_t n, dsarl_error *err)
+{
+    size_t len = (size_t)r->response_len + n;
+    int32_t *tok = realloc(r->response, sizeof(int32_t) * (len ? len : 1));
+    if (tok)
+        r->response = tok;
+    float *l = tok ? realloc(r->response_lp, sizeof(float) * (len ? len : 1)) : NULL;
+    if (!tok || !l)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory growing a response to %zu tokens", len);
+    r->response_lp = l;
+    for (size_t i = 0; i < n; i++) {
+        r->response[r->response_len + (int32_t)i] = ids[i];
+        r->response_lp[r->response_len + (int32_t)i] = lp ? lp[i] : NAN;
+    }
+    r->response_len = (int32_t)len;
+    return DSARL_OK;
+}
+
+/* The turns after the first of this rank's multi-turn episodes rows[0, local): the environment answers each turn
+ * (an observation to append, or the end of the episode with its reward), then the episodes still running generate
+ * their next turn from prompt + everything so far (re-prefilled). A turn cut at max_new_tokens is answered like
+ * any other (the environment judges the partial text). An episode also ends at grpo.max_rollout_turns or when the
+ * sequence is full (truncated); those are scored on their whole text. Every rank takes
+ * as many turns as the busiest one; a turn's draws come from the Philox streams of the running episodes' positions
+ * among all ranks' running episodes, with a per-turn seed, so the result does not depend on the layout. */
+static int run_turns(trainer *tr, rollout *rows, int64_t local, const dsarl_sampling_params *sp0, float *rewards,
+                     dsarl_verdict *verdicts, dsarl_error *err)
+{
+    const dsarl_environment_ops *eo = tr->env_ops;
+    const dsarl_group *dpg = grpo_dp_group(tr);
+    const int64_t max_turns = tr->cfg.max_rollout_turns, cap = tr->opt.max_total_len;
+    const size_t cnt = (size_t)(local ? local : 1);
+    uint8_t *done = calloc(cnt, 1), *sdone = calloc(cnt, 1), *judged = calloc(cnt, 1);
+    int32_t *turn_start = calloc(cnt, sizeof(int32_t)), *idx = calloc(cnt, sizeof(int32_t));
+    int32_t *turn_of = calloc(cnt, sizeof(int32_t)), *calls = calloc(cnt, sizeof(int32_t));
+    int32_t *invalid = calloc(cnt, sizeof(int32_t));
+    char **texts = calloc(cnt, sizeof(char *));
+    const char **truths = calloc(cnt, sizeof(char *)), **obs = calloc(cnt, sizeof(char *));
+    float *srew = calloc(cnt, sizeof(float));
+    dsarl_verdict *sver = calloc(cnt, sizeof(dsarl_verdict));
+    int32_t dp = dsarl_group_size(dpg), me = dsarl_group_rank(dpg);
+    int64_t *counts = calloc((size_t)dp, sizeof(int64_t));
+    int rc = done && sdone && judged && turn_start && idx && turn_of && calls && invalid && texts && truths && obs &&
+                     srew && sver && counts
+                 ? DSARL_OK
+                 : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " multi-turn episodes", local);
+    for (int64_t i = 0; i < local; i++)
+        rows[i].turns = 1;
+    for (int64_t turn = 0; rc == DSARL_OK; turn++) {
+        // the environment's answer to this turn of every running episode
+        int64_t m = 0;
+        for (int64_t i = 0; i < local && rc == DSARL_OK; i++) {
+            if (done[i])
+                continue;
+            rollout *r = &rows[i];
+            idx[m] = (int32_t)i, truths[m] = r->example->ground_truth, turn_of[m] = (int32_t)turn;
+            rc = dsarl_tokenizer_decode(tr->tok, r->response + turn_start[i], (size_t)(r->response_len - turn_start[i]),
+                                        1, &texts[m], NULL, err);
+            m++;
+        }
+        if (rc == DSARL_OK && m > 0)
+            rc = eo->step(tr->env, (size_t)m, (const char *const *)texts, truths, turn_of, obs, sdone, srew, sver,
+                          calls, invalid, err);
+        for (int64_t k = 0; k < m && rc == DSARL_OK; k++) {
+            rollout *r = &rows[idx[k]];
+            r->tool_calls += calls[k], r->invalid_tool_calls += invalid[k];
+            if (sdone[k]) {
+                done[idx[k]] = judged[idx[k]] = 1;
+                r->ended_by_env = 1;
+                rewards[idx[k]] = srew[k], verdicts[idx[k]] = sver[k];
+                continue;
+            }
+            if (turn + 1 >= max_turns) {
+                done[idx[k]] = 1;
+                continue;
+            }
+            int32_t *ids = NULL;
+            size_t n_ids = 0;
+            if (obs[k] && obs[k][0])
+                rc = dsarl_tokenizer_encode(tr->tok, obs[k], strlen(obs[k]), &ids, &n_ids, err);
+            // the observation and at least one more generated token must fit the sequence
+            if (rc == DSARL_OK && r->prompt_len + r->response_len + (int64_t)n_ids + 1 > cap) {
+                r->truncated = 1;
+                done[idx[k]] = 1;
+            } else if (rc == DSARL_OK) {
+                rc = append_tokens(r, ids, NULL, n_ids, err);
+                r->env_tokens += (int32_t)n_ids;
+            }
+            free(ids);
+        }
+        for (int64_t k = 0; k < m; k++)
+            free(texts[k]), texts[k] = NULL;
+        if (rc != DSARL_OK)
+            break;
+
+        // the next turn of the episodes still running, on every rank as long as any rank has one
+        int64_t running = 0, longest = 0;
+        for (int64_t i = 0; i < local; i++)
+            if (!done[i]) {
+                running++;
+                int64_t len = rows[i].prompt_len + rows[i].response_len;
+                longest = len > longest ? len : longest;
+            }
+        int64_t agree[2] = {running, longest};
+        rc = dsarl_group_all_reduce_host(dpg, agree, 2, DSARL_DTYPE_I64, DSARL_REDUCE_MAX, err);
+        if (rc == DSARL_OK && dsarl_group_size(sp0->lockstep) > 1)
+            rc = dsarl_group_all_reduce_host(sp0->lockstep, agree, 1, DSARL_DTYPE_I64, DSARL_REDUCE_MAX, err);
+        if (rc != DSARL_OK || agree[0] == 0)
+            break;
+        if (rc == DSARL_OK)
+            rc = dsarl_group_all_gather_host(dpg, counts, &running, 1, DSARL_DTYPE_I64, err);
+        int64_t offset = 0;
+        for (int32_t q = 0; q < me; q++)
+            offset += counts[q];
+        int64_t n_tokens = 0;
+        for (int64_t i = 0; i < local; i++)
+            if (!done[i])
+                n_tokens += rows[i].prompt_len + rows[i].response_len;
+        int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(n_tokens ? n_tokens : 1));
+        int32_t *cu = malloc(sizeof(int32_t) * (size_t)(running + 1));
+        if (rc == DSARL_OK && (!tokens || !cu))
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing %" PRId64 " turns", running);
+        int64_t b = 0;
+        if (rc == DSARL_OK) {
+            cu[0] = 0;
+            for (int64_t i = 0; i < local; i++) {
+                if (done[i])
+                    continue;
+                const rollout *r = &rows[i];
+                memcpy(tokens + cu[b], r->prompt, sizeof(int32_t) * (size_t)r->prompt_len);
+                memcpy(tokens + cu[b] + r->prompt_len, r->response, sizeof(int32_t) * (size_t)r->response_len);
+                cu[b + 1] = cu[b] + r->prompt_len + r->response_len;
+                idx[b++] = (int32_t)i;
+            }
+        }
+        dsarl_token_batch prompts = {.struct_size = sizeof prompts, .n_tokens = n_tokens,
+                                     .n_sequences = (int32_t)running, .tokens = tokens, .cu_seqlens = cu};
+        dsarl_sampling_params sp = *sp0;
+        int64_t room = cap - agree[1];
+        sp.max_new_tokens = (int32_t)(room < sp0->max_new_tokens ? room : sp0->max_new_tokens);
+        sp.seed = mix_seed(sp0->seed, 0x7475726eu, (uint64_t)turn + 1);  // "turn"
+        sp.sequence_offset = offset;
+        grpo_completions gen = {0};
+        if (rc == DSARL_OK)
+            rc = generate_once(tr, &prompts, running, &sp, &gen, err);
+        for (int64_t k = 0; k < running && rc == DSARL_OK; k++) {
+            rollout *r = &rows[idx[k]];
+            turn_start[idx[k]] = r->response_len;
+            int32_t a = gen.cu_lengths[k], e = gen.cu_lengths[k + 1];
+            rc = append_tokens(r, gen.tokens + a, gen.logprobs + a, (size_t)(e - a), err);
+            r->truncated = gen.truncated[k];
+            r->turns++;
+        }
+        grpo_completions_free(&gen);
+        free(tokens);
+        free(cu);
+    }
+    // episodes the environment did not end: the whole conversation judged as score() would (usually 0: no answer)
+    int64_t m = 0;
+    for (int64_t i = 0; i < local && rc == DSARL_OK; i++) {
+        rollout *r = &rows[i];
+        free(r->response_text);
+        r->response_text = NULL;
+        rc = dsarl_tokenizer_decode(tr->tok, r->response, (size_t)r->response_len, 1, &r->response_text, NULL, err);
+        if (rc == DSARL_OK && !judged[i]) {
+            idx[m] = (int32_t)i;
+            texts[m] = r->response_text, truths[m++] = r->example->ground_truth;
+        }
+    }
+    if (rc == DSARL_OK && m > 0)
+        rc = eo->score(tr->env, (size_t)m, (const char *const *)texts, truths, srew, sver, err);
+    for (int64_t k = 0; k < m && rc == DSARL_OK; k++)
+        rewards[idx[k]] = srew[k], verdicts[idx[k]] = sver[k];
+    free(done), free(sdone), free(judged), free(turn_start), free(idx), free(turn_of), free(calls), free(invalid);
+    free(texts), free(truths), free(obs), free(srew), free(sver), free(counts);
     return rc;
 }
 
@@ -234,43 +501,7 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
                                 .n_stop_strings = tr->opt.n_stop_strings, .seed = seed, .tokenizer = tr->tok,
                                 .sequence_offset = lo, .lockstep = grpo_lockstep_group(tr)};
     grpo_completions gen = {0};
-    if (local == 0 && dsarl_group_size(sp.lockstep) > 1 && tr->engine) {
-        /* no prompts here, but expert-parallel peers route tokens to this rank's experts: take every pass with them */
-        dsarl_generation_result res = {.struct_size = sizeof res};
-        rc = tr->ctx->generation_ops->generate(tr->engine, &prompts, &sp, &res, err);
-        gen.cu_lengths = calloc(1, sizeof(int32_t));
-        if (rc == DSARL_OK && !gen.cu_lengths)
-            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for an empty generation");
-    } else if (local == 0) {
-        /* more ranks than prompts: nothing to generate here, but the gather below still needs this rank */
-        gen.cu_lengths = calloc(1, sizeof(int32_t));
-        if (!gen.cu_lengths)
-            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for an empty generation");
-    } else if (tr->engine) {
-        dsarl_generation_result res = {.struct_size = sizeof res};
-        rc = tr->ctx->generation_ops->generate(tr->engine, &prompts, &sp, &res, err);
-        if (rc == DSARL_OK) {
-            size_t T = (size_t)res.cu_lengths[local];
-            gen.n_sequences = (int32_t)local;
-            gen.cu_lengths = malloc(sizeof(int32_t) * (size_t)(local + 1));
-            gen.tokens = malloc(sizeof(int32_t) * (T ? T : 1));
-            gen.logprobs = malloc(sizeof(float) * (T ? T : 1));
-            gen.truncated = malloc((size_t)local);
-            if (!gen.cu_lengths || !gen.tokens || !gen.logprobs || !gen.truncated) {
-                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory copying %zu generated tokens", T);
-            } else {
-                memcpy(gen.cu_lengths, res.cu_lengths, sizeof(int32_t) * (size_t)(local + 1));
-                memcpy(gen.tokens, res.tokens, sizeof(int32_t) * T);
-                memcpy(gen.logprobs, res.logprobs, sizeof(float) * T);
-                memcpy(gen.truncated, res.truncated, (size_t)local);
-            }
-        }
-    } else if (sp.n_stop_strings > 0) {
-        rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.generation.stop_strings need a generation plugin "
-                        "(policy.generation.backend); the built-in sampler stops on token ids only");
-    } else {
-        rc = grpo_sample_with_model(tr->ctx->model_ops, tr->model, &prompts, &sp, &gen, err);
-    }
+    rc = generate_once(tr, &prompts, local, &sp, &gen, err);
     free(tokens);
     free(cu);
     size_t cnt = (size_t)(local ? local : 1);
@@ -298,14 +529,29 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
         truths[i] = r->example->ground_truth;
     }
     grpo_completions_free(&gen);
-    if (rc == DSARL_OK && local > 0)
-        rc = tr->env_ops->score(tr->env, (size_t)local, responses, truths, rewards, verdicts, err);
+    float *components = NULL;
+    if (rc == DSARL_OK && tr->n_components > 0) {
+        components = calloc(cnt * (size_t)tr->n_components, sizeof(float));
+        if (!components)
+            rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " reward vectors", local);
+    }
+    if (rc == DSARL_OK && local > 0 && tr->cfg.max_rollout_turns > 1)
+        rc = run_turns(tr, &out->items[first + lo], local, &sp, rewards, verdicts, err);
+    else if (rc == DSARL_OK && local > 0)
+        rc = components ? tr->env_ops->score_components(tr->env, (size_t)local, responses, truths, rewards, verdicts,
+                                                        components, err)
+                        : tr->env_ops->score(tr->env, (size_t)local, responses, truths, rewards, verdicts, err);
+    else if (rc == DSARL_OK && tr->cfg.max_rollout_turns > 1)
+        rc = run_turns(tr, &out->items[first + lo], 0, &sp, rewards, verdicts, err); /* the other ranks' turns */
     for (int64_t i = 0; i < local && rc == DSARL_OK; i++) {
         rollout *r = &out->items[first + lo + i];
         r->raw_reward = r->reward = rewards[i];
         r->verdict = verdicts[i];
         r->loss_multiplier = r->prompt_cut ? 0.0f : 1.0f;
+        for (int64_t k = 0; components && k < tr->n_components; k++)
+            r->components[k] = components[i * tr->n_components + k];
     }
+    free(components);
     free(responses);
     free(truths);
     free(rewards);

@@ -31,6 +31,33 @@ static int log_samples(trainer *tr, const char *prefix, int64_t step, const roll
     return rc;
 }
 
+/* The environment's reward vectors into the packed batch (multi-reward estimators only). */
+static int pack_components(const trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err)
+{
+    if (tr->n_components <= 0)
+        return DSARL_OK;
+    p->n_components = tr->n_components;
+    p->components = malloc(sizeof(float) * (size_t)(rs->n * tr->n_components));
+    if (!p->components)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for %" PRId64 " reward vectors", rs->n);
+    for (int64_t i = 0; i < rs->n; i++)
+        memcpy(p->components + i * tr->n_components, rs->items[i].components,
+               sizeof(float) * (size_t)tr->n_components);
+    return DSARL_OK;
+}
+
+/* Log-probs of a model over the batch. Read before the training pass (whole), every rank needs every sequence's;
+ * otherwise only its own share, as grpo_logprobs_all computes. */
+static int grpo_logprobs_all_ranks(trainer *tr, const packed_batch *p, float *out, bool whole, dsarl_error *err)
+{
+    dsarl_model *model = out == p->lp_ref ? tr->reference : tr->model;
+    if (!whole || dsarl_group_size(grpo_dp_group(tr)) <= 1)
+        return grpo_logprobs_all(tr, model, p, out, err);
+    // the shares are computed rank-locally; a sum over ranks of the zero-initialised arrays assembles the whole
+    DSARL_TRY(grpo_logprobs_all(tr, model, p, out, err));
+    return dsarl_group_all_reduce_host(grpo_dp_group(tr), out, p->T, DSARL_DTYPE_F32, DSARL_REDUCE_SUM, err);
+}
+
 /* One GRPO step; on return tr->step has advanced and the step's train metrics are recorded (not committed). */
 // Seconds this rank has waited in collectives of every group of its layout so far (0 in a single process).
 static double collective_seconds(const trainer *tr)
@@ -47,6 +74,71 @@ static double collective_seconds(const trainer *tr)
         total += s;
     }
     return total;
+}
+
+/* The metrics of the NeMo RL variants a recipe switched on (absent otherwise, as NeMo logs them). */
+static int variant_metrics(trainer *tr, const rollout_set *rs, const packed_batch *p, const grpo_loss_metrics *m,
+                           double k, dsarl_error *err)
+{
+    const grpo_config *c = &tr->cfg;
+    if (c->max_rollout_turns > 1 && rs->n > 0) {
+        // NeMo RL's multi-turn rollout metrics, and the tool's
+        double turns = 0, max_turns = 0, natural = 0, at_limit = 0, env = 0, gen = 0, total = 0, calls = 0, bad = 0;
+        for (int64_t i = 0; i < rs->n; i++) {
+            const rollout *r = &rs->items[i];
+            turns += r->turns, max_turns = fmax(max_turns, r->turns);
+            natural += r->ended_by_env;
+            at_limit += !r->ended_by_env && !r->truncated && r->turns >= c->max_rollout_turns;
+            env += r->env_tokens, gen += r->response_len - r->env_tokens, total += r->prompt_len + r->response_len;
+            calls += r->tool_calls, bad += r->invalid_tool_calls;
+        }
+        double n = (double)rs->n;
+        struct { const char *name; double v; } rows[] = {
+            {"train/total_turns", turns},
+            {"train/avg_turns_per_sample", turns / n},
+            {"train/max_turns_per_sample", max_turns},
+            {"train/natural_termination_rate", natural / n},
+            {"train/max_turns_reached_rate", at_limit / n},
+            {"train/mean_env_tokens_per_sample", env / n},
+            {"train/mean_gen_tokens_per_sample", gen / n},
+            {"train/mean_total_tokens_per_sample", total / n},
+            {"train/tool_calls_per_sample", calls / n},
+            {"train/tool_call_error_rate", calls > 0 ? bad / calls : 0.0},
+        };
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
+            DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
+    }
+    if (c->loss.positive_example_nll_weight > 0.0)
+        DSARL_TRY(grpo_set_metric(tr, "train/positive_nll_loss", m->positive_nll_loss / k, err));
+    if (p->has_seq_error) {
+        const grpo_seq_error_stats *e = &p->seq_error;
+        struct { const char *name; double v; } rows[] = {
+            {"train/max_seq_mult_prob_error", e->max},
+            {"train/mean_seq_mult_prob_error", e->mean},
+            {"train/min_seq_mult_prob_error", e->min},
+            {"train/max_seq_mult_prob_error_after_mask", e->max_after},
+            {"train/mean_seq_mult_prob_error_after_mask", e->mean_after},
+            {"train/min_seq_mult_prob_error_after_mask", e->min_after},
+            {"train/num_masked_seqs_by_logprob_error", (double)e->num_masked},
+            {"train/masked_correct_pct", e->masked_correct_pct},
+        };
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
+            DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
+    }
+    if (!isnan(c->malformed_thinking_advantage) || !isnan(c->invalid_tool_call_advantage)) {
+        const grpo_penalty_counts *q = &p->penalties;
+        double msgs = (double)(q->assistant_messages ? q->assistant_messages : 1);
+        struct { const char *name; double v; } rows[] = {
+            {"train/invalid_tool_call_rate", (double)q->invalid_tool_calls / msgs},
+            {"train/malformed_thinking_rate", (double)q->malformed_thinking / msgs},
+            {"train/num_invalid_tool_calls", (double)q->invalid_tool_calls},
+            {"train/num_malformed_thinking", (double)q->malformed_thinking},
+            {"train/num_assistant_messages", (double)q->assistant_messages},
+        };
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
+            DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
+    }
+    return DSARL_OK;
 }
 
 int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err)
@@ -79,16 +171,21 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
     if (rc == DSARL_OK)
         rc = grpo_pack_rollouts(&rs, &p, err);
     if (rc == DSARL_OK)
+        rc = pack_components(tr, &rs, &p, err);
+    if (rc == DSARL_OK)
         rc = grpo_batch_advantages(tr, &p, err);
     double t_adv = now_s();
     /* on-policy (the whole batch is one optimizer slice): the weights do not move before the training pass, so
-     * its own log-probs are the old ones and no separate forward is needed */
-    p.old_from_train = !tr->cfg.loss.force_on_policy_ratio && p.B <= tr->cfg.train_global_batch_size;
-    if (rc == DSARL_OK && !tr->cfg.loss.force_on_policy_ratio && !p.old_from_train)
-        rc = grpo_logprobs_all(tr, tr->model, &p, p.lp_old, err);
+     * its own log-probs are the old ones and no separate forward is needed, unless something reads them first */
+    bool old_early = grpo_needs_old_logprobs_early(&tr->cfg);
+    p.old_from_train = !tr->cfg.loss.force_on_policy_ratio && p.B <= tr->cfg.train_global_batch_size && !old_early;
+    if (rc == DSARL_OK && (!tr->cfg.loss.force_on_policy_ratio || old_early) && !p.old_from_train)
+        rc = grpo_logprobs_all_ranks(tr, &p, p.lp_old, old_early, err);
     if (rc == DSARL_OK && tr->reference)
-        rc = grpo_logprobs_all(tr, tr->reference, &p, p.lp_ref, err);
+        rc = grpo_logprobs_all_ranks(tr, &p, p.lp_ref, old_early, err);
     double t_lp = now_s();
+    if (rc == DSARL_OK)
+        rc = grpo_batch_late_advantages(tr, &rs, &p, err);
     if (rc == DSARL_OK)
         rc = grpo_train_on_batch(tr, &p, &st, err);
     double t_train = now_s();
@@ -162,6 +259,8 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
         };
         for (size_t i = 0; i < DSARL_ARRAY_LEN(rows) && rc == DSARL_OK; i++)
             rc = grpo_set_metric(tr, rows[i].name, rows[i].v, err);
+        if (rc == DSARL_OK)
+            rc = variant_metrics(tr, &rs, &p, m, k, err);
         if (tr->verifier_failures)
             dsarl_log(DSARL_LOG_WARN, "step %" PRId64 ": the verifier failed on %" PRId64 " responses (scored 0)",
                       tr->step, tr->verifier_failures);

@@ -153,7 +153,8 @@ static int pick_environment(trainer *tr, dsarl_error *err)
                           want ? want : "(none)");
     char path[256];
     snprintf(path, sizeof path, "env.%s", want);
-    return tr->env_ops->create(tr->root, dsarl_node_get(tr->root, path), &tr->env, err);
+    DSARL_TRY(tr->env_ops->create(tr->root, dsarl_node_get(tr->root, path), &tr->env, err));
+    return grpo_check_environment(tr, err);
 }
 
 static void trainer_free(trainer *tr)

@@ -89,7 +89,7 @@ static int reduce_loss_metrics(const trainer *tr, grpo_loss_metrics *m, float *i
 typedef struct slice_loss {
     trainer *tr;
     packed_batch *p;
-    double valid_toks, valid_seqs;
+    double valid_toks, valid_seqs, valid_positive_toks; // positive: tokens of positively rewarded sequences
     const int64_t *first_seq;  // (n + 1) the microbatches' sequences [first_seq[i], first_seq[i + 1])
     int32_t *const *cu;        // (n) each microbatch's cu_seqlens from 0
     grpo_loss_metrics *m;
@@ -108,8 +108,10 @@ static int microbatch_loss(void *user, int32_t i, dsarl_train_microbatch *mb, ds
         .n_tokens = p->cu[s1] - base, .n_seqs = s1 - s0, .cu_seqlens = sl->cu[i], .lp_theta = mb->logprobs,
         .lp_old = tr->cfg.loss.force_on_policy_ratio ? NULL : p->lp_old + base, .lp_gen = p->lp_gen + base,
         .lp_ref = tr->reference ? p->lp_ref + base : NULL, .token_mask = p->mask + base,
-        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0, .global_valid_toks = sl->valid_toks,
-        .global_valid_seqs = sl->valid_seqs};
+        .sample_mask = p->sample_mask + s0, .advantages = p->advantages + s0,
+        .token_advantages = p->token_adv ? p->token_adv + base : NULL, .rewards = p->reward + s0,
+        .global_valid_toks = sl->valid_toks, .global_valid_seqs = sl->valid_seqs,
+        .global_positive_toks = sl->valid_positive_toks};
     double loss;
     grpo_loss_metrics mbm;
     DSARL_TRY(grpo_clipped_pg_loss(&tr->cfg.loss, &in, &loss, mb->dlogprobs, &mbm, err));
@@ -120,7 +122,7 @@ static int microbatch_loss(void *user, int32_t i, dsarl_train_microbatch *mb, ds
 /* This rank's microbatches of sequences [lo, hi) in steps of mbs: current log-probs, the loss and its per-token
  * gradient, backward into the gradients (dsarl_trainer_train_microbatches: the 1F1B schedule under pipeline
  * parallelism). The indexer losses are summed into *indexer_loss. */
-static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, double valid_toks, double valid_seqs,
+static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, const double valid[3],
                        grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
 {
     int64_t mbs = tr->opt.micro_batch, n = hi > lo ? (hi - lo + mbs - 1) / mbs : 0;
@@ -147,7 +149,8 @@ static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, dou
         mb[i] = (dsarl_train_microbatch){.struct_size = sizeof mb[i], .batch = &b[i], .targets = p->targets + base,
                                          .logprobs = p->lp_theta + base, .dlogprobs = p->grad + base};
     }
-    slice_loss sl = {.tr = tr, .p = p, .valid_toks = valid_toks, .valid_seqs = valid_seqs, .first_seq = first,
+    slice_loss sl = {.tr = tr, .p = p, .valid_toks = valid[0], .valid_seqs = valid[1],
+                     .valid_positive_toks = valid[2], .first_seq = first,
                      .cu = cu, .m = m};
     if (rc == 0)
         rc = dsarl_trainer_train_microbatches(tr->ctx->model_ops, tr->model, tr->ctx->parallel, mb, (int32_t)n,
@@ -171,21 +174,23 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
     st->n_slices = 0;
     for (int64_t g0 = 0; g0 < p->B; g0 += gbs) {
         int64_t g1 = g0 + gbs < p->B ? g0 + gbs : p->B;
-        double valid_toks = 0.0, valid_seqs = 0.0;
+        double valid[3] = {0.0, 0.0, 0.0}; /* tokens, sequences, tokens of positively rewarded sequences */
         for (int64_t s = g0; s < g1; s++) {
-            valid_seqs += p->sample_mask[s];
-            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++)
-                valid_toks += p->mask[t] * p->sample_mask[s];
+            valid[1] += p->sample_mask[s];
+            for (int64_t t = p->cu[s]; t < p->cu[s + 1]; t++) {
+                valid[0] += p->mask[t] * p->sample_mask[s];
+                valid[2] += p->reward[s] > 0.0f ? p->mask[t] * p->sample_mask[s] : 0.0;
+            }
         }
         DSARL_TRY(ops->zero_grad(tr->model, err));
         grpo_loss_metrics slice;
         grpo_loss_metrics_init(&slice);
         float indexer = 0.0f;
-        /* this rank's share of the slice; valid_toks / valid_seqs above count the WHOLE slice (every rank holds
+        /* this rank's share of the slice; the valid counts above count the WHOLE slice (every rank holds
          * the gathered batch), so the summed gradients are the one-process gradient */
         int64_t lo, hi;
         rank_share(tr, g0, g1, &lo, &hi);
-        DSARL_TRY(train_share(tr, p, lo, hi, valid_toks, valid_seqs, &slice, &indexer, err));
+        DSARL_TRY(train_share(tr, p, lo, hi, valid, &slice, &indexer, err));
         DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, err));
         double norm;
         double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);

@@ -90,6 +90,9 @@ static const slot_rule environment_rules[] = {
     SLOT(dsarl_environment_ops, create, 0, MANDATORY),
     SLOT(dsarl_environment_ops, destroy, 0, MANDATORY),
     SLOT(dsarl_environment_ops, score, 0, MANDATORY),
+    SLOT(dsarl_environment_ops, reward_components, 4, OPTIONAL),
+    SLOT(dsarl_environment_ops, score_components, 4, OPTIONAL),
+    SLOT(dsarl_environment_ops, step, 4, OPTIONAL),
 };
 
 static const slot_rule *rules_of(dsarl_kind kind, size_t *n)

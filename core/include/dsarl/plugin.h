@@ -47,7 +47,8 @@ DSARL_BEGIN_DECLS
  * 1.3: device collectives (all_reduce ... recv) on the process groups of dsarl/comm.h, dsarl_parallel's groups,
  * model plan (sizes under a layout, for `dsarl plan`).
  * 1.4: pipeline parallelism: model stage_forward/stage_backward/stage_transfer (the 1F1B schedule of
- * dsarl_trainer_train_microbatches), dsarl_stage_transfer, dsarl/pipeline.h's stage split. */
+ * dsarl_trainer_train_microbatches), dsarl_stage_transfer, dsarl/pipeline.h's stage split; environment
+ * reward_components/score_components (a reward vector per response) and step (multi-turn episodes). */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 4
 

@@ -79,6 +79,34 @@ static int math_score(dsarl_environment *env, size_t n, const char *const *respo
     return 0;
 }
 
+/* ABI 1.4 reward vector, sorted by name: "correctness" (the reward itself) and "format" (1 when the response
+ * writes its answer the way the verifier looks for it: an "Answer:" line, or a \boxed{} in boxed mode), the two
+ * signals a multi-reward estimator such as GDPO can weigh separately. */
+static const char *const math_component_names[] = {"correctness", "format"};
+
+static size_t math_reward_components(const dsarl_environment *env, const char *const **names)
+{
+    (void)env;
+    if (names)
+        *names = math_component_names;
+    return 2;
+}
+
+static int math_score_components(dsarl_environment *env, size_t n, const char *const *responses,
+                                 const char *const *ground_truths, float *rewards, dsarl_verdict *verdicts,
+                                 float *components, dsarl_error *err)
+{
+    DSARL_TRY(math_score(env, n, responses, ground_truths, rewards, verdicts, err));
+    if (n > 0 && !components)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "math environment: score_components() needs a components array");
+    const char *marker = env->mode == MATH_VERIFY_BOXED ? "\\boxed{" : "Answer:";
+    for (size_t i = 0; i < n; i++) {
+        components[2 * i] = rewards[i];
+        components[2 * i + 1] = strstr(responses[i], marker) ? 1.0f : 0.0f;
+    }
+    return 0;
+}
+
 uint64_t math_environment_failures(const dsarl_environment *env) { return env ? env->failures : 0; }
 
 const dsarl_environment_ops math_environment_ops = {
@@ -88,4 +116,6 @@ const dsarl_environment_ops math_environment_ops = {
     .create = math_create,
     .destroy = math_destroy,
     .score = math_score,
+    .reward_components = math_reward_components,
+    .score_components = math_score_components,
 };
