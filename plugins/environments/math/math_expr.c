@@ -252,6 +252,16 @@ int mx_is_atomic_integer(const mx_arena *ar, int node)
     return n->kind == MX_NUM && !n->is_float && (!n->q.ok || n->q.den == 1) && n->f == floor(n->f);
 }
 
+int mx_has_floats(const mx_arena *ar, int node)
+{
+    if (node < 0)
+        return 0;
+    const mx_node *n = &ar->nodes[node];
+    if (n->kind == MX_NUM)
+        return n->is_float || !n->q.ok;
+    return mx_has_floats(ar, n->a) || mx_has_floats(ar, n->b);
+}
+
 int mx_has_symbols(const mx_arena *ar, int node)
 {
     if (node < 0)
@@ -321,8 +331,14 @@ double complex mx_eval(const mx_arena *ar, int node, int point)
     case MX_E: return 2.71828182845904523536;
     case MX_I: return I;
     case MX_INF: return INFINITY;
-    case MX_ADD: return mx_eval(ar, n->a, point) + mx_eval(ar, n->b, point);
-    case MX_MUL: return mx_eval(ar, n->a, point) * mx_eval(ar, n->b, point);
+    case MX_ADD:
+    case MX_MUL: {
+        /* real operands stay real: complex arithmetic would turn -1 * inf into a NaN imaginary part */
+        double complex a = mx_eval(ar, n->a, point), b = mx_eval(ar, n->b, point);
+        if (cimag(a) == 0 && cimag(b) == 0)
+            return n->kind == MX_ADD ? creal(a) + creal(b) : creal(a) * creal(b);
+        return n->kind == MX_ADD ? a + b : a * b;
+    }
     case MX_PCT: return mx_eval(ar, n->a, point) / 100.0;
     case MX_POW: {
         double complex a = mx_eval(ar, n->a, point), b = mx_eval(ar, n->b, point);

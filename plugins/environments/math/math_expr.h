@@ -109,6 +109,8 @@ int mx_is_atomic_number(const mx_arena *ar, int node);
 int mx_is_atomic_float(const mx_arena *ar, int node);
 /* 1 when it is an integer literal (or a percent of one). */
 int mx_is_atomic_integer(const mx_arena *ar, int node);
+/* 1 when the tree contains a decimal (or an inexact) number: sympy then computes in floating point. */
+int mx_has_floats(const mx_arena *ar, int node);
 /* 1 when the tree contains a symbol. */
 int mx_has_symbols(const mx_arena *ar, int node);
 

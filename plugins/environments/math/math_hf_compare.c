@@ -91,7 +91,11 @@ static int expr_equal(side g, side p)
             mq b = p.b < 0 ? mx_exact(p.ar, p.a, 1) : (mq){0, 1, 0};
             if (a.ok && b.ok)
                 return a.num == b.num && a.den == b.den;
-            if (close_tight(side_eval(g, 0), side_eval(p, 0)))
+            /* a rational against a float expression: sympy's Rational == Float is exact, and simplify(a - b)
+             * leaves a tiny nonzero Float; so 11/26 is not 11/26. */
+            int floats = (g.b < 0 ? mx_has_floats(g.ar, g.a) : 1) || (p.b < 0 ? mx_has_floats(p.ar, p.a) : 1);
+            double complex x = side_eval(g, 0), y = side_eval(p, 0);
+            if (floats ? (x == y) : close_tight(x, y))
                 return 1;
         }
     } else if (!g_sym && !p_sym) {

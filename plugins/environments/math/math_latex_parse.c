@@ -783,6 +783,11 @@ static int parse_set_atom(lp *p)
                     p->ar->vals[v].first = first, p->ar->vals[v].n = 2;
                 return v;
             }
+            /* sympy opens an infinite end: [1, \infty] is [1, \infty) */
+            if (!symbolic && isinf(creal(l)))
+                lopen = 1;
+            if (!symbolic && isinf(creal(h)))
+                ropen = 1;
             int v = mv_new(p->ar, MV_INTERVAL);
             if (v >= 0) {
                 p->ar->vals[v].lo = le;
