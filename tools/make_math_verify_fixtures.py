@@ -244,9 +244,121 @@ def shape_matrix(rng):
     return gold, eq, wrong
 
 
-SHAPES = [(shape_integer, 30), (shape_fraction, 14), (shape_decimal, 6), (shape_radical, 9), (shape_pi, 5),
-          (shape_power, 3), (shape_interval, 7), (shape_set, 5), (shape_tuple, 5), (shape_expression, 9),
-          (shape_text, 3), (shape_percent, 2), (shape_degree, 2), (shape_matrix, 2)]
+def shape_complex(rng):
+    a, b = rng.randint(-9, 9), rng.choice([x for x in range(-9, 10) if x])
+    def c(a, b, order=0):
+        bi = ("" if abs(b) == 1 else str(abs(b))) + "i"
+        if order == 0:
+            return (f"{a} {'+' if b > 0 else '-'} {bi}" if a else (bi if b > 0 else "-" + bi))
+        return f"{'-' if b < 0 else ''}{bi} {'+' if a >= 0 else '-'} {abs(a)}"
+    gold = c(a, b)
+    eq = [gold, c(a, b, 1), gold.replace(" ", "")]
+    wrong = [c(a, -b), c(a + 1, b), c(b, a) if a else c(1, b)]
+    return gold, eq, wrong
+
+
+def shape_equation(rng):
+    m, q = rng.randint(-5, 5) or 2, rng.randint(-9, 9)
+    v = rng.choice(["y", "f(x)"])
+    qs = f"{'+' if q >= 0 else '-'} {abs(q)}"
+    gold = f"y = {m}x {qs}" if rng.random() < 0.7 else f"{m}x {qs}"
+    eq = [f"y = {m}x {qs}", f"y={m}x{qs.replace(' ', '')}", f"y = {q} + {m}x" if q >= 0 else f"y = {m}x - {abs(q)}",
+          f"{m}x {qs}", f"{v} = {m}x {qs}"]
+    wrong = [f"y = {m + 1}x {qs}", f"y = {m}x {'+' if q < 0 else '-'} {abs(q)}", f"x = {m}y {qs}"]
+    if rng.random() < 0.3:
+        r = rng.randint(2, 9)
+        gold = f"x^2 + y^2 = {r * r}"
+        eq = [gold, f"y^2 + x^2 = {r * r}", f"x^2+y^2={r}^2"]
+        wrong = [f"x^2 + y^2 = {r}", f"x^2 - y^2 = {r * r}"]
+    return gold, eq, wrong
+
+
+def shape_trig_log(rng):
+    pick = rng.randrange(5)
+    if pick == 0:
+        gold, eq, wrong = "\\frac{\\sqrt{3}}{2}", ["\\frac{\\sqrt3}{2}", "\\sin \\frac{\\pi}{3}", "\\cos(\\pi/6)",
+                                                  "0.866025"], ["\\frac{\\sqrt{2}}{2}", "\\frac{1}{2}", "0.87"]
+    elif pick == 1:
+        b, e = rng.choice([2, 3, 5, 10]), rng.randint(1, 4)
+        gold, eq, wrong = str(e), [f"\\log_{{{b}}} {b ** e}", f"\\log_{b}{{{b ** e}}}", str(e)], [str(e + 1), f"\\log_{{{b}}} {b ** e + 1}"]
+    elif pick == 2:
+        k = rng.randint(2, 5)
+        gold, eq, wrong = f"e^{{{k}}}", [f"e^{k}", f"\\exp({k})", _dec(math.e ** k, 6)], [f"e^{{{k + 1}}}", f"{k}e"]
+    elif pick == 3:
+        k = rng.randint(2, 9)
+        gold, eq, wrong = f"\\ln {k}", [f"\\ln({k})", f"\\log {k}", _dec(math.log(k), 7)], [f"\\ln {k + 1}", f"\\log_{{10}} {k}"]
+    else:
+        gold, eq, wrong = "\\frac{\\pi}{4}", ["\\pi/4", "\\frac{1}{4}\\pi", "0.785398", "\\arctan 1"], ["\\frac{\\pi}{3}", "45"]
+    return gold, eq, wrong
+
+
+def shape_mixed(rng):
+    w, d = rng.randint(1, 9), rng.choice([2, 3, 4, 5, 8])
+    r = rng.randint(1, d - 1)
+    f = Fraction(w * d + r, d)
+    gold = rng.choice([f"{w}\\frac{{{r}}}{{{d}}}", _frac_latex(f)])
+    eq = [f"{w}\\frac{{{r}}}{{{d}}}", f"{w} \\dfrac{{{r}}}{{{d}}}", _frac_latex(f), f"{f.numerator}/{f.denominator}",
+          _dec(float(f), 6)]
+    wrong = [f"{w}\\frac{{{r}}}{{{d + 1}}}", _frac_latex(Fraction(w * r, d)), f"{w + 1}\\frac{{{r}}}{{{d}}}"]
+    return gold, eq, wrong
+
+
+def shape_big(rng):
+    n = rng.randint(10**4, 10**9)
+    gold = str(n) if rng.random() < 0.7 else _thousands(n)
+    eq = [str(n), _thousands(n), _thousands(n).replace(",", "{,}"), _thousands(n).replace(",", "\\,"),
+          _thousands(n).replace(",", " "), f"{n} \\text{{ dollars}}", f"\\${_thousands(n)}"]
+    wrong = [str(n + 1), _thousands(n + 1000), str(n // 10)]
+    return gold, eq, wrong
+
+
+def shape_inequality(rng):
+    a = rng.randint(-9, 9)
+    b = a + rng.randint(1, 9)
+    pick = rng.randrange(3)
+    if pick == 0:
+        gold = f"{a} < x < {b}"
+        eq = [gold, f"({a}, {b})", f"{a}<x<{b}"]
+        wrong = [f"{a} \\le x < {b}", f"[{a}, {b})", f"x < {b}"]
+    elif pick == 1:
+        gold = f"x \\geq {a}"
+        eq = [gold, f"[{a}, \\infty)", f"x \\ge {a}", f"{a} \\leq x"]
+        wrong = [f"x > {a}", f"({a}, \\infty)", f"x \\le {a}"]
+    else:
+        gold = f"({a}, {b})"
+        eq = [gold, f"{a} < x < {b}", f"x \\in ({a}, {b})", f"{a}, {b}"]
+        wrong = [f"[{a}, {b}]", f"{b}, {a}"]
+    return gold, eq, wrong
+
+
+def shape_pm(rng):
+    a, b = rng.randint(-5, 5), rng.choice([2, 3, 5, 6, 7])
+    gold = f"{a} \\pm \\sqrt{{{b}}}"
+    eq = [gold, f"{a} + \\sqrt{{{b}}}, {a} - \\sqrt{{{b}}}", f"{a}-\\sqrt{{{b}}},{a}+\\sqrt{{{b}}}"]
+    wrong = [f"{a} + \\sqrt{{{b}}}", f"{a} \\pm \\sqrt{{{b + 1}}}"]
+    return gold, eq, wrong
+
+
+def shape_malformed(rng):
+    n = rng.randint(0, 99)
+    gold = str(n)
+    eq = [f"\\frac{{{n}", f"{n}}}", f"\\sqrt{{{n}", f"{{{n}}}", f"({n}", f"{n})", f"\\left( {n} \\right.",
+          f"\\text{{{n}", f"{n} = ", f"= {n}", f"{n}^{{", f"\\boxed{{{n}}}"]
+    wrong = [f"\\frac{{{n + 1}", "\\\\", "{}", "\\frac{}{}", "^", "\\text{}", "\\sqrt{-}"]
+    return gold, eq, wrong
+
+
+NOISE = [lambda s: s, lambda s: s.replace("\\frac", "\\dfrac"), lambda s: s.replace("(", "\\left(").replace(")", "\\right)"),
+         lambda s: "\\displaystyle " + s, lambda s: s.replace(" ", ""), lambda s: s.replace(",", ", "),
+         lambda s: s + "\\,", lambda s: s.replace("\\text", "\\mathrm"), lambda s: "  " + s + " ",
+         lambda s: s + "\\!", lambda s: s.replace("\\sqrt", "\\sqrt "), lambda s: s + " \\text{units}"]
+
+
+SHAPES = [(shape_integer, 24), (shape_fraction, 12), (shape_decimal, 5), (shape_radical, 8), (shape_pi, 4),
+          (shape_power, 3), (shape_interval, 6), (shape_set, 4), (shape_tuple, 4), (shape_expression, 7),
+          (shape_text, 3), (shape_percent, 2), (shape_degree, 2), (shape_matrix, 2), (shape_complex, 2),
+          (shape_equation, 3), (shape_trig_log, 3), (shape_mixed, 2), (shape_big, 3), (shape_inequality, 3),
+          (shape_pm, 1), (shape_malformed, 3)]
 
 FILLER = ["Let me think step by step.", "First, we compute the sum of 3 and 4, which is 7.",
           "Then we multiply by 12 to get 84.", "Note that $x^2 - 1 = (x-1)(x+1)$.",
@@ -283,8 +395,18 @@ def wrap(rng, ans):
         tail = f"$\\boxed{{ {ans} }}$ \n\nI hope this helps."
     elif r < 0.95:
         tail = f"**Answer:** \\(\\boxed{{{ans}}}\\)"
-    elif r < 0.97:
+    elif r < 0.955:
         tail = f"The final answer is $\\boxed{{{ans}}}$"
+    elif r < 0.96:
+        tail = f"**Final Answer**\n\n\\[\n\\boxed{{{ans}}}\n\\]"
+    elif r < 0.965:
+        tail = f"Thus $x = \\boxed{{{ans}}}$ and we are done."
+    elif r < 0.97:
+        tail = f"$$\\boxed{{{ans}}}$$"
+    elif r < 0.975:
+        tail = f"so the answer: {ans}"
+    elif r < 0.98:
+        tail = f"The answer is $\\boxed{{{ans}}}$ (rounded)."
     else:
         tail = rng.choice(["I could not solve this.", "", "\\boxed{}", "The answer is $", "$$" + ans])
     return (pre + " " + tail).strip() if pre else tail
@@ -294,6 +416,10 @@ def draw(rng):
     fn = rng.choices([s for s, _ in SHAPES], weights=[w for _, w in SHAPES])[0]
     gold, eq, wrong = fn(rng)
     ans = rng.choice(eq) if rng.random() < 0.6 else rng.choice(wrong)
+    if rng.random() < 0.25:
+        ans = rng.choice(NOISE)(ans)
+    if rng.random() < 0.05:
+        gold = rng.choice(NOISE)(gold)
     return {"response": wrap(rng, ans), "ground_truth": gold}
 
 

@@ -497,7 +497,7 @@ static int parse_atom(lp *p)
                     if (base < 0)
                         return fail(p);
                 } else if (funcs[k].f == MF_LOG && strcmp(funcs[k].cmd, "\\log") == 0) {
-                    base = mx_leaf(p->ar, MX_E); /* sympy's log is natural */
+                    base = mx_num_int(p->ar, 10); /* latex2sympy reads a bare \log as base 10 */
                 }
                 skip_ws(p);
                 if (p->i < p->end && p->s[p->i] == '^') {
