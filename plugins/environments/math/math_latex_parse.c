@@ -29,13 +29,15 @@ static int starts(const lp *p, const char *w)
     return p->i + k <= p->end && memcmp(p->s + p->i, w, k) == 0;
 }
 
-/* A command \name at i: 1 when the text there is exactly that command (not a longer one). */
+/* A command at i, read as latex2sympy2_extended's ANTLR lexer reads it: the longest known token wins and a
+ * command needs no delimiter, so \gen is \ge followed by n and \cdota is \cdot a (callers try longer
+ * commands first). \in is the exception that must not swallow \infty or \int. */
 static int at_cmd(const lp *p, const char *cmd)
 {
     size_t k = strlen(cmd);
     if (!starts(p, cmd))
         return 0;
-    if (isalpha((unsigned char)cmd[k - 1]) && p->i + k < p->end && isalpha((unsigned char)p->s[p->i + k]))
+    if (strcmp(cmd, "\\in") == 0 && p->i + k < p->end && (p->s[p->i + k] == 'f' || p->s[p->i + k] == 't'))
         return 0;
     return 1;
 }
@@ -465,7 +467,8 @@ static int parse_atom(lp *p)
                 return fail(p);
             int ex = idx < 0 ? mx_num_q(p->ar, mq_make(1, 2), 0, 0.5) : mx_div(p->ar, mx_num_int(p->ar, 1), idx);
             v = mx_bin(p->ar, MX_POW, a, ex);
-        } else if (eat(p, "\\text") || eat(p, "\\mbox")) {
+        } else if (eat(p, "\\textbf") || eat(p, "\\textit") || eat(p, "\\textrm") || eat(p, "\\textnormal") ||
+                   eat(p, "\\text") || eat(p, "\\mbox")) {
             v = parse_text(p);
         } else if (eat(p, "\\lfloor")) {
             v = parse_expr(p);
