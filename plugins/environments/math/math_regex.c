@@ -116,6 +116,9 @@ struct mre_prog {
     int ngroups;
     char *names[MRE_MAX_GROUPS];
     unsigned flags;
+    /* which code points can start a match: first[c] for ASCII c, first_high for anything above; all set when
+     * the start is not a fixed set (., negated classes, anchors) */
+    uint8_t first[128], first_high, any_start;
 };
 
 /* ---- parse tree ---------------------------------------------------------------------------------------------- */
@@ -685,6 +688,80 @@ static void gen(parser *ps, const ast *a)
     }
 }
 
+/* Marks the code points that can be the first one consumed from pc (following SPLIT, JMP, SAVE and assertions
+ * without consuming). Returns 0 when the set is unbounded. depth bounds the walk through the SPLIT tree. */
+static int first_set(mre_prog *p, int pc, uint8_t *seen, int depth)
+{
+    if (depth > 2000)
+        return 0;
+    for (;;) {
+        if (seen[pc])
+            return 1;
+        seen[pc] = 1;
+        const inst *in = &p->code[pc];
+        switch (in->op) {
+        case I_CHAR:
+            if (in->c >= 128) {
+                p->first_high = 1;
+            } else {
+                p->first[in->c] = 1;
+                if (in->icase && in->c >= 'a' && in->c <= 'z')
+                    p->first[in->c - 32] = 1;
+            }
+            return 1;
+        case I_CLASS: {
+            const cclass *c = &p->classes[in->x];
+            if (c->neg || c->builtins & (CB_NDIGIT | CB_NSPACE | CB_NWORD | CB_WORD))
+                return 0;
+            if (c->builtins & CB_DIGIT)
+                for (int k = '0'; k <= '9'; k++)
+                    p->first[k] = 1;
+            if (c->builtins & CB_SPACE) {
+                for (int k = 0; k < 128; k++)
+                    if (mre_is_space((uint32_t)k))
+                        p->first[k] = 1;
+                p->first_high = 1;
+            }
+            for (int r = 0; r < c->count; r++) {
+                const uint32_t *rg = p->ranges[c->first + r];
+                for (uint32_t k = rg[0]; k <= rg[1] && k < 128; k++) {
+                    p->first[k] = 1;
+                    if (in->icase && ((k | 32) >= 'a' && (k | 32) <= 'z'))
+                        p->first[k ^ 32] = 1;
+                }
+                if (rg[1] >= 128)
+                    p->first_high = 1;
+            }
+            return 1;
+        }
+        case I_SPLIT:
+            if (!first_set(p, in->x, seen, depth + 1))
+                return 0;
+            pc = in->y;
+            continue;
+        case I_JMP: pc = in->x; continue;
+        case I_SAVE:
+        case I_WORDB:
+        case I_NWORDB: pc++; continue;
+        case I_NLOOKAHEAD:
+        case I_NLOOKBEHIND: pc = in->y; continue;
+        default: return 0; /* ., anchors, an empty match */
+        }
+    }
+}
+
+static void compute_first(mre_prog *p)
+{
+    uint8_t *seen = calloc((size_t)p->ncode, 1);
+    int bounded = seen && first_set(p, 0, seen, 0);
+    free(seen);
+    if (!bounded) {
+        memset(p->first, 1, sizeof p->first);
+        p->first_high = 1;
+        p->any_start = 1;
+    }
+}
+
 void mre_free(mre_prog *prog)
 {
     if (!prog)
@@ -725,6 +802,7 @@ mre_prog *mre_compile(const char *pattern, unsigned flags, char *err, size_t err
         mre_free(prog);
         return NULL;
     }
+    compute_first(prog);
     return prog;
 }
 
@@ -927,10 +1005,11 @@ done:
 int mre_search(const mre_prog *prog, const uint32_t *text, long len, long from, long *caps, long *budget)
 {
     int ncap = 2 * prog->ngroups;
-    /* a literal first instruction lets most start positions fail without entering the executor */
-    const inst *first = &prog->code[0];
+    /* positions whose code point cannot start a match are skipped without entering the executor; a match that
+     * consumes nothing (start == len) is only possible when the first set is unbounded */
+    int unbounded = prog->any_start;
     for (long start = from; start <= len; start++) {
-        if (first->op == I_CHAR && (start >= len || (first->icase ? fold(text[start]) : text[start]) != first->c))
+        if (start < len ? !(text[start] < 128 ? prog->first[text[start]] : prog->first_high) : !unbounded)
             continue;
         for (int i = 0; i < ncap; i++)
             caps[i] = -1;
