@@ -1,5 +1,5 @@
 /* math_expr.h: the parsed form of one math answer for hf_math_verify: an expression tree (numbers as exact
- * rationals in checked int64 with a double fallback, symbols, pi, e, i, infinity, +, *, ^, functions) and, above it,
+ * rationals in checked int64 with a double fallback, symbols, pi, e, infinity, +, *, ^, functions) and, above it,
  * the answer's shape (a plain expression, a finite set, a tuple, an interval, a union, a relation, a chain of
  * relations, a matrix). Everything lives in one arena with a node budget, so a pathological answer fails
  * cleanly instead of growing without bound. */
@@ -32,10 +32,9 @@ double mq_double(mq a);
 
 typedef enum mx_kind {
     MX_NUM,  /* q when q.ok, else f; is_float: written with a decimal point (sympy Float) */
-    MX_SYM,  /* symbol sym (lower-cased name) */
+    MX_SYM,  /* symbol sym (lower-cased name); is_float set: an applied function f(2), not only symbols */
     MX_PI,
     MX_E,
-    MX_I,    /* the imaginary unit (only when the answer reads as complex) */
     MX_INF,  /* +infinity */
     MX_ADD,  /* a + b */
     MX_MUL,  /* a * b */
@@ -117,8 +116,8 @@ int mx_has_symbols(const mx_arena *ar, int node);
 /* Exact value of a symbol-free tree of numbers, +, *, integer powers and percents; ok = 0 when not exact. */
 mq mx_exact(const mx_arena *ar, int node, int pct_as_fraction);
 
-/* Numeric value with every symbol set from its name and point (a deterministic pseudo-random real in
- * [0.3, 2.7]); NaN parts for undefined. */
+/* Numeric value with every symbol set from its name and point (a deterministic pseudo-random real with
+ * 0.3 <= |value| <= 2.7, negative at odd points); NaN parts for undefined. */
 double complex mx_eval(const mx_arena *ar, int node, int point);
 
 #endif /* DSARL_MATH_EXPR_H */

@@ -150,7 +150,7 @@ static int only_symbols(const mx_arena *ar, int node)
 {
     const mx_node *n = &ar->nodes[node];
     if (n->kind == MX_SYM)
-        return 1;
+        return !n->is_float; /* f(2) has a number among its arguments */
     if (n->kind == MX_POW)
         return ar->nodes[n->a].kind == MX_SYM && ar->nodes[n->b].kind == MX_NUM && ar->nodes[n->b].q.ok &&
                ar->nodes[n->b].q.num == -1 && ar->nodes[n->b].q.den == 1;

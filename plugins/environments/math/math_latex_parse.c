@@ -14,7 +14,7 @@ typedef struct lp {
     const char *s;
     size_t i, n, end; /* parse s[i..end) */
     mx_arena *ar;
-    int depth, complex_mode, failed;
+    int depth, failed;
 } lp;
 
 static int fail(lp *p)
@@ -408,12 +408,30 @@ static int parse_atom(lp *p)
         read_subscript(p, name, sizeof name);
         if (p->failed)
             return -1;
-        if (strcmp(name, "e") == 0)
+        if (strcmp(name, "e") == 0) {
             v = mx_leaf(p->ar, MX_E);
-        else if (strcmp(name, "i") == 0 && p->complex_mode)
-            v = mx_leaf(p->ar, MX_I);
-        else
+        } else if ((c == 'f' || c == 'g' || c == 'h') && !name[1] && p->i < p->end && p->s[p->i] == '(') {
+            /* f(x): an undefined function applied, one opaque symbol named by its text (x(x+1) is a product) */
+            int commas;
+            size_t e = group_end(p, p->i, &commas);
+            if (!e || p->s[e - 1] != ')' || e - p->i + 2 >= MX_SYMBOL_CHARS)
+                return fail(p);
+            size_t k = 1, args_symbols = 1;
+            for (size_t j = p->i; j < e; j++) {
+                if (!isspace((unsigned char)p->s[j]))
+                    name[k++] = p->s[j];
+                if (j > p->i && j + 1 < e && !isalpha((unsigned char)p->s[j]) && p->s[j] != ',' &&
+                    !isspace((unsigned char)p->s[j]))
+                    args_symbols = 0;
+            }
+            name[k] = '\0';
+            p->i = e;
             v = mx_sym(p->ar, name);
+            if (v >= 0)
+                p->ar->nodes[v].is_float = (uint8_t)!args_symbols;
+        } else {
+            v = mx_sym(p->ar, name); /* i too: latex2sympy reads it as a symbol */
+        }
     } else if (c == '\\') {
         if (eat(p, "\\pi")) {
             v = mx_leaf(p->ar, MX_PI);
@@ -1029,24 +1047,6 @@ static int comma_number(const char *s, int64_t *out_digits_ok)
     return *p == '\0';
 }
 
-static int is_word_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
-
-/* math-verify's should_treat_as_complex: a standalone i, \imath, \mathbb{C}, \text{i}, ... */
-static int reads_complex(const char *s)
-{
-    static const char *const marks[] = {"\\mathbb{C}", "\\text{i}", "\\mathrm{i}", "\\imath", "\\det",
-                                        "\\operatorname{tr}", "\\operatorname{rank}", "\\text{rank}", "\\arg{",
-                                        "\\Re{", "\\Im{", "\\operatorname{Re}", "\\operatorname{Im}",
-                                        "\\text{Re}", "\\text{Im}", NULL};
-    for (int k = 0; marks[k]; k++)
-        if (strstr(s, marks[k]))
-            return 1;
-    for (const char *p = s; *p; p++)
-        if (*p == 'i' && (p == s || !is_word_char(p[-1])) && !is_word_char(p[1]))
-            return 1;
-    return 0;
-}
-
 static int parse_top(mx_arena *ar, const char *latex)
 {
     int64_t ok = 0;
@@ -1076,7 +1076,7 @@ static int parse_top(mx_arena *ar, const char *latex)
         return -1;
     buf[0] = ' ';
     memcpy(buf + 1, latex, n + 1);
-    lp p = {.s = buf, .i = 0, .n = n + 1, .end = n + 1, .ar = ar, .complex_mode = reads_complex(latex)};
+    lp p = {.s = buf, .i = 0, .n = n + 1, .end = n + 1, .ar = ar};
     int first, count, groups;
     int rc = parse_elements(&p, n + 1, &first, &count, &groups);
     int v = -1;

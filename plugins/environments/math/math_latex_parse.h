@@ -1,7 +1,7 @@
 /* math_latex_parse.h: LaTeX (already normalised as math-verify normalises it) and plain-text math into the answer
  * shapes of math_expr.h, reading what latex2sympy2_extended reads for contest answers: numbers (leading zeros,
  * decimals, 1,234 thousands), \frac \dfrac \tfrac, mixed numbers (2\frac{1}{2}), \sqrt and \sqrt[n], powers,
- * factorials, \binom, \pi, e, i (when the answer reads as complex), \infty, implicit products, trigonometric and
+ * factorials, \binom, \pi, e, \infty (i is a symbol, as latex2sympy reads it), implicit products, trigonometric and
  * logarithmic functions, |x|, floor and ceiling, \text{...} words, percentages, degrees (dropped), sets \{...\},
  * intervals (a, b] and unions, tuples, a \pm b, relations and chains (a < x < b), x \in S, pmatrix / bmatrix. */
 #ifndef DSARL_MATH_LATEX_PARSE_H
