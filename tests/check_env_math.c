@@ -202,7 +202,7 @@ START_TEST(test_environment_scores_and_counts)
     ops->destroy(env);
     dsarl_recipe_free(r);
 
-    // boxed mode from the recipe, and the default (no section) is dapo
+    // boxed mode from the recipe, and the default (no section) is hf_math_verify, as in NeMo RL
     r = load("env:\n  math:\n    math_verify_impl: boxed\n");
     ck_assert_int_eq(ops->create(dsarl_recipe_root(r), NULL, &env, &err), 0);
     const char *boxed[] = {"\\boxed{0.5}"};
@@ -213,6 +213,9 @@ START_TEST(test_environment_scores_and_counts)
     dsarl_recipe_free(r);
     ck_assert_int_eq(ops->create(NULL, NULL, &env, &err), 0);
     ck_assert_int_eq(ops->score(env, 1, boxed, half, rewards, verdicts, &err), 0);
+    ck_assert_int_eq(verdicts[0], OK); // hf_math_verify: 0.5 equals 1/2
+    const char *answer_line[] = {"Answer: 4"};
+    ck_assert_int_eq(ops->score(env, 1, answer_line, half, rewards, verdicts, &err), 0);
     ck_assert_int_eq(verdicts[0], NO);
     ops->destroy(env);
 }
@@ -223,17 +226,13 @@ START_TEST(test_environment_refuses_bad_impl)
     const dsarl_environment_ops *ops = &math_environment_ops;
     dsarl_environment *env = NULL;
     dsarl_error err = {0};
-    dsarl_recipe *r = load("env:\n  math:\n    math_verify_impl: hf_math_verify\n");
-    ck_assert_int_eq(ops->create(dsarl_recipe_root(r), NULL, &env, &err), DSARL_E_UNSUPPORTED);
+    dsarl_recipe *r = load("env:\n  math:\n    math_verify_impl: sympy\n");
+    ck_assert_int_eq(ops->create(dsarl_recipe_root(r), NULL, &env, &err), DSARL_E_INVALID);
     ck_assert_ptr_null(env);
     ck_assert_msg(strstr(err.message, "test.yaml:3") && strstr(err.message, "env.math.math_verify_impl") &&
-                      strstr(err.message, "math_verify package") && strstr(err.message, "use dapo_math_verify"),
+                      strstr(err.message, "'sympy'") &&
+                      strstr(err.message, "hf_math_verify, dapo_math_verify or boxed"),
                   "%s", err.message);
-    dsarl_recipe_free(r);
-    r = load("env:\n  math:\n    math_verify_impl: sympy\n");
-    ck_assert_int_eq(ops->create(dsarl_recipe_root(r), NULL, &env, &err), DSARL_E_INVALID);
-    ck_assert_msg(strstr(err.message, "'sympy'") && strstr(err.message, "dapo_math_verify or boxed"), "%s",
-                  err.message);
     dsarl_recipe_free(r);
     // keys: env.math is owned, num_workers ignored
     const dsarl_key_spec *keys = ops->common.keys;

@@ -5,11 +5,13 @@
 #include <string.h>
 
 #include "dsarl/log.h"
+#include "math_hf_verify.h"
 #include "math_verify.h"
 
 struct dsarl_environment {
     math_verify_mode mode;
-    uint64_t failures; /* verifier failures since create */
+    math_hf_verifier *hf; /* hf_math_verify's compiled patterns and arenas (NULL in the other modes) */
+    uint64_t failures;    /* verifier failures since create */
 };
 
 static const dsarl_key_spec math_keys[] = {
@@ -17,8 +19,9 @@ static const dsarl_key_spec math_keys[] = {
      DSARL_KEY_OWNED | DSARL_KEY_NULLABLE},
     {"env.math.num_workers", DSARL_KEY_INT, "1",
      "NeMo RL's number of verifier worker actors; ignored: dsarl verifies in-process", DSARL_KEY_IGNORED},
-    {"env.math.math_verify_impl", DSARL_KEY_STRING, "dapo_math_verify",
-     "answer checker: dapo_math_verify (last 'Answer:' line, normalised, exact match) | boxed (last \\boxed{})", 0},
+    {"env.math.math_verify_impl", DSARL_KEY_STRING, "hf_math_verify",
+     "answer checker: hf_math_verify (Hugging Face math-verify's extraction and equivalence, NeMo RL's default) | "
+     "dapo_math_verify (last 'Answer:' line, normalised, exact match) | boxed (last \\boxed{})", 0},
 };
 
 static int math_create(const dsarl_node *recipe, const dsarl_node *section, dsarl_environment **out,
@@ -26,31 +29,64 @@ static int math_create(const dsarl_node *recipe, const dsarl_node *section, dsar
 {
     (void)section; /* keys are read by path from the root so errors name their full path */
     *out = NULL;
-    const char *impl = "dapo_math_verify";
+    const char *impl = "hf_math_verify";
     if (recipe)
-        DSARL_TRY(dsarl_recipe_string_or(recipe, "env.math.math_verify_impl", "dapo_math_verify", &impl, err));
+        DSARL_TRY(dsarl_recipe_string_or(recipe, "env.math.math_verify_impl", "hf_math_verify", &impl, err));
     math_verify_mode mode;
-    if (strcmp(impl, "dapo_math_verify") == 0) {
+    if (strcmp(impl, "hf_math_verify") == 0) {
+        mode = MATH_VERIFY_HF;
+    } else if (strcmp(impl, "dapo_math_verify") == 0) {
         mode = MATH_VERIFY_DAPO;
     } else if (strcmp(impl, "boxed") == 0) {
         mode = MATH_VERIFY_BOXED;
-    } else if (strcmp(impl, "hf_math_verify") == 0) {
-        return dsarl_recipe_fail(recipe, "env.math.math_verify_impl", err, DSARL_E_UNSUPPORTED,
-                                 "is hf_math_verify, which needs Python's math_verify package; use dapo_math_verify "
-                                 "(answers after 'Answer:') or boxed (answers in \\boxed{})");
     } else {
         return dsarl_recipe_fail(recipe, "env.math.math_verify_impl", err, DSARL_E_INVALID,
-                                 "must be dapo_math_verify or boxed, got '%s'", impl);
+                                 "must be hf_math_verify, dapo_math_verify or boxed, got '%s'", impl);
     }
     dsarl_environment *env = calloc(1, sizeof *env);
     if (!env)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "math environment: out of memory");
     env->mode = mode;
+    if (mode == MATH_VERIFY_HF) {
+        char why[256];
+        env->hf = math_hf_create(why, sizeof why);
+        if (!env->hf) {
+            free(env);
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "math environment: hf_math_verify: %s", why);
+        }
+    }
+    dsarl_log(DSARL_LOG_INFO, "math environment: %s", impl);
     *out = env;
     return 0;
 }
 
-static void math_destroy(dsarl_environment *env) { free(env); }
+static void math_destroy(dsarl_environment *env)
+{
+    if (env)
+        math_hf_destroy(env->hf);
+    free(env);
+}
+
+/* hf_math_verify on one response; the same input checks as math_verify_one. */
+static void hf_verify_one(dsarl_environment *env, const char *response, const char *truth, dsarl_verdict *verdict,
+                          const char **why)
+{
+    *why = NULL;
+    if (!truth)
+        *why = "the example has no ground truth";
+    else if (!response)
+        *why = "the response is missing (NULL)";
+    else if (strlen(truth) > MATH_VERIFY_MAX_GROUND_TRUTH)
+        *why = "the ground truth is longer than 1024 bytes";
+    if (*why) {
+        *verdict = DSARL_VERDICT_VERIFIER_FAILED;
+        return;
+    }
+    int rc = math_hf_verify(env->hf, response, truth, why);
+    *verdict = rc == MATH_HF_CORRECT ? DSARL_VERDICT_CORRECT
+               : rc == MATH_HF_WRONG ? DSARL_VERDICT_WRONG
+                                     : DSARL_VERDICT_VERIFIER_FAILED;
+}
 
 /* Logs the 1st..5th failure, then every power of two, so a broken dataset is loud but not a flood. */
 static void log_failure(const dsarl_environment *env, size_t i, const char *why)
@@ -69,7 +105,10 @@ static int math_score(dsarl_environment *env, size_t n, const char *const *respo
                           "ground_truths, rewards and verdicts arrays for n = %zu", n);
     for (size_t i = 0; i < n; i++) {
         const char *why = NULL;
-        DSARL_TRY(math_verify_one(env->mode, responses[i], ground_truths[i], &verdicts[i], &why, err));
+        if (env->mode == MATH_VERIFY_HF)
+            hf_verify_one(env, responses[i], ground_truths[i], &verdicts[i], &why);
+        else
+            DSARL_TRY(math_verify_one(env->mode, responses[i], ground_truths[i], &verdicts[i], &why, err));
         rewards[i] = verdicts[i] == DSARL_VERDICT_CORRECT ? 1.0f : 0.0f;
         if (verdicts[i] == DSARL_VERDICT_VERIFIER_FAILED) {
             env->failures++;
@@ -111,7 +150,8 @@ uint64_t math_environment_failures(const dsarl_environment *env) { return env ? 
 
 const dsarl_environment_ops math_environment_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "math",
-                                      "math answers: NeMo RL's dapo_math_verify (reward 1/0) or the last \\boxed{}",
+                                      "math answers (reward 1/0): NeMo RL's hf_math_verify or dapo_math_verify, or the "
+                                      "last \\boxed{}",
                                       math_keys, DSARL_RANK_PRIMARY),
     .create = math_create,
     .destroy = math_destroy,

@@ -31,6 +31,7 @@
 typedef enum math_verify_mode {
     MATH_VERIFY_DAPO = 0,  /* math_verify_impl: dapo_math_verify */
     MATH_VERIFY_BOXED = 1, /* math_verify_impl: boxed */
+    MATH_VERIFY_HF = 2,    /* math_verify_impl: hf_math_verify (math_hf_verify.h; not handled by math_verify_one) */
 } math_verify_mode;
 
 /* normalize_final_answer of NeMo RL / verl / lm-eval: a new malloc'd string, or NULL when out of memory. */
