@@ -334,9 +334,6 @@ static jnode *parse_primary(parser *p)
             return literal(p, jv_bool(p->arena, s[0] == 't' || s[0] == 'T'), t->line);
         if (!strcmp(s, "none") || !strcmp(s, "None"))
             return literal(p, jv_new(p->arena, JV_NONE), t->line);
-        if (s[0] == '_')
-            return fail(p, DSARL_E_UNSUPPORTED, t->line, "unsupported construct: name '%s' (names starting with "
-                        "'_' are private)", s);
         jnode *n = node(p, JN_NAME, t->line);
         if (n && (n->str = dup(p, t->text, t->len)))
             n->len = t->len;
@@ -642,7 +639,7 @@ static jnode *parse_statement(parser *p, jtok *name)
             return NULL;
         do {
             jtok *target = next(p);
-            if (target->kind != JT_NAME || target->text[0] == '_')
+            if (target->kind != JT_NAME)
                 return fail(p, DSARL_E_INVALID, target->line, "expected a loop variable name but found '%s'",
                             tok_desc(target));
             if (!add_name(p, n, target->text))
@@ -679,7 +676,7 @@ static jnode *parse_statement(parser *p, jtok *name)
     }
     if (!strcmp(tag, "set")) {
         jtok *target = next(p);
-        if (target->kind != JT_NAME || target->text[0] == '_')
+        if (target->kind != JT_NAME)
             return fail(p, DSARL_E_INVALID, target->line, "expected a variable name after 'set' but found '%s'",
                         tok_desc(target));
         jnode *n = node(p, JN_SET, line);
@@ -718,7 +715,7 @@ static jnode *parse_statement(parser *p, jtok *name)
     }
     if (!strcmp(tag, "macro")) {
         jtok *mname = next(p);
-        if (mname->kind != JT_NAME || mname->text[0] == '_')
+        if (mname->kind != JT_NAME)
             return fail(p, DSARL_E_INVALID, mname->line, "expected a macro name but found '%s'", tok_desc(mname));
         jnode *n = node(p, JN_MACRO, line);
         if (!n || !(n->str = dup(p, mname->text, mname->len)) || !expect_op(p, "("))
@@ -727,7 +724,7 @@ static jnode *parse_statement(parser *p, jtok *name)
         // parameters: names with optional defaults; kids2[i] is the default of names[i] (NULL node = none)
         while (!is_op(peek(p), ")")) {
             jtok *param = next(p);
-            if (param->kind != JT_NAME || param->text[0] == '_')
+            if (param->kind != JT_NAME)
                 return fail(p, DSARL_E_INVALID, param->line, "expected a macro parameter name but found '%s'",
                             tok_desc(param));
             if (!add_name(p, n, param->text))
