@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "dsarl/fileutil.h"
+#include "dsarl/recipe.h"
 #include "dsarl/tokenizer.h"
+#include "recipe_internal.h"
 
 #define FIXTURES DSARL_SOURCE_DIR "/tests/fixtures/chat_templates"
 #define GLM_TOKENIZER DSARL_SOURCE_DIR "/tests/fixtures/tokenizer/glm_style/tokenizer.json"
@@ -39,7 +41,8 @@ static json_t *find_case(json_t *doc, const char *tmpl, const char *conv, int ag
 {
     size_t i;
     json_t *c;
-    json_array_foreach(json_object_get(doc, "cases"), i, c) {
+    json_array_foreach(json_object_get(doc, "cases"), i, c)
+    {
         json_t *kw = json_object_get(c, "kwargs"), *et = json_object_get(kw, "enable_thinking");
         int t = et ? json_is_true(et) : -1;
         if (!strcmp(json_string_value(json_object_get(c, "template")), tmpl) &&
@@ -70,7 +73,8 @@ START_TEST(test_matches_transformers)
     char *tools = json_dumps(json_object_get(doc, "tools"), JSON_COMPACT);
     size_t i, matched = 0, refused = 0;
     json_t *c;
-    json_array_foreach(json_object_get(doc, "cases"), i, c) {
+    json_array_foreach(json_object_get(doc, "cases"), i, c)
+    {
         const char *tmpl = json_string_value(json_object_get(c, "template"));
         const char *conv = json_string_value(json_object_get(c, "conversation"));
         char *messages = json_dumps(json_object_get(convs, conv), JSON_COMPACT);
@@ -81,9 +85,9 @@ START_TEST(test_matches_transformers)
                  json_is_true(json_object_get(c, "add_generation_prompt")), kwargs);
         char *out = NULL;
         dsarl_error err = {0};
-        int rc = dsarl_tokenizer_render_chat(tok, path, messages, json_is_true(json_object_get(c, "tools")) ? tools
-                                             : NULL, kwargs, json_is_true(json_object_get(c, "add_generation_prompt")),
-                                             &out, &err);
+        int rc =
+            dsarl_tokenizer_render_chat(tok, path, messages, json_is_true(json_object_get(c, "tools")) ? tools : NULL,
+                                        kwargs, json_is_true(json_object_get(c, "add_generation_prompt")), &out, &err);
         const json_t *expected = json_object_get(c, "expected");
         if (expected) {
             ck_assert_msg(rc == 0, "%s: %s", what, err.message);
@@ -123,8 +127,7 @@ static void make_tokenizer_dir(char *dir, const char *const *files, size_t n_fil
             snprintf(sub, sizeof sub, "%s/%.*s", dir, (int)(strchr(files[i], '/') - files[i]), files[i]);
             mkdir(sub, 0700);
         }
-        ck_assert_msg(dsarl_write_file_atomic(path, files[i + 1], strlen(files[i + 1]), &err) == 0, "%s",
-                      err.message);
+        ck_assert_msg(dsarl_write_file_atomic(path, files[i + 1], strlen(files[i + 1]), &err) == 0, "%s", err.message);
     }
 }
 
@@ -151,9 +154,9 @@ START_TEST(test_tokenizer_templates)
     json_t *doc = load_cases();
     char *glm46 = read_text(FIXTURES "/glm46_style.jinja"), *qwen3 = read_text(FIXTURES "/qwen3_style.jinja");
     // the named-list form, GLM's special tokens as the glm fixture's config names them
-    json_t *config = json_pack("{s:s, s:s, s:n, s:[{s:s, s:s}, {s:s, s:s}]}", "eos_token", "<|endoftext|>",
-                               "pad_token", "<|endoftext|>", "bos_token", "chat_template", "name", "default",
-                               "template", glm46, "name", "tool_use", "template", qwen3);
+    json_t *config = json_pack("{s:s, s:s, s:n, s:[{s:s, s:s}, {s:s, s:s}]}", "eos_token", "<|endoftext|>", "pad_token",
+                               "<|endoftext|>", "bos_token", "chat_template", "name", "default", "template", glm46,
+                               "name", "tool_use", "template", qwen3);
     char *config_text = json_dumps(config, 0);
     const char *files[] = {"tokenizer_config.json", config_text};
     char dir[64];
@@ -166,10 +169,10 @@ START_TEST(test_tokenizer_templates)
     const dsarl_chat_message user[] = {{"user", "What is 2+2?"}};
     char *out;
     dsarl_error err = {0};
-    ck_assert_msg(dsarl_tokenizer_apply_chat_template(tok, "default", user, 1, 1, &out, &err) == 0, "%s",
-                  err.message);
-    assert_same("default", out, json_string_value(json_object_get(find_case(doc, "glm46_style.jinja",
-                                                                            "single_user", 1, -1), "expected")));
+    ck_assert_msg(dsarl_tokenizer_apply_chat_template(tok, "default", user, 1, 1, &out, &err) == 0, "%s", err.message);
+    assert_same(
+        "default", out,
+        json_string_value(json_object_get(find_case(doc, "glm46_style.jinja", "single_user", 1, -1), "expected")));
     free(out);
     ck_assert_int_eq(dsarl_tokenizer_apply_chat_template(tok, NULL, user, 1, 1, &out, &err), 0);
     free(out);
@@ -177,8 +180,9 @@ START_TEST(test_tokenizer_templates)
     ck_assert_msg(dsarl_tokenizer_apply_chat_template_kwargs(tok, "tokenizer", user, 1, 1,
                                                              "{\"enable_thinking\": false}", &out, &err) == 0,
                   "%s", err.message);
-    assert_same("enable_thinking", out, json_string_value(json_object_get(
-                                            find_case(doc, "glm46_style.jinja", "single_user", 1, 0), "expected")));
+    assert_same(
+        "enable_thinking", out,
+        json_string_value(json_object_get(find_case(doc, "glm46_style.jinja", "single_user", 1, 0), "expected")));
     ck_assert(strstr(out, "<think></think>") != NULL);
     free(out);
     // a named template, and tools picking tool_use as transformers does
@@ -186,8 +190,9 @@ START_TEST(test_tokenizer_templates)
     ck_assert_msg(strncmp(out, "<|im_start|>user\n", 17) == 0, "%s", out);
     free(out);
     ck_assert_int_eq(dsarl_tokenizer_render_chat(tok, NULL, "[{\"role\": \"user\", \"content\": \"x\"}]",
-                                                 "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", NULL,
-                                                 0, &out, &err), 0);
+                                                 "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", NULL, 0,
+                                                 &out, &err),
+                     0);
     ck_assert_msg(strstr(out, "<tools>\n{\"type\": \"function\"") != NULL, "%s", out);
     free(out);
     // the built-ins still work on this tokenizer; an unknown name lists the tokenizer's
@@ -203,8 +208,11 @@ START_TEST(test_tokenizer_templates)
     json_object_set_new(config, "chat_template", json_string("{{ 'from the config' }}"));
     free(config_text);
     config_text = json_dumps(config, 0);
-    const char *files2[] = {"tokenizer_config.json", config_text, "chat_template.jinja",
-                            "{{ messages[0].content }}|{{ eos_token }}\n", "additional_chat_templates/short.jinja",
+    const char *files2[] = {"tokenizer_config.json",
+                            config_text,
+                            "chat_template.jinja",
+                            "{{ messages[0].content }}|{{ eos_token }}\n",
+                            "additional_chat_templates/short.jinja",
                             "{% for m in messages %}{{ m.role[0] }}{% endfor %}"};
     make_tokenizer_dir(dir, files2, 3);
     tok = load_ok(dir);
@@ -233,16 +241,18 @@ START_TEST(test_tokenizer_templates)
     // no template at all: "tokenizer" is an error, "default" the built-in
     tok = load_ok("byte");
     ck_assert_int_eq(dsarl_tokenizer_has_chat_template(tok), 0);
-    ck_assert_int_eq(dsarl_tokenizer_apply_chat_template(tok, "tokenizer", user, 1, 0, &out, &err),
-                     DSARL_E_INVALID);
+    ck_assert_int_eq(dsarl_tokenizer_apply_chat_template(tok, "tokenizer", user, 1, 0, &out, &err), DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "brings no chat template"), "%s", err.message);
-    ck_assert_int_eq(dsarl_tokenizer_render_chat(tok, "plain", "[{\"role\": \"user\", \"content\": [1]}]", NULL,
-                                                 NULL, 0, &out, &err), DSARL_E_UNSUPPORTED);
-    ck_assert_int_eq(dsarl_tokenizer_render_chat(tok, FIXTURES "/glm45_style.jinja", "{\"role\": \"user\"}", NULL,
-                                                 NULL, 0, &out, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(dsarl_tokenizer_render_chat(tok, "plain", "[{\"role\": \"user\", \"content\": [1]}]", NULL, NULL,
+                                                 0, &out, &err),
+                     DSARL_E_UNSUPPORTED);
+    ck_assert_int_eq(dsarl_tokenizer_render_chat(tok, FIXTURES "/glm45_style.jinja", "{\"role\": \"user\"}", NULL, NULL,
+                                                 0, &out, &err),
+                     DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "messages") && strstr(err.message, "array"), "%s", err.message);
-    ck_assert_int_eq(dsarl_tokenizer_render_chat(tok, FIXTURES "/glm45_style.jinja", "[]", NULL,
-                                                 "{\"messages\": 1}", 0, &out, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(
+        dsarl_tokenizer_render_chat(tok, FIXTURES "/glm45_style.jinja", "[]", NULL, "{\"messages\": 1}", 0, &out, &err),
+        DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "'messages'"), "%s", err.message);
     dsarl_tokenizer_free(tok);
 
@@ -251,6 +261,56 @@ START_TEST(test_tokenizer_templates)
     free(glm46);
     free(qwen3);
     json_decref(doc);
+}
+END_TEST
+
+/* policy.tokenizer.chat_template_kwargs from a recipe reaches every render; a call's own kwargs win. */
+START_TEST(test_recipe_kwargs)
+{
+    dsarl_recipe *r = NULL;
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_recipe_load_string("policy:\n  tokenizer:\n    chat_template_kwargs:\n"
+                                              "      enable_thinking: false\n      depth: 2\n      tag: [a, 1.5]\n",
+                                              "kw.yaml", &r, &err),
+                     0);
+    dsarl_tokenizer *tok = load_ok("byte");
+    ck_assert_msg(dsarl_tokenizer_set_chat_kwargs_from_recipe(tok, dsarl_recipe_root(r),
+                                                              "policy.tokenizer.chat_template_kwargs", &err) == 0,
+                  "%s", err.message);
+    const dsarl_chat_message user[] = {{"user", "q"}};
+    char *out;
+    const char *tmpl = FIXTURES "/glm46_style.jinja";
+    ck_assert_int_eq(dsarl_tokenizer_apply_chat_template(tok, tmpl, user, 1, 1, &out, &err), 0);
+    ck_assert_str_eq(out, "[gMASK]<sop><|user|>\nq/nothink<|assistant|>\n<think></think>");
+    free(out);
+    ck_assert_int_eq(
+        dsarl_tokenizer_apply_chat_template_kwargs(tok, tmpl, user, 1, 1, "{\"enable_thinking\": true}", &out, &err),
+        0);
+    ck_assert_str_eq(out, "[gMASK]<sop><|user|>\nq<|assistant|>");
+    free(out);
+    // the recipe's types survive: an int, a list with a string and a float
+    char path[] = "/tmp/dsarl_kw_XXXXXX.jinja";
+    int fd = mkstemps(path, 6);
+    const char *probe = "{{ depth + 1 }} {{ tag | tojson }} {{ enable_thinking }}";
+    ck_assert_int_eq(write(fd, probe, strlen(probe)), (ssize_t)strlen(probe));
+    close(fd);
+    ck_assert_int_eq(dsarl_tokenizer_apply_chat_template(tok, path, user, 1, 0, &out, &err), 0);
+    ck_assert_str_eq(out, "3 [\"a\", 1.5] False");
+    free(out);
+    unlink(path);
+    // absent clears; a scalar is refused naming the key
+    ck_assert_int_eq(dsarl_tokenizer_set_chat_kwargs_from_recipe(tok, dsarl_recipe_root(r), "policy.nothing", &err), 0);
+    ck_assert_int_eq(dsarl_tokenizer_apply_chat_template(tok, tmpl, user, 1, 1, &out, &err), 0);
+    ck_assert_str_eq(out, "[gMASK]<sop><|user|>\nq<|assistant|>");
+    free(out);
+    ck_assert_int_eq(dsarl_tokenizer_set_chat_kwargs_from_recipe(tok, dsarl_recipe_root(r),
+                                                                 "policy.tokenizer.chat_template_kwargs.depth", &err),
+                     DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "chat_template_kwargs.depth") && strstr(err.message, "kw.yaml") &&
+                      strstr(err.message, "enable_thinking"),
+                  "%s", err.message);
+    dsarl_tokenizer_free(tok);
+    dsarl_recipe_free(r);
 }
 END_TEST
 
@@ -264,8 +324,8 @@ static int render_source(const char *source, char **out, dsarl_error *err)
     close(fd);
     dsarl_tokenizer *tok = load_ok("byte");
     *out = NULL;
-    int rc = dsarl_tokenizer_render_chat(tok, path, "[{\"role\": \"user\", \"content\": \"hi\"}]", NULL, NULL, 1,
-                                         out, err);
+    int rc =
+        dsarl_tokenizer_render_chat(tok, path, "[{\"role\": \"user\", \"content\": \"hi\"}]", NULL, NULL, 1, out, err);
     dsarl_tokenizer_free(tok);
     unlink(path);
     return rc;
@@ -308,8 +368,7 @@ START_TEST(test_refusals)
         char *out;
         dsarl_error err = {0};
         int rc = render_source(rows[i].source, &out, &err);
-        ck_assert_msg(rc == rows[i].code, "row %zu ('%s'): rc %d, '%s'", i, rows[i].source, rc,
-                      rc ? err.message : out);
+        ck_assert_msg(rc == rows[i].code, "row %zu ('%s'): rc %d, '%s'", i, rows[i].source, rc, rc ? err.message : out);
         ck_assert_msg(strstr(err.message, rows[i].expect1) && strstr(err.message, rows[i].expect2) &&
                           strstr(err.message, ".jinja") && !strchr(err.message, '\n'),
                       "row %zu: message '%s' should name the file, '%s' and '%s' on one line", i, err.message,
@@ -325,14 +384,16 @@ START_TEST(test_bounds)
     } rows[] = {
         {"{% for i in range(1000000000) %}x{% endfor %}", "loop iterations"},
         {"{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}{% endfor %}{% endfor %}"
-         "{% endfor %}", "loop iterations"},
+         "{% endfor %}",
+         "loop iterations"},
         {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nests deeper than 64"},
         {"{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
          "loop iterations and macro calls"},
         {"{% for i in range(100000) %}{{ 'abcdefgh' * 100 }}{% endfor %}", "output passed"},
         {"{{ 'x' * 100000000000 }}", "limit"},
         {"{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
-         "{% endfor %}{{ ns.s | length }}", "passed"},
+         "{% endfor %}{{ ns.s | length }}",
+         "passed"},
     };
     for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
         char *out;
@@ -355,8 +416,8 @@ START_TEST(test_bounds)
     ck_assert_int_eq(render_source(deep, &out, &err), DSARL_E_UNSUPPORTED);
     ck_assert_msg(strstr(err.message, "nest deeper"), "%s", err.message);
     // just under the bounds renders
-    ck_assert_int_eq(render_source("{% for i in range(1000) %}{% for j in range(50) %}{% endfor %}{% endfor %}ok",
-                                   &out, &err), 0);
+    ck_assert_int_eq(
+        render_source("{% for i in range(1000) %}{% for j in range(50) %}{% endfor %}{% endfor %}ok", &out, &err), 0);
     ck_assert_str_eq(out, "ok");
     free(out);
 }
@@ -369,6 +430,7 @@ static Suite *chat_template_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_matches_transformers);
     tcase_add_test(tc, test_tokenizer_templates);
+    tcase_add_test(tc, test_recipe_kwargs);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_bounds);
     suite_add_tcase(s, tc);

@@ -12,20 +12,21 @@
 #include <time.h>
 
 static const char *const filters[] = {
-    "length", "count", "trim", "upper", "lower", "capitalize", "title", "default", "d", "join", "tojson", "items",
-    "first", "last", "string", "int", "float", "replace", "list", "reverse", "safe", "abs", "map", "select",
-    "reject", "selectattr", "rejectattr", "indent", "escape", "e", "unique", "min", "max", "sum", "round",
+    "length", "count",   "trim",  "upper",  "lower", "capitalize", "title",  "default",    "d",
+    "join",   "tojson",  "items", "first",  "last",  "string",     "int",    "float",      "replace",
+    "list",   "reverse", "safe",  "abs",    "map",   "select",     "reject", "selectattr", "rejectattr",
+    "indent", "escape",  "e",     "unique", "min",   "max",        "sum",    "round",
 };
 static const char *const tests[] = {
-    "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false",
-    "mapping", "iterable", "sequence", "callable", "odd", "even", "divisibleby", "eq", "equalto", "==", "ne",
-    "!=", "lt", "<", "le", "<=", "gt", ">", "ge", ">=", "in", "sameas", "lower", "upper",
+    "defined", "undefined", "none",     "string",   "number",   "integer", "float", "boolean",     "true",
+    "false",   "mapping",   "iterable", "sequence", "callable", "odd",     "even",  "divisibleby", "eq",
+    "equalto", "==",        "ne",       "!=",       "lt",       "<",       "le",    "<=",          "gt",
+    ">",       "ge",        ">=",       "in",       "sameas",   "lower",   "upper",
 };
 /* string methods, then dict methods (METHOD_DICT_FIRST on) */
 static const char *const methods[] = {
-    "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper", "lower", "replace",
-    "title", "capitalize", "find", "join", "count", "isdigit", "isspace",
-    "items", "keys", "values", "get",
+    "startswith", "endswith", "split", "rsplit", "strip",   "lstrip",  "rstrip", "upper", "lower",  "replace", "title",
+    "capitalize", "find",     "join",  "count",  "isdigit", "isspace", "items",  "keys",  "values", "get",
 };
 enum { METHOD_DICT_FIRST = 17 };
 static const char *const globals[] = {"range", "namespace", "raise_exception", "strftime_now", "dict"};
@@ -39,10 +40,22 @@ static int index_of(const char *const *table, size_t n, const char *name)
 }
 #define INDEX_OF(table, name) index_of(table, sizeof table / sizeof table[0], name)
 
-bool jinja_is_filter(const char *name) { return INDEX_OF(filters, name) >= 0; }
-bool jinja_is_test(const char *name) { return INDEX_OF(tests, name) >= 0; }
-bool jinja_is_method(const char *name) { return INDEX_OF(methods, name) >= 0; }
-int jinja_global_index(const char *name) { return INDEX_OF(globals, name); }
+bool jinja_is_filter(const char *name)
+{
+    return INDEX_OF(filters, name) >= 0;
+}
+bool jinja_is_test(const char *name)
+{
+    return INDEX_OF(tests, name) >= 0;
+}
+bool jinja_is_method(const char *name)
+{
+    return INDEX_OF(methods, name) >= 0;
+}
+int jinja_global_index(const char *name)
+{
+    return INDEX_OF(globals, name);
+}
 
 /* ---- argument helpers ------------------------------------------------------------------------------------- */
 
@@ -62,14 +75,16 @@ static int check_args(jinja_ctx *c, const jnode *at, const char *what, const jar
 {
     if (a->n_pos > max_pos)
         return jinja_ctx_fail(c, at, DSARL_E_INVALID, "%s takes at most %zu arguments, %zu given", what, max_pos,
-                              a->n_pos), -1;
+                              a->n_pos),
+               -1;
     for (size_t i = 0; i < a->n_kw; i++) {
         bool known = false;
         for (size_t k = 0; names && names[k]; k++)
             known |= !strcmp(names[k], a->kw_names[i]);
         if (!known)
             return jinja_ctx_fail(c, at, DSARL_E_INVALID, "%s got an unexpected keyword argument '%s'", what,
-                                  a->kw_names[i]), -1;
+                                  a->kw_names[i]),
+                   -1;
     }
     return 0;
 }
@@ -225,8 +240,9 @@ static jv *split(jinja_ctx *c, const jnode *at, const jv *s, const jv *sep, cons
         }
         size_t start = i;
         while (i < n && !jutf8_space_at(p + i, n - i, &k))
-            i += ((unsigned char)p[i] & 0x80) ? (size_t)1 + (((unsigned char)p[i] & 0xE0) == 0xC0 ? 1
-                                                           : ((unsigned char)p[i] & 0xF0) == 0xE0 ? 2 : 3)
+            i += ((unsigned char)p[i] & 0x80) ? (size_t)1 + (((unsigned char)p[i] & 0xE0) == 0xC0   ? 1
+                                                             : ((unsigned char)p[i] & 0xF0) == 0xE0 ? 2
+                                                                                                    : 3)
                                               : 1;
         if (i > n)
             i = n;
@@ -279,8 +295,8 @@ static jv *replace(jinja_ctx *c, const jnode *at, const jv *s, const jv *old, co
 static uint32_t case_map(uint32_t c, bool upper)
 {
     if (upper) {
-        if ((c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) ||
-            (c >= 0x430 && c <= 0x44F))
+        if ((c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7) ||
+            (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) || (c >= 0x430 && c <= 0x44F))
             return c - 0x20;
         if (c == 0x3C2)
             return 0x3A3;
@@ -330,7 +346,10 @@ static uint32_t case_map(uint32_t c, bool upper)
     return c;
 }
 
-static bool is_cased(uint32_t c) { return case_map(c, true) != c || case_map(c, false) != c; }
+static bool is_cased(uint32_t c)
+{
+    return case_map(c, true) != c || case_map(c, false) != c;
+}
 
 static uint32_t decode_cp(const char *s, size_t n, size_t *len)
 {
@@ -570,8 +589,7 @@ static jv *tojson(jinja_ctx *c, const jnode *at, jv *v, const jargs *a)
     if (ind && ind->kind == JV_INT) {
         int64_t k = ind->u.i < 0 ? 0 : ind->u.i;
         if (k >= (int64_t)sizeof indent_buf)
-            return jinja_ctx_fail(c, at, DSARL_E_UNSUPPORTED, "tojson indent %lld is larger than 63",
-                                  (long long)k);
+            return jinja_ctx_fail(c, at, DSARL_E_UNSUPPORTED, "tojson indent %lld is larger than 63", (long long)k);
         memset(indent_buf, ' ', (size_t)k);
         indent_buf[k] = '\0';
         indent = indent_buf;
@@ -677,8 +695,7 @@ static jv *indent_filter(jinja_ctx *c, const jnode *at, jv *v, const jargs *a)
         const char *nl = memchr(p + i, '\n', n - i);
         size_t end = nl ? (size_t)(nl - p) : n;
         bool empty = end == i;
-        if ((!first_line || (first && jv_truthy(first))) && (!empty || (blank && jv_truthy(blank))) &&
-            (nl || end > i))
+        if ((!first_line || (first && jv_truthy(first))) && (!empty || (blank && jv_truthy(blank))) && (nl || end > i))
             jbuf_put(&b, pad.data ? pad.data : "", pad.len);
         jbuf_put(&b, p + i, end - i);
         if (!nl)
@@ -796,8 +813,9 @@ jv *jinja_apply_filter(jinja_ctx *c, const jnode *at, const char *name, jv *v, c
                 total = total->kind == JV_INT && x->kind != JV_FLOAT
                             ? jv_int(A, total->u.i + (x->kind == JV_INT ? x->u.i : x->u.b))
                             : jv_float(A, (total->kind == JV_INT ? (double)total->u.i : total->u.f) +
-                                              (x->kind == JV_FLOAT ? x->u.f : x->kind == JV_INT ? (double)x->u.i
-                                                                                                : x->u.b));
+                                              (x->kind == JV_FLOAT ? x->u.f
+                                               : x->kind == JV_INT ? (double)x->u.i
+                                                                   : x->u.b));
             }
             return total;
         }
@@ -806,13 +824,15 @@ jv *jinja_apply_filter(jinja_ctx *c, const jnode *at, const char *name, jv *v, c
         jv *best = items->u.list.items[0];
         for (size_t i = 1; i < items->u.list.n; i++) {
             jv *x = items->u.list.items[i];
-            bool both_num = (x->kind == JV_INT || x->kind == JV_FLOAT) && (best->kind == JV_INT || best->kind == JV_FLOAT);
+            bool both_num =
+                (x->kind == JV_INT || x->kind == JV_FLOAT) && (best->kind == JV_INT || best->kind == JV_FLOAT);
             bool both_str = x->kind == JV_STRING && best->kind == JV_STRING;
             if (!both_num && !both_str)
                 return jinja_ctx_fail(c, at, DSARL_E_INVALID, "%s of mixed types", name);
             int cmp;
             if (both_num) {
-                double dx = x->kind == JV_INT ? (double)x->u.i : x->u.f, db = best->kind == JV_INT ? (double)best->u.i : best->u.f;
+                double dx = x->kind == JV_INT ? (double)x->u.i : x->u.f,
+                       db = best->kind == JV_INT ? (double)best->u.i : best->u.f;
                 cmp = (dx > db) - (dx < db);
             } else {
                 size_t n = x->u.str.n < best->u.str.n ? x->u.str.n : best->u.str.n;
@@ -859,8 +879,12 @@ jv *jinja_apply_filter(jinja_ctx *c, const jnode *at, const char *name, jv *v, c
         jbuf b = {.limit = jinja_ctx_string_limit(c)};
         for (size_t i = 0; i < s->u.str.n; i++) {
             char ch = s->u.str.s[i];
-            const char *rep = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&#34;"
-                              : ch == '\'' ? "&#39;" : NULL;
+            const char *rep = ch == '&'    ? "&amp;"
+                              : ch == '<'  ? "&lt;"
+                              : ch == '>'  ? "&gt;"
+                              : ch == '"'  ? "&#34;"
+                              : ch == '\'' ? "&#39;"
+                                           : NULL;
             if (rep)
                 jbuf_put(&b, rep, strlen(rep));
             else
@@ -950,7 +974,8 @@ jv *jinja_apply_test(jinja_ctx *c, const jnode *at, const char *name, jv *v, con
             int cmp;
             bool nums = (v->kind == JV_INT || v->kind == JV_FLOAT) && (x->kind == JV_INT || x->kind == JV_FLOAT);
             if (nums) {
-                double dv = v->kind == JV_INT ? (double)v->u.i : v->u.f, dx = x->kind == JV_INT ? (double)x->u.i : x->u.f;
+                double dv = v->kind == JV_INT ? (double)v->u.i : v->u.f,
+                       dx = x->kind == JV_INT ? (double)x->u.i : x->u.f;
                 cmp = (dv > dx) - (dv < dx);
             } else if (v->kind == JV_STRING && x->kind == JV_STRING) {
                 size_t n = v->u.str.n < x->u.str.n ? v->u.str.n : x->u.str.n;
@@ -973,7 +998,8 @@ jv *jinja_apply_test(jinja_ctx *c, const jnode *at, const char *name, jv *v, con
 jv *jinja_get_method(jinja_ctx *c, jv *self, const char *name)
 {
     int i = INDEX_OF(methods, name);
-    if (i < 0 || !((self->kind == JV_STRING && i < METHOD_DICT_FIRST) || (self->kind == JV_DICT && i >= METHOD_DICT_FIRST)))
+    if (i < 0 ||
+        !((self->kind == JV_STRING && i < METHOD_DICT_FIRST) || (self->kind == JV_DICT && i >= METHOD_DICT_FIRST)))
         return NULL;
     jv *m = jv_new(jinja_ctx_arena(c), JV_METHOD);
     if (!m)
@@ -1025,8 +1051,7 @@ jv *jinja_call_method(jinja_ctx *c, const jnode *at, const jv *method, const jar
         if (!need_string(c, at, name, x))
             return NULL;
         if (name[0] == 'f') {
-            const char *hit = x->u.str.n ? memmem(self->u.str.s, self->u.str.n, x->u.str.s, x->u.str.n)
-                                         : self->u.str.s;
+            const char *hit = x->u.str.n ? memmem(self->u.str.s, self->u.str.n, x->u.str.s, x->u.str.n) : self->u.str.s;
             return jv_int(A, hit ? (int64_t)jutf8_count(self->u.str.s, (size_t)(hit - self->u.str.s)) : -1);
         }
         if (x->u.str.n == 0)

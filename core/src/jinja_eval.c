@@ -38,15 +38,24 @@ enum { EXEC_OK = 0, EXEC_BREAK = 1, EXEC_CONTINUE = 2, EXEC_ERROR = -1 };
 
 jinja_limits jinja_default_limits(void)
 {
-    return (jinja_limits){.max_output = (size_t)16 << 20, .max_memory = (size_t)256 << 20,
-                          .max_iterations = 200000, .max_depth = 64};
+    return (jinja_limits){
+        .max_output = (size_t)16 << 20, .max_memory = (size_t)256 << 20, .max_iterations = 200000, .max_depth = 64};
 }
 
 /* ---- context services -------------------------------------------------------------------------------------- */
 
-jinja_arena *jinja_ctx_arena(jinja_ctx *c) { return c->arena; }
-size_t jinja_ctx_string_limit(const jinja_ctx *c) { return c->lim.max_output; }
-int jinja_ctx_failed(const jinja_ctx *c) { return c->rc; }
+jinja_arena *jinja_ctx_arena(jinja_ctx *c)
+{
+    return c->arena;
+}
+size_t jinja_ctx_string_limit(const jinja_ctx *c)
+{
+    return c->lim.max_output;
+}
+int jinja_ctx_failed(const jinja_ctx *c)
+{
+    return c->rc;
+}
 
 jv *jinja_ctx_fail(jinja_ctx *c, const jnode *at, int code, const char *fmt, ...)
 {
@@ -64,16 +73,20 @@ jv *jinja_ctx_fail(jinja_ctx *c, const jnode *at, int code, const char *fmt, ...
 jv *jinja_ctx_oom(jinja_ctx *c, const jnode *at)
 {
     if (jinja_arena_used(c->arena) + 4096 >= c->lim.max_memory)
-        return jinja_ctx_fail(c, at, DSARL_E_INVALID, "the template's values passed %zu MiB; it is too large or "
-                              "loops without end", c->lim.max_memory >> 20);
+        return jinja_ctx_fail(c, at, DSARL_E_INVALID,
+                              "the template's values passed %zu MiB; it is too large or "
+                              "loops without end",
+                              c->lim.max_memory >> 20);
     return jinja_ctx_fail(c, at, DSARL_E_NOMEM, "out of memory");
 }
 
 int jinja_ctx_count_iterations(jinja_ctx *c, const jnode *at, int64_t n)
 {
     if (n < 0 || n > c->lim.max_iterations - c->iterations) {
-        jinja_ctx_fail(c, at, DSARL_E_INVALID, "the template ran more than %lld loop iterations and macro calls; "
-                       "it loops without end or its input is too large", (long long)c->lim.max_iterations);
+        jinja_ctx_fail(c, at, DSARL_E_INVALID,
+                       "the template ran more than %lld loop iterations and macro calls; "
+                       "it loops without end or its input is too large",
+                       (long long)c->lim.max_iterations);
         return -1;
     }
     c->iterations += n;
@@ -95,7 +108,10 @@ jv *jinja_ctx_take(jinja_ctx *c, const jnode *at, jbuf *b)
     return v;
 }
 
-static jbuf new_buf(const jinja_ctx *c) { return (jbuf){.limit = c->lim.max_output}; }
+static jbuf new_buf(const jinja_ctx *c)
+{
+    return (jbuf){.limit = c->lim.max_output};
+}
 
 /* ---- scopes ----------------------------------------------------------------------------------------------- */
 
@@ -256,9 +272,9 @@ static jv *slice(jinja_ctx *c, const jnode *at, jv *obj, jv *a, jv *b, jv *s)
     }
     bool is_str = obj->kind == JV_STRING;
     if (!is_str && obj->kind != JV_LIST)
-        return obj->kind == JV_UNDEFINED ? jinja_ctx_fail(c, at, DSARL_E_INVALID, "slicing an undefined value")
-                                         : jinja_ctx_fail(c, at, DSARL_E_INVALID, "cannot slice a %s",
-                                                          jv_type_name(obj));
+        return obj->kind == JV_UNDEFINED
+                   ? jinja_ctx_fail(c, at, DSARL_E_INVALID, "slicing an undefined value")
+                   : jinja_ctx_fail(c, at, DSARL_E_INVALID, "cannot slice a %s", jv_type_name(obj));
     int64_t n = (int64_t)(is_str ? jutf8_count(obj->u.str.s, obj->u.str.n) : obj->u.list.n);
     int64_t bound[2];
     jv *ends[2] = {a, b};
@@ -269,8 +285,7 @@ static jv *slice(jinja_ctx *c, const jnode *at, jv *obj, jv *a, jv *b, jv *s)
             continue;
         }
         if (e->kind != JV_INT)
-            return jinja_ctx_fail(c, at, DSARL_E_INVALID, "slice indices must be integers, not %s",
-                                  jv_type_name(e));
+            return jinja_ctx_fail(c, at, DSARL_E_INVALID, "slice indices must be integers, not %s", jv_type_name(e));
         int64_t i = e->u.i < 0 ? e->u.i + n : e->u.i;
         if (step > 0)
             i = i < 0 ? 0 : i > n ? n : i;
@@ -294,9 +309,18 @@ static jv *slice(jinja_ctx *c, const jnode *at, jv *obj, jv *a, jv *b, jv *s)
     return is_str ? jinja_ctx_take(c, at, &sb) : out;
 }
 
-static bool is_num(const jv *v) { return v->kind == JV_INT || v->kind == JV_FLOAT || v->kind == JV_BOOL; }
-static double num(const jv *v) { return v->kind == JV_FLOAT ? v->u.f : v->kind == JV_INT ? (double)v->u.i : v->u.b; }
-static int64_t inum(const jv *v) { return v->kind == JV_INT ? v->u.i : v->u.b; }
+static bool is_num(const jv *v)
+{
+    return v->kind == JV_INT || v->kind == JV_FLOAT || v->kind == JV_BOOL;
+}
+static double num(const jv *v)
+{
+    return v->kind == JV_FLOAT ? v->u.f : v->kind == JV_INT ? (double)v->u.i : v->u.b;
+}
+static int64_t inum(const jv *v)
+{
+    return v->kind == JV_INT ? v->u.i : v->u.b;
+}
 
 static jv *arith(jinja_ctx *c, const jnode *at, const char *op, jv *x, jv *y)
 {
@@ -404,16 +428,18 @@ static jv *arith(jinja_ctx *c, const jnode *at, const char *op, jv *x, jv *y)
         }
         return r ? r : jinja_ctx_oom(c, at);
     }
-    if (!strcmp(op, "*") && (x->kind == JV_STRING || x->kind == JV_LIST || y->kind == JV_STRING ||
-                             y->kind == JV_LIST)) {
+    if (!strcmp(op, "*") &&
+        (x->kind == JV_STRING || x->kind == JV_LIST || y->kind == JV_STRING || y->kind == JV_LIST)) {
         jv *seq = x->kind == JV_STRING || x->kind == JV_LIST ? x : y, *count = seq == x ? y : x;
         if (count->kind != JV_INT && count->kind != JV_BOOL)
             goto type_error;
         int64_t k = inum(count) < 0 ? 0 : inum(count);
         size_t unit = seq->kind == JV_STRING ? seq->u.str.n : seq->u.list.n * sizeof(jv *);
         if (unit && (uint64_t)k > c->lim.max_output / unit)
-            return jinja_ctx_fail(c, at, DSARL_E_INVALID, "repeating a %s %lld times passes the render's limit "
-                                  "of %zu bytes", jv_type_name(seq), (long long)k, c->lim.max_output);
+            return jinja_ctx_fail(c, at, DSARL_E_INVALID,
+                                  "repeating a %s %lld times passes the render's limit "
+                                  "of %zu bytes",
+                                  jv_type_name(seq), (long long)k, c->lim.max_output);
         if (seq->kind == JV_STRING) {
             jbuf b = new_buf(c);
             for (int64_t i = 0; i < k; i++)
@@ -428,7 +454,8 @@ static jv *arith(jinja_ctx *c, const jnode *at, const char *op, jv *x, jv *y)
         return r ? r : jinja_ctx_oom(c, at);
     }
     if (!strcmp(op, "%") && x->kind == JV_STRING)
-        return jinja_ctx_fail(c, at, DSARL_E_UNSUPPORTED, "unsupported construct: printf-style '%%' formatting "
+        return jinja_ctx_fail(c, at, DSARL_E_UNSUPPORTED,
+                              "unsupported construct: printf-style '%%' formatting "
                               "of a string");
 type_error:
     if (x->kind == JV_UNDEFINED || y->kind == JV_UNDEFINED)
@@ -487,11 +514,8 @@ static int contains(jinja_ctx *c, const jnode *at, const jv *item, const jv *seq
             *out = jv_equal(item, seq->u.list.items[i]);
         return 0;
     case JV_DICT:
-    case JV_NAMESPACE:
-        *out = jv_dict_get_value(seq, item) != NULL;
-        return 0;
-    case JV_UNDEFINED:
-        return 0;
+    case JV_NAMESPACE: *out = jv_dict_get_value(seq, item) != NULL; return 0;
+    case JV_UNDEFINED: return 0;
     default:
         jinja_ctx_fail(c, at, DSARL_E_INVALID, "argument of type '%s' is not iterable", jv_type_name(seq));
         return -1;
@@ -557,8 +581,8 @@ static jv *call_macro(jinja_ctx *c, const jnode *at, const jnode *m, const jargs
     if (jinja_ctx_count_iterations(c, at, 1) < 0)
         return NULL;
     if (args->n_pos > m->n_names)
-        return jinja_ctx_fail(c, at, DSARL_E_INVALID, "macro '%s' takes %zu arguments, %zu given", m->str,
-                              m->n_names, args->n_pos);
+        return jinja_ctx_fail(c, at, DSARL_E_INVALID, "macro '%s' takes %zu arguments, %zu given", m->str, m->n_names,
+                              args->n_pos);
     frame *f = frame_new(c, c->root);
     if (!f)
         return jinja_ctx_oom(c, at);
@@ -600,10 +624,8 @@ static jv *eval_inner(jinja_ctx *c, frame *f, const jnode *n)
 {
     jinja_arena *A = c->arena;
     switch (n->kind) {
-    case JN_LITERAL:
-        return n->literal;
-    case JN_NAME:
-        return lookup(c, f, n->str);
+    case JN_LITERAL: return n->literal;
+    case JN_NAME: return lookup(c, f, n->str);
     case JN_LIST:
     case JN_TUPLE: {
         jv *l = jv_new(A, JV_LIST);
@@ -721,8 +743,7 @@ static jv *eval_inner(jinja_ctx *c, frame *f, const jnode *n)
         jv *x = eval(c, f, n->a), *y = x ? eval(c, f, n->b) : NULL;
         return y ? arith(c, n, n->str, x, y) : NULL;
     }
-    case JN_COMPARE:
-        return compare(c, f, n);
+    case JN_COMPARE: return compare(c, f, n);
     case JN_COND: {
         jv *t = eval(c, f, n->a);
         if (!t)
@@ -731,8 +752,7 @@ static jv *eval_inner(jinja_ctx *c, frame *f, const jnode *n)
             return eval(c, f, n->b);
         return n->c ? eval(c, f, n->c) : undefined(c, n);
     }
-    default:
-        return jinja_ctx_fail(c, n, DSARL_E_INTERNAL, "statement node %d evaluated as an expression", n->kind);
+    default: return jinja_ctx_fail(c, n, DSARL_E_INTERNAL, "statement node %d evaluated as an expression", n->kind);
     }
 }
 
@@ -840,9 +860,7 @@ static int exec_for(jinja_ctx *c, frame *f, const jnode *n, jbuf *out)
 static int exec_node(jinja_ctx *c, frame *f, const jnode *n, jbuf *out)
 {
     switch (n->kind) {
-    case JN_TEXT:
-        jbuf_put(out, n->str, n->len);
-        break;
+    case JN_TEXT: jbuf_put(out, n->str, n->len); break;
     case JN_OUTPUT: {
         jv *v = eval(c, f, n->a);
         if (!v)
@@ -850,8 +868,7 @@ static int exec_node(jinja_ctx *c, frame *f, const jnode *n, jbuf *out)
         jv_str(out, v);
         break;
     }
-    case JN_BODY:
-        return exec_body(c, f, &n->kids, out);
+    case JN_BODY: return exec_body(c, f, &n->kids, out);
     case JN_IF:
         for (const jnode *branch = n; branch;) {
             if (branch->kind == JN_BODY)
@@ -864,8 +881,7 @@ static int exec_node(jinja_ctx *c, frame *f, const jnode *n, jbuf *out)
             branch = branch->b;
         }
         break;
-    case JN_FOR:
-        return exec_for(c, f, n, out);
+    case JN_FOR: return exec_for(c, f, n, out);
     case JN_SET: {
         jv *v = eval(c, f, n->a);
         if (!v)
@@ -875,8 +891,10 @@ static int exec_node(jinja_ctx *c, frame *f, const jnode *n, jbuf *out)
             if (!ns)
                 return jinja_ctx_oom(c, n), EXEC_ERROR;
             if (ns->kind != JV_NAMESPACE)
-                return jinja_ctx_fail(c, n, DSARL_E_INVALID, "cannot assign attribute '%s' on '%s', which is a %s "
-                                      "and not a namespace()", n->str, n->names[0], jv_type_name(ns)),
+                return jinja_ctx_fail(c, n, DSARL_E_INVALID,
+                                      "cannot assign attribute '%s' on '%s', which is a %s "
+                                      "and not a namespace()",
+                                      n->str, n->names[0], jv_type_name(ns)),
                        EXEC_ERROR;
             jv *key = jv_string(c->arena, n->str, n->len);
             if (!key || jv_dict_set(c->arena, ns, key, v) < 0)
@@ -905,13 +923,10 @@ static int exec_node(jinja_ctx *c, frame *f, const jnode *n, jbuf *out)
         m->u.macro = n;
         break;
     }
-    case JN_BREAK:
-        return EXEC_BREAK;
-    case JN_CONTINUE:
-        return EXEC_CONTINUE;
+    case JN_BREAK: return EXEC_BREAK;
+    case JN_CONTINUE: return EXEC_CONTINUE;
     default:
-        return jinja_ctx_fail(c, n, DSARL_E_INTERNAL, "expression node %d run as a statement", n->kind),
-               EXEC_ERROR;
+        return jinja_ctx_fail(c, n, DSARL_E_INTERNAL, "expression node %d run as a statement", n->kind), EXEC_ERROR;
     }
     if (out->over) {
         jinja_ctx_fail(c, n, DSARL_E_INVALID, "the output passed %zu bytes (the render's limit)", out->limit);
@@ -932,8 +947,8 @@ static int exec_body(jinja_ctx *c, frame *f, const jnode_list *body, jbuf *out)
     return EXEC_OK;
 }
 
-int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits, char **out,
-                 size_t *len, dsarl_error *err)
+int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits, char **out, size_t *len,
+                 dsarl_error *err)
 {
     *out = NULL;
     jinja_ctx c = {.t = t, .lim = limits ? *limits : jinja_default_limits(), .err = err};
@@ -945,12 +960,13 @@ int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits
     const char *key;
     const json_t *value;
     if (rc == 0 && vars) {
-        json_object_foreach((json_t *)vars, key, value) {
+        json_object_foreach((json_t *)vars, key, value)
+        {
             char *name = jinja_alloc(c.arena, strlen(key) + 1);
             jv *v = name ? jv_from_json(c.arena, value) : NULL;
             if (!v || frame_set(&c, context, strcpy(name, key), v) < 0) {
-                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "chat template %s: out of memory converting the variables",
-                                t->name);
+                rc =
+                    DSARL_FAIL(err, DSARL_E_NOMEM, "chat template %s: out of memory converting the variables", t->name);
                 break;
             }
         }

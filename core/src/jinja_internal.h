@@ -25,10 +25,10 @@ typedef enum jtok_kind {
     JT_BLOCK_BEGIN, /* {% */
     JT_BLOCK_END,   /* %} */
     JT_NAME,
-    JT_STRING,      /* text holds the decoded literal */
+    JT_STRING, /* text holds the decoded literal */
     JT_INT,
     JT_FLOAT,
-    JT_OP,          /* text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < > <= >= */
+    JT_OP, /* text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < > <= >= */
     JT_EOF,
 } jtok_kind;
 
@@ -54,10 +54,36 @@ void jinja_tokens_free(jtok_list *toks);
 
 typedef enum jnode_kind {
     /* statements */
-    JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_BREAK, JN_CONTINUE, JN_BODY,
+    JN_TEXT,
+    JN_OUTPUT,
+    JN_IF,
+    JN_FOR,
+    JN_SET,
+    JN_SET_BLOCK,
+    JN_MACRO,
+    JN_BREAK,
+    JN_CONTINUE,
+    JN_BODY,
     /* expressions */
-    JN_LITERAL, JN_NAME, JN_LIST, JN_TUPLE, JN_DICT, JN_GETATTR, JN_GETITEM, JN_SLICE, JN_CALL, JN_FILTER,
-    JN_TEST, JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_BINARY, JN_COMPARE, JN_COND,
+    JN_LITERAL,
+    JN_NAME,
+    JN_LIST,
+    JN_TUPLE,
+    JN_DICT,
+    JN_GETATTR,
+    JN_GETITEM,
+    JN_SLICE,
+    JN_CALL,
+    JN_FILTER,
+    JN_TEST,
+    JN_NEG,
+    JN_POS,
+    JN_NOT,
+    JN_AND,
+    JN_OR,
+    JN_BINARY,
+    JN_COMPARE,
+    JN_COND,
 } jnode_kind;
 
 typedef struct jnode jnode;
@@ -78,16 +104,16 @@ struct jnode {
     jnode_list kids2;   /* IF: elif/else chain as nested IF in b; FOR: else body; CALL: keyword args */
     char **names;       /* FOR targets, macro parameters, CALL/FILTER keyword names */
     size_t n_names;
-    bool negated;       /* TEST: `is not` */
-    bool filter_args;   /* FILTER/TEST: parenthesised arguments were given */
+    bool negated;     /* TEST: `is not` */
+    bool filter_args; /* FILTER/TEST: parenthesised arguments were given */
 };
 
 typedef struct jinja_arena jinja_arena;
 
 typedef struct jinja_template {
-    char *name;          /* origin for error messages: a file path or "tokenizer_config.json chat_template" */
-    jnode *root;         /* JN_BODY */
-    jinja_arena *arena;  /* nodes, strings and literal values */
+    char *name;         /* origin for error messages: a file path or "tokenizer_config.json chat_template" */
+    jnode *root;        /* JN_BODY */
+    jinja_arena *arena; /* nodes, strings and literal values */
 } jinja_template;
 
 /* Compiles template text; refuses anything outside the subset naming the construct and its line. */
@@ -97,25 +123,51 @@ void jinja_template_free(jinja_template *t);
 /* ---- values (jinja_value.c) -------------------------------------------------------------------------------- */
 
 typedef enum jv_kind {
-    JV_UNDEFINED, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STRING, JV_LIST, JV_DICT, JV_NAMESPACE, JV_MACRO,
-    JV_BUILTIN, JV_METHOD, JV_LOOP,
+    JV_UNDEFINED,
+    JV_NONE,
+    JV_BOOL,
+    JV_INT,
+    JV_FLOAT,
+    JV_STRING,
+    JV_LIST,
+    JV_DICT,
+    JV_NAMESPACE,
+    JV_MACRO,
+    JV_BUILTIN,
+    JV_METHOD,
+    JV_LOOP,
 } jv_kind;
 
 typedef struct jv jv;
 struct jv {
     jv_kind kind;
-    bool is_tuple;      /* JV_LIST made by a tuple (Python prints it with parentheses) */
+    bool is_tuple; /* JV_LIST made by a tuple (Python prints it with parentheses) */
     union {
         bool b;
         int64_t i;
         double f;
-        struct { const char *s; size_t n; } str;               /* bytes, UTF-8; not NUL-terminated */
-        struct { jv **items; size_t n, cap; } list;
-        struct { jv **keys, **vals; size_t n, cap; } dict;    /* insertion order, as Python's dict */
+        struct {
+            const char *s;
+            size_t n;
+        } str; /* bytes, UTF-8; not NUL-terminated */
+        struct {
+            jv **items;
+            size_t n, cap;
+        } list;
+        struct {
+            jv **keys, **vals;
+            size_t n, cap;
+        } dict; /* insertion order, as Python's dict */
         const jnode *macro;
-        int builtin;                                           /* index into the globals table */
-        struct { int id; jv *self; } method;                   /* a bound string/dict method */
-        struct { jv *items; size_t index; } loop;               /* `loop` inside a for: fields made on access */
+        int builtin; /* index into the globals table */
+        struct {
+            int id;
+            jv *self;
+        } method; /* a bound string/dict method */
+        struct {
+            jv *items;
+            size_t index;
+        } loop; /* `loop` inside a for: fields made on access */
     } u;
 };
 
@@ -130,11 +182,11 @@ jv *jv_string(jinja_arena *a, const char *s, size_t n); /* copies */
 jv *jv_int(jinja_arena *a, int64_t i);
 jv *jv_float(jinja_arena *a, double f);
 jv *jv_bool(jinja_arena *a, bool b);
-int jv_list_push(jinja_arena *a, jv *list, jv *item);               /* -1 out of memory */
-int jv_dict_set(jinja_arena *a, jv *dict, jv *key, jv *val);        /* replaces an equal key in place */
-jv *jv_dict_get(const jv *dict, const char *key, size_t n);         /* NULL when absent */
+int jv_list_push(jinja_arena *a, jv *list, jv *item);        /* -1 out of memory */
+int jv_dict_set(jinja_arena *a, jv *dict, jv *key, jv *val); /* replaces an equal key in place */
+jv *jv_dict_get(const jv *dict, const char *key, size_t n);  /* NULL when absent */
 jv *jv_dict_get_value(const jv *dict, const jv *key);
-jv *jv_from_json(jinja_arena *a, const json_t *j);                  /* NULL out of memory */
+jv *jv_from_json(jinja_arena *a, const json_t *j); /* NULL out of memory */
 
 bool jv_truthy(const jv *v);
 bool jv_equal(const jv *x, const jv *y);
@@ -144,7 +196,7 @@ const char *jv_type_name(const jv *v); /* Python's name for error messages: str,
 typedef struct jbuf {
     char *data;
     size_t len, cap, limit;
-    bool over;  /* an append would have passed limit */
+    bool over; /* an append would have passed limit */
     bool oom;
 } jbuf;
 void jbuf_put(jbuf *b, const char *s, size_t n);
@@ -156,8 +208,8 @@ void jv_repr(jbuf *b, const jv *v);
 
 /* json.dumps(v, ensure_ascii, indent, separators, sort_keys) as transformers' tojson calls it. indent NULL =
  * none; item_sep/key_sep NULL = Python's defaults. Returns -1 with *bad set to a value JSON cannot hold. */
-int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep,
-              const char *key_sep, bool sort_keys, int depth, const jv **bad);
+int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep, const char *key_sep,
+              bool sort_keys, int depth, const jv **bad);
 
 /* UTF-8 helpers: code points in s, and the byte offset of code point k (k <= count). */
 size_t jutf8_count(const char *s, size_t n);
@@ -170,10 +222,10 @@ size_t jutf8_trailing_space(const char *s, size_t n);
 /* ---- rendering (jinja_eval.c) ------------------------------------------------------------------------------- */
 
 typedef struct jinja_limits {
-    size_t max_output;       /* bytes of rendered text, and of any one string built on the way */
-    size_t max_memory;       /* bytes of values alive during one render */
-    int64_t max_iterations;  /* loop bodies run, summed over all loops (and range() lengths) */
-    int max_depth;           /* nested macro calls */
+    size_t max_output;      /* bytes of rendered text, and of any one string built on the way */
+    size_t max_memory;      /* bytes of values alive during one render */
+    int64_t max_iterations; /* loop bodies run, summed over all loops (and range() lengths) */
+    int max_depth;          /* nested macro calls */
 } jinja_limits;
 
 /* The defaults: 16 MiB output, 256 MiB values, 200,000 iterations, depth 64 (a 1,000-turn conversation with
@@ -181,8 +233,8 @@ typedef struct jinja_limits {
 jinja_limits jinja_default_limits(void);
 
 /* Renders t with the variables of vars (a JSON object) into *out (malloc'd, NUL-terminated, *len bytes). */
-int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits, char **out,
-                 size_t *len, dsarl_error *err);
+int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits, char **out, size_t *len,
+                 dsarl_error *err);
 
 /* ---- builtins (jinja_builtins.c) --------------------------------------------------------------------------- */
 
@@ -206,7 +258,7 @@ typedef struct jargs {
 /* Each returns the value, or NULL after recording an error in the context (with the node's line). */
 jv *jinja_apply_filter(jinja_ctx *c, const jnode *at, const char *name, jv *v, const jargs *args);
 jv *jinja_apply_test(jinja_ctx *c, const jnode *at, const char *name, jv *v, const jargs *args); /* bool jv */
-jv *jinja_get_method(jinja_ctx *c, jv *self, const char *name);       /* NULL = no such method (no error) */
+jv *jinja_get_method(jinja_ctx *c, jv *self, const char *name); /* NULL = no such method (no error) */
 jv *jinja_call_method(jinja_ctx *c, const jnode *at, const jv *method, const jargs *args);
 jv *jinja_call_global(jinja_ctx *c, const jnode *at, int index, const jargs *args);
 

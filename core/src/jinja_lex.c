@@ -88,17 +88,19 @@ static int decode_string(lexer *lx, const char *s, size_t n, int line)
             uint32_t cp = 0;
             int got = 0;
             for (size_t j = start; j < n && got < digits; j++, got++) {
-                int d = isdigit((unsigned char)s[j]) ? s[j] - '0'
+                int d = isdigit((unsigned char)s[j])                  ? s[j] - '0'
                         : base == 16 && isxdigit((unsigned char)s[j]) ? tolower((unsigned char)s[j]) - 'a' + 10
-                                                                       : -1;
+                                                                      : -1;
                 if (d < 0 || d >= base)
                     break;
                 cp = cp * (uint32_t)base + (uint32_t)d;
             }
             if ((base == 16 && got != digits) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
                 free(buf);
-                return DSARL_FAIL(lx->err, DSARL_E_INVALID, "chat template %s: line %d: bad \\%c escape in a "
-                                  "string literal", lx->name, line, c);
+                return DSARL_FAIL(lx->err, DSARL_E_INVALID,
+                                  "chat template %s: line %d: bad \\%c escape in a "
+                                  "string literal",
+                                  lx->name, line, c);
             }
             i = start + (size_t)got - 1;
             // encode cp as UTF-8 (at most 4 bytes; an escape is at least 2 source bytes, \U 10, so it fits)
@@ -128,7 +130,7 @@ static int decode_string(lexer *lx, const char *s, size_t n, int line)
 }
 
 static const char *const operators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "(",
-                                        ")", "[", "]", "{", "}", ",", ".", ":", "|", "=", "<", ">", ";"};
+                                        ")",  "[",  "]",  "{",  "}",  ",",  ".", ":", "|", "=", "<", ">", ";"};
 
 /* Tokens of one {{ ... }} or {% ... %} up to its end marker; *strip_after says whether "-" closed it. */
 static int lex_tag(lexer *lx, bool block, bool *strip_after, bool *keep_after)
@@ -141,8 +143,8 @@ static int lex_tag(lexer *lx, bool block, bool *strip_after, bool *keep_after)
         lx->pos += ws;
         size_t p = lx->pos;
         if (p >= lx->len)
-            return DSARL_FAIL(lx->err, DSARL_E_INVALID, "chat template %s: line %d: a %s tag is never closed",
-                              lx->name, lx->line, block ? "{%" : "{{");
+            return DSARL_FAIL(lx->err, DSARL_E_INVALID, "chat template %s: line %d: a %s tag is never closed", lx->name,
+                              lx->line, block ? "{%" : "{{");
         const char *end = block ? "%}" : "}}";
         size_t mod = (s[p] == '-' || s[p] == '+') ? 1 : 0;
         if (depth == 0 && p + mod + 2 <= lx->len && memcmp(s + p + mod, end, 2) == 0 &&
@@ -199,8 +201,10 @@ static int lex_tag(lexer *lx, bool block, bool *strip_after, bool *keep_after)
                 char *endp;
                 long long v = strtoll(num, &endp, 10);
                 if (q - p > 18 && v == LLONG_MAX)
-                    return DSARL_FAIL(lx->err, DSARL_E_UNSUPPORTED, "chat template %s: line %d: integer literal "
-                                      "%s is larger than 64 bits", lx->name, lx->line, num);
+                    return DSARL_FAIL(lx->err, DSARL_E_UNSUPPORTED,
+                                      "chat template %s: line %d: integer literal "
+                                      "%s is larger than 64 bits",
+                                      lx->name, lx->line, num);
                 t->ival = v;
             }
             lx->pos = q;
@@ -213,8 +217,10 @@ static int lex_tag(lexer *lx, bool block, bool *strip_after, bool *keep_after)
                 q++;
             }
             if (q >= lx->len)
-                return DSARL_FAIL(lx->err, DSARL_E_INVALID, "chat template %s: line %d: a string literal is never "
-                                  "closed", lx->name, line);
+                return DSARL_FAIL(lx->err, DSARL_E_INVALID,
+                                  "chat template %s: line %d: a string literal is never "
+                                  "closed",
+                                  lx->name, line);
             DSARL_TRY(decode_string(lx, s + p + 1, q - p - 1, line));
             lx->line += count_lines(s + p, q - p);
             lx->pos = q + 1;
@@ -226,8 +232,10 @@ static int lex_tag(lexer *lx, bool block, bool *strip_after, bool *keep_after)
                     break;
             }
             if (i == (sizeof operators / sizeof operators[0]))
-                return DSARL_FAIL(lx->err, DSARL_E_INVALID, "chat template %s: line %d: unexpected character '%c' "
-                                  "inside a tag", lx->name, lx->line, c);
+                return DSARL_FAIL(lx->err, DSARL_E_INVALID,
+                                  "chat template %s: line %d: unexpected character '%c' "
+                                  "inside a tag",
+                                  lx->name, lx->line, c);
             const char *op = operators[i];
             if (op[0] == '(' || op[0] == '[' || op[0] == '{')
                 depth++;
@@ -301,8 +309,8 @@ int jinja_lex(const char *name, const char *source, size_t len, jtok_list *out, 
             while (e + 1 < n && !(src[e] == '#' && src[e + 1] == '}'))
                 e++;
             if (e + 1 >= n) {
-                rc = DSARL_FAIL(err, DSARL_E_INVALID, "chat template %s: line %d: a {# comment is never closed",
-                                name, lx.line);
+                rc = DSARL_FAIL(err, DSARL_E_INVALID, "chat template %s: line %d: a {# comment is never closed", name,
+                                lx.line);
                 break;
             }
             strip_after = e > lx.pos && src[e - 1] == '-';
@@ -316,8 +324,10 @@ int jinja_lex(const char *name, const char *source, size_t len, jtok_list *out, 
             size_t q = lx.pos + space_run(src + lx.pos, n - lx.pos);
             if (block && q + 3 <= n && memcmp(src + q, "raw", 3) == 0 &&
                 (q + 3 == n || !(isalnum((unsigned char)src[q + 3]) || src[q + 3] == '_'))) {
-                rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "chat template %s: line %d: unsupported construct "
-                                "'{%% raw %%}'", name, lx.line);
+                rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
+                                "chat template %s: line %d: unsupported construct "
+                                "'{%% raw %%}'",
+                                name, lx.line);
                 break;
             }
             rc = push(&lx, block ? JT_BLOCK_BEGIN : JT_VAR_BEGIN, block ? "{%" : "{{", 2, start_line);

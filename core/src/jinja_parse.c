@@ -20,8 +20,14 @@ typedef struct parser {
     int rc;
 } parser;
 
-static jtok *peek(parser *p) { return &p->toks[p->pos]; }
-static jtok *peek_at(parser *p, size_t k) { return &p->toks[p->pos + k < p->n ? p->pos + k : p->n - 1]; }
+static jtok *peek(parser *p)
+{
+    return &p->toks[p->pos];
+}
+static jtok *peek_at(parser *p, size_t k)
+{
+    return &p->toks[p->pos + k < p->n ? p->pos + k : p->n - 1];
+}
 static jtok *next(parser *p)
 {
     jtok *t = &p->toks[p->pos];
@@ -30,8 +36,14 @@ static jtok *next(parser *p)
     return t;
 }
 
-static bool is_op(const jtok *t, const char *op) { return t->kind == JT_OP && strcmp(t->text, op) == 0; }
-static bool is_name(const jtok *t, const char *name) { return t->kind == JT_NAME && strcmp(t->text, name) == 0; }
+static bool is_op(const jtok *t, const char *op)
+{
+    return t->kind == JT_OP && strcmp(t->text, op) == 0;
+}
+static bool is_name(const jtok *t, const char *name)
+{
+    return t->kind == JT_NAME && strcmp(t->text, name) == 0;
+}
 
 static void *fail(parser *p, int code, int line, const char *fmt, const char *arg)
 {
@@ -137,8 +149,7 @@ static bool parse_call_args(parser *p, jnode *call)
             if (!add_name(p, call, kw) || !add(p, &call->kids2, parse_expr(p)))
                 return false;
         } else if (is_op(peek(p), "*") || is_op(peek(p), "**")) {
-            fail(p, DSARL_E_UNSUPPORTED, peek(p)->line, "unsupported construct '%s' argument unpacking",
-                 peek(p)->text);
+            fail(p, DSARL_E_UNSUPPORTED, peek(p)->line, "unsupported construct '%s' argument unpacking", peek(p)->text);
             return false;
         } else {
             if (call->kids2.n) {
@@ -217,8 +228,10 @@ static jnode *parse_postfix(parser *p, jnode *n)
                 return fail(p, DSARL_E_INVALID, name->line, "expected an attribute name after '.' but found '%s'",
                             tok_desc(name));
             if (name->text[0] == '_')
-                return fail(p, DSARL_E_UNSUPPORTED, name->line, "unsupported construct: attribute '%s' (names "
-                            "starting with '_' are private)", name->text);
+                return fail(p, DSARL_E_UNSUPPORTED, name->line,
+                            "unsupported construct: attribute '%s' (names "
+                            "starting with '_' are private)",
+                            name->text);
             if (is_op(peek(p), "(") && !jinja_is_method(name->text))
                 return fail(p, DSARL_E_UNSUPPORTED, name->line, "unsupported method '.%s()'", name->text);
             jnode *g = node(p, JN_GETATTR, name->line);
@@ -603,8 +616,9 @@ static bool expect_block_end(parser *p)
  * caller reads the rest of that tag. *which gets the tag that ended it. */
 static jnode *parse_body(parser *p, const char *const *ends, const char **which);
 
-static const char *const unsupported_tags[] = {"include", "import", "from", "extends", "block", "call", "filter",
-                                               "with", "autoescape", "do", "trans", "pluralize", "print"};
+static const char *const unsupported_tags[] = {"include", "import",    "from", "extends",    "block",
+                                               "call",    "filter",    "with", "autoescape", "do",
+                                               "trans",   "pluralize", "print"};
 
 static jnode *parse_statement(parser *p, jtok *name)
 {
@@ -709,8 +723,10 @@ static jnode *parse_statement(parser *p, jtok *name)
         if (!expect_op(p, "=") || !(n->a = parse_expr(p)))
             return NULL;
         if (is_op(peek(p), ","))
-            return fail(p, DSARL_E_UNSUPPORTED, peek(p)->line, "unsupported construct '%s' (a tuple without "
-                        "parentheses)", "set x = a, b");
+            return fail(p, DSARL_E_UNSUPPORTED, peek(p)->line,
+                        "unsupported construct '%s' (a tuple without "
+                        "parentheses)",
+                        "set x = a, b");
         return expect_block_end(p) ? n : NULL;
     }
     if (!strcmp(tag, "macro")) {
@@ -735,8 +751,10 @@ static jnode *parse_statement(parser *p, jtok *name)
                 if (!(def = parse_expr(p)))
                     return NULL;
             } else if (n->kids2.n && n->kids2.items[n->kids2.n - 1]->kind != JN_BODY) {
-                return fail(p, DSARL_E_INVALID, param->line, "macro parameter '%s' without a default follows "
-                            "one with a default", param->text);
+                return fail(p, DSARL_E_INVALID, param->line,
+                            "macro parameter '%s' without a default follows "
+                            "one with a default",
+                            param->text);
             }
             if (!def && !(def = node(p, JN_BODY, param->line))) // JN_BODY marks "no default"
                 return NULL;
@@ -823,8 +841,7 @@ static jnode *parse_body(parser *p, const char *const *ends, const char **which)
                     return body;
                 }
             if (!strncmp(name->text, "end", 3) || !strcmp(name->text, "elif") || !strcmp(name->text, "else"))
-                return fail(p, DSARL_E_INVALID, name->line, "'{%% %s %%}' has no open block to close here",
-                            name->text);
+                return fail(p, DSARL_E_INVALID, name->line, "'{%% %s %%}' has no open block to close here", name->text);
             if (!add(p, &body->kids, parse_statement(p, name)))
                 return NULL;
         } else {

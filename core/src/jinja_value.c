@@ -40,7 +40,10 @@ void jinja_arena_free(jinja_arena *a)
     free(a);
 }
 
-size_t jinja_arena_used(const jinja_arena *a) { return a->total; }
+size_t jinja_arena_used(const jinja_arena *a)
+{
+    return a->total;
+}
 
 void *jinja_alloc(jinja_arena *a, size_t n)
 {
@@ -175,25 +178,20 @@ jv *jv_dict_get_value(const jv *dict, const jv *key)
 jv *jv_from_json(jinja_arena *a, const json_t *j)
 {
     switch (json_typeof(j)) {
-    case JSON_NULL:
-        return jv_new(a, JV_NONE);
-    case JSON_TRUE:
-        return jv_bool(a, true);
-    case JSON_FALSE:
-        return jv_bool(a, false);
-    case JSON_INTEGER:
-        return jv_int(a, (int64_t)json_integer_value(j));
-    case JSON_REAL:
-        return jv_float(a, json_real_value(j));
-    case JSON_STRING:
-        return jv_string(a, json_string_value(j), json_string_length(j));
+    case JSON_NULL: return jv_new(a, JV_NONE);
+    case JSON_TRUE: return jv_bool(a, true);
+    case JSON_FALSE: return jv_bool(a, false);
+    case JSON_INTEGER: return jv_int(a, (int64_t)json_integer_value(j));
+    case JSON_REAL: return jv_float(a, json_real_value(j));
+    case JSON_STRING: return jv_string(a, json_string_value(j), json_string_length(j));
     case JSON_ARRAY: {
         jv *list = jv_new(a, JV_LIST);
         size_t i;
         const json_t *item;
         if (!list)
             return NULL;
-        json_array_foreach(j, i, item) {
+        json_array_foreach(j, i, item)
+        {
             jv *x = jv_from_json(a, item);
             if (!x || jv_list_push(a, list, x) < 0)
                 return NULL;
@@ -206,7 +204,8 @@ jv *jv_from_json(jinja_arena *a, const json_t *j)
         const json_t *item;
         if (!dict)
             return NULL;
-        json_object_foreach((json_t *)j, key, item) {
+        json_object_foreach((json_t *)j, key, item)
+        {
             jv *k = jv_string(a, key, strlen(key)), *x = jv_from_json(a, item);
             if (!k || !x || jv_dict_set(a, dict, k, x) < 0)
                 return NULL;
@@ -223,26 +222,21 @@ bool jv_truthy(const jv *v)
 {
     switch (v->kind) {
     case JV_UNDEFINED:
-    case JV_NONE:
-        return false;
-    case JV_BOOL:
-        return v->u.b;
-    case JV_INT:
-        return v->u.i != 0;
-    case JV_FLOAT:
-        return v->u.f != 0.0;
-    case JV_STRING:
-        return v->u.str.n != 0;
-    case JV_LIST:
-        return v->u.list.n != 0;
-    case JV_DICT:
-        return v->u.dict.n != 0;
-    default:
-        return true;
+    case JV_NONE: return false;
+    case JV_BOOL: return v->u.b;
+    case JV_INT: return v->u.i != 0;
+    case JV_FLOAT: return v->u.f != 0.0;
+    case JV_STRING: return v->u.str.n != 0;
+    case JV_LIST: return v->u.list.n != 0;
+    case JV_DICT: return v->u.dict.n != 0;
+    default: return true;
     }
 }
 
-static bool is_number(const jv *v) { return v->kind == JV_INT || v->kind == JV_FLOAT || v->kind == JV_BOOL; }
+static bool is_number(const jv *v)
+{
+    return v->kind == JV_INT || v->kind == JV_FLOAT || v->kind == JV_BOOL;
+}
 
 static double as_double(const jv *v)
 {
@@ -262,10 +256,8 @@ bool jv_equal(const jv *x, const jv *y)
         return false;
     switch (x->kind) {
     case JV_UNDEFINED:
-    case JV_NONE:
-        return true;
-    case JV_STRING:
-        return x->u.str.n == y->u.str.n && memcmp(x->u.str.s, y->u.str.s, x->u.str.n) == 0;
+    case JV_NONE: return true;
+    case JV_STRING: return x->u.str.n == y->u.str.n && memcmp(x->u.str.s, y->u.str.s, x->u.str.n) == 0;
     case JV_LIST:
         if (x->u.list.n != y->u.list.n)
             return false;
@@ -282,17 +274,16 @@ bool jv_equal(const jv *x, const jv *y)
                 return false;
         }
         return true;
-    case JV_MACRO:
-        return x->u.macro == y->u.macro;
-    default:
-        return x == y;
+    case JV_MACRO: return x->u.macro == y->u.macro;
+    default: return x == y;
     }
 }
 
 const char *jv_type_name(const jv *v)
 {
-    static const char *const names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict",
-                                        "Namespace", "Macro", "builtin_function", "method", "LoopContext"};
+    static const char *const names[] = {
+        "Undefined", "NoneType",         "bool",   "int",        "float", "str", "list", "dict", "Namespace",
+        "Macro",     "builtin_function", "method", "LoopContext"};
     if (v->kind == JV_LIST && v->is_tuple)
         return "tuple";
     return names[v->kind];
@@ -326,7 +317,10 @@ void jbuf_put(jbuf *b, const char *s, size_t n)
     b->data[b->len] = '\0';
 }
 
-void jbuf_putc(jbuf *b, char c) { jbuf_put(b, &c, 1); }
+void jbuf_putc(jbuf *b, char c)
+{
+    jbuf_put(b, &c, 1);
+}
 
 static void jbuf_printf(jbuf *b, const char *fmt, ...) DSARL_PRINTF(2, 3);
 static void jbuf_printf(jbuf *b, const char *fmt, ...)
@@ -499,9 +493,7 @@ static void repr_string(jbuf *b, const char *s, size_t n)
 void jv_repr(jbuf *b, const jv *v)
 {
     switch (v->kind) {
-    case JV_STRING:
-        repr_string(b, v->u.str.s, v->u.str.n);
-        return;
+    case JV_STRING: repr_string(b, v->u.str.s, v->u.str.n); return;
     case JV_LIST:
         jbuf_putc(b, v->is_tuple ? '(' : '[');
         for (size_t i = 0; i < v->u.list.n; i++) {
@@ -524,49 +516,29 @@ void jv_repr(jbuf *b, const jv *v)
         }
         jbuf_putc(b, '}');
         return;
-    default:
-        jv_str(b, v);
+    default: jv_str(b, v);
     }
 }
 
 void jv_str(jbuf *b, const jv *v)
 {
     switch (v->kind) {
-    case JV_UNDEFINED:
-        return;
-    case JV_NONE:
-        jbuf_put(b, "None", 4);
-        return;
-    case JV_BOOL:
-        jbuf_put(b, v->u.b ? "True" : "False", v->u.b ? 4 : 5);
-        return;
-    case JV_INT:
-        jbuf_printf(b, "%lld", (long long)v->u.i);
-        return;
-    case JV_FLOAT:
-        put_float(b, v->u.f);
-        return;
-    case JV_STRING:
-        jbuf_put(b, v->u.str.s, v->u.str.n);
-        return;
+    case JV_UNDEFINED: return;
+    case JV_NONE: jbuf_put(b, "None", 4); return;
+    case JV_BOOL: jbuf_put(b, v->u.b ? "True" : "False", v->u.b ? 4 : 5); return;
+    case JV_INT: jbuf_printf(b, "%lld", (long long)v->u.i); return;
+    case JV_FLOAT: put_float(b, v->u.f); return;
+    case JV_STRING: jbuf_put(b, v->u.str.s, v->u.str.n); return;
     case JV_LIST:
-    case JV_DICT:
-        jv_repr(b, v);
-        return;
+    case JV_DICT: jv_repr(b, v); return;
     case JV_NAMESPACE:
         jbuf_put(b, "<Namespace ", 11);
         jv_repr(b, &(jv){.kind = JV_DICT, .u.dict = v->u.dict});
         jbuf_putc(b, '>');
         return;
-    case JV_MACRO:
-        jbuf_put(b, "<Macro>", 7);
-        return;
-    case JV_LOOP:
-        jbuf_put(b, "<LoopContext>", 13);
-        return;
-    default:
-        jbuf_put(b, "<built-in function>", 19);
-        return;
+    case JV_MACRO: jbuf_put(b, "<Macro>", 7); return;
+    case JV_LOOP: jbuf_put(b, "<LoopContext>", 13); return;
+    default: jbuf_put(b, "<built-in function>", 19); return;
     }
 }
 
@@ -622,8 +594,8 @@ static int cmp_keys(const void *x, const void *y)
     return r ? r : (a->u.str.n > c->u.str.n) - (a->u.str.n < c->u.str.n);
 }
 
-int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep,
-              const char *key_sep, bool sort_keys, int depth, const jv **bad)
+int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep, const char *key_sep,
+              bool sort_keys, int depth, const jv **bad)
 {
     const char *isep = item_sep ? item_sep : indent ? "," : ", ", *ksep = key_sep ? key_sep : ": ";
     if (depth > 200) { // Python raises RecursionError long before this on a self-referencing namespace
@@ -631,15 +603,9 @@ int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const
         return -1;
     }
     switch (v->kind) {
-    case JV_NONE:
-        jbuf_put(b, "null", 4);
-        return 0;
-    case JV_BOOL:
-        jbuf_put(b, v->u.b ? "true" : "false", v->u.b ? 4 : 5);
-        return 0;
-    case JV_INT:
-        jbuf_printf(b, "%lld", (long long)v->u.i);
-        return 0;
+    case JV_NONE: jbuf_put(b, "null", 4); return 0;
+    case JV_BOOL: jbuf_put(b, v->u.b ? "true" : "false", v->u.b ? 4 : 5); return 0;
+    case JV_INT: jbuf_printf(b, "%lld", (long long)v->u.i); return 0;
     case JV_FLOAT:
         if (isnan(v->u.f))
             jbuf_put(b, "NaN", 3);
@@ -648,9 +614,7 @@ int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const
         else
             put_float(b, v->u.f);
         return 0;
-    case JV_STRING:
-        put_json_string(b, v->u.str.s, v->u.str.n, ensure_ascii);
-        return 0;
+    case JV_STRING: put_json_string(b, v->u.str.s, v->u.str.n, ensure_ascii); return 0;
     case JV_LIST:
         if (v->u.list.n == 0) {
             jbuf_put(b, "[]", 2);
@@ -662,8 +626,8 @@ int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const
                 jbuf_put(b, isep, strlen(isep));
             if (indent)
                 json_newline(b, indent, depth + 1);
-            if (jv_tojson(b, v->u.list.items[i], ensure_ascii, indent, item_sep, key_sep, sort_keys, depth + 1,
-                          bad) < 0)
+            if (jv_tojson(b, v->u.list.items[i], ensure_ascii, indent, item_sep, key_sep, sort_keys, depth + 1, bad) <
+                0)
                 return -1;
         }
         if (indent)
@@ -701,8 +665,8 @@ int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const
                 json_newline(b, indent, depth + 1);
             put_json_string(b, v->u.dict.keys[i]->u.str.s, v->u.dict.keys[i]->u.str.n, ensure_ascii);
             jbuf_put(b, ksep, strlen(ksep));
-            if (jv_tojson(b, v->u.dict.vals[i], ensure_ascii, indent, item_sep, key_sep, sort_keys, depth + 1,
-                          bad) < 0) {
+            if (jv_tojson(b, v->u.dict.vals[i], ensure_ascii, indent, item_sep, key_sep, sort_keys, depth + 1, bad) <
+                0) {
                 free(order);
                 return -1;
             }
@@ -713,8 +677,6 @@ int jv_tojson(jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const
         jbuf_putc(b, '}');
         return 0;
     }
-    default:
-        *bad = v;
-        return -1;
+    default: *bad = v; return -1;
     }
 }

@@ -12,15 +12,16 @@
 
 #include "dsarl/fileutil.h"
 #include "dsarl/json.h"
+#include "dsarl/recipe.h"
 #include "jinja_internal.h"
 
 /* A template bigger than this is no chat template (the largest published ones are ~20 KiB). */
 #define CHAT_TEMPLATE_MAX_BYTES ((size_t)1 << 20)
 
 struct tokenizer_chat_template {
-    char *name;                /* "default", "tool_use", ... */
-    jinja_template *compiled;  /* NULL when refused */
-    dsarl_error error;         /* why it was refused */
+    char *name;               /* "default", "tool_use", ... */
+    jinja_template *compiled; /* NULL when refused */
+    dsarl_error error;        /* why it was refused */
 };
 
 static const char *const special_keys[7] = {"bos_token", "eos_token", "unk_token", "sep_token",
@@ -50,8 +51,10 @@ static int add_template(dsarl_tokenizer *tok, const char *name, const char *orig
     t->compiled = NULL;
     memset(&t->error, 0, sizeof t->error);
     if (len > CHAT_TEMPLATE_MAX_BYTES)
-        DSARL_FAIL(&t->error, DSARL_E_INVALID, "chat template %s is %zu bytes, more than the %zu a chat template may "
-                   "have", origin, len, CHAT_TEMPLATE_MAX_BYTES);
+        DSARL_FAIL(&t->error, DSARL_E_INVALID,
+                   "chat template %s is %zu bytes, more than the %zu a chat template may "
+                   "have",
+                   origin, len, CHAT_TEMPLATE_MAX_BYTES);
     else if (jinja_compile(origin, source, len, &t->compiled, &t->error) == DSARL_E_NOMEM)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "%s", t->error.message);
     return 0;
@@ -67,8 +70,7 @@ static int add_template_file(dsarl_tokenizer *tok, const char *name, const char 
     return rc;
 }
 
-static int load_config_templates(dsarl_tokenizer *tok, const json_t *config, const char *config_path,
-                                 dsarl_error *err)
+static int load_config_templates(dsarl_tokenizer *tok, const json_t *config, const char *config_path, dsarl_error *err)
 {
     const json_t *ct = json_object_get(config, "chat_template");
     char origin[4200];
@@ -79,18 +81,23 @@ static int load_config_templates(dsarl_tokenizer *tok, const json_t *config, con
         return add_template(tok, "default", origin, json_string_value(ct), json_string_length(ct), err);
     }
     if (!json_is_array(ct))
-        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: chat_template must be a string or a list of {\"name\", "
-                          "\"template\"} objects, got %s", config_path, dsarl_json_type_name(ct));
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "%s: chat_template must be a string or a list of {\"name\", "
+                          "\"template\"} objects, got %s",
+                          config_path, dsarl_json_type_name(ct));
     size_t i;
     const json_t *item;
-    json_array_foreach(ct, i, item) {
+    json_array_foreach(ct, i, item)
+    {
         const json_t *name = json_object_get(item, "name"), *text = json_object_get(item, "template");
         if (!json_is_string(name) || !json_is_string(text))
-            return DSARL_FAIL(err, DSARL_E_INVALID, "%s: chat_template[%zu] must be an object with string keys "
-                              "\"name\" and \"template\"", config_path, i);
+            return DSARL_FAIL(err, DSARL_E_INVALID,
+                              "%s: chat_template[%zu] must be an object with string keys "
+                              "\"name\" and \"template\"",
+                              config_path, i);
         snprintf(origin, sizeof origin, "%s chat_template[%zu] '%s'", config_path, i, json_string_value(name));
-        DSARL_TRY(add_template(tok, json_string_value(name), origin, json_string_value(text),
-                               json_string_length(text), err));
+        DSARL_TRY(
+            add_template(tok, json_string_value(name), origin, json_string_value(text), json_string_length(text), err));
     }
     return 0;
 }
@@ -161,6 +168,64 @@ void tokenizer_chat_free(dsarl_tokenizer *tok)
     free(tok->templates);
     for (size_t k = 0; k < 7; k++)
         free(tok->special_strings[k]);
+    json_decref(tok->chat_kwargs);
+}
+
+/* A recipe value as JSON (scalars keep the type the recipe parser gave them). */
+static json_t *node_to_json(const dsarl_node *n, int depth)
+{
+    if (depth > 64)
+        return NULL;
+    switch (dsarl_node_kind(n)) {
+    case DSARL_NODE_NULL: return json_null();
+    case DSARL_NODE_BOOL: return json_boolean(dsarl_node_as_bool(n));
+    case DSARL_NODE_INT: return json_integer((json_int_t)dsarl_node_as_int(n));
+    case DSARL_NODE_FLOAT: return json_real(dsarl_node_as_double(n));
+    case DSARL_NODE_STRING: return json_string(dsarl_node_text(n));
+    case DSARL_NODE_LIST: {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < dsarl_node_count(n); i++) {
+            json_t *x = node_to_json(dsarl_node_child_at(n, i), depth + 1);
+            if (!x || json_array_append_new(a, x) < 0) {
+                json_decref(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    case DSARL_NODE_MAP: {
+        json_t *o = json_object();
+        for (size_t i = 0; o && i < dsarl_node_count(n); i++) {
+            json_t *x = node_to_json(dsarl_node_child_at(n, i), depth + 1);
+            if (!x || json_object_set_new(o, dsarl_node_key_at(n, i), x) < 0) {
+                json_decref(o);
+                return NULL;
+            }
+        }
+        return o;
+    }
+    }
+    return NULL;
+}
+
+int dsarl_tokenizer_set_chat_kwargs_from_recipe(dsarl_tokenizer *tok, const dsarl_node *root, const char *path,
+                                                dsarl_error *err)
+{
+    const dsarl_node *n = root && path ? dsarl_node_get(root, path) : NULL;
+    json_decref(tok->chat_kwargs);
+    tok->chat_kwargs = NULL;
+    if (!n || dsarl_node_kind(n) == DSARL_NODE_NULL)
+        return 0;
+    char where[512];
+    if (dsarl_node_kind(n) != DSARL_NODE_MAP)
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "%s (%s): must be a map of chat template variables such as "
+                          "{enable_thinking: false}, got a %s",
+                          path, dsarl_node_where(n, where, sizeof where), dsarl_node_type_name(dsarl_node_kind(n)));
+    if (!(tok->chat_kwargs = node_to_json(n, 0)))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s (%s): nests deeper than 64 levels or is out of memory", path,
+                          dsarl_node_where(n, where, sizeof where));
+    return 0;
 }
 
 /* ---- choosing ------------------------------------------------------------------------------------------- */
@@ -173,7 +238,10 @@ static const struct tokenizer_chat_template *find_template(const dsarl_tokenizer
     return NULL;
 }
 
-int dsarl_tokenizer_has_chat_template(const dsarl_tokenizer *tok) { return tok->n_templates > 0; }
+int dsarl_tokenizer_has_chat_template(const dsarl_tokenizer *tok)
+{
+    return tok->n_templates > 0;
+}
 
 const char *dsarl_tokenizer_default_template(const dsarl_tokenizer *tok)
 {
@@ -184,8 +252,10 @@ typedef enum builtin_kind { BUILTIN_GLM, BUILTIN_PLAIN, BUILTIN_NONE, NOT_BUILTI
 
 static builtin_kind builtin_of(const char *name)
 {
-    return !strcmp(name, "glm") ? BUILTIN_GLM : !strcmp(name, "plain") ? BUILTIN_PLAIN
-                                             : !strcmp(name, "none") ? BUILTIN_NONE : NOT_BUILTIN;
+    return !strcmp(name, "glm")     ? BUILTIN_GLM
+           : !strcmp(name, "plain") ? BUILTIN_PLAIN
+           : !strcmp(name, "none")  ? BUILTIN_NONE
+                                    : NOT_BUILTIN;
 }
 
 static bool is_template_path(const char *name)
@@ -211,10 +281,11 @@ static int resolve(const dsarl_tokenizer *tok, const char *template_name, bool w
         void *data;
         size_t size;
         DSARL_TRY(dsarl_read_file(name, &data, &size, err));
-        int rc = size > CHAT_TEMPLATE_MAX_BYTES
-                     ? DSARL_FAIL(err, DSARL_E_INVALID, "chat template %s is %zu bytes, more than the %zu a chat "
-                                  "template may have", name, size, CHAT_TEMPLATE_MAX_BYTES)
-                     : jinja_compile(name, data, size, owned, err);
+        int rc = size > CHAT_TEMPLATE_MAX_BYTES ? DSARL_FAIL(err, DSARL_E_INVALID,
+                                                             "chat template %s is %zu bytes, more than the %zu a chat "
+                                                             "template may have",
+                                                             name, size, CHAT_TEMPLATE_MAX_BYTES)
+                                                : jinja_compile(name, data, size, owned, err);
         free(data);
         *compiled = *owned;
         return rc;
@@ -229,7 +300,8 @@ static int resolve(const dsarl_tokenizer *tok, const char *template_name, bool w
             return 0;
         }
         if (!t)
-            return DSARL_FAIL(err, DSARL_E_INVALID, "chat template 'tokenizer': this tokenizer brings no chat "
+            return DSARL_FAIL(err, DSARL_E_INVALID,
+                              "chat template 'tokenizer': this tokenizer brings no chat "
                               "template (no chat_template in tokenizer_config.json, no chat_template.jinja); use "
                               "glm, plain, none or a .jinja file");
     } else if (!(t = find_template(tok, name))) {
@@ -238,9 +310,10 @@ static int resolve(const dsarl_tokenizer *tok, const char *template_name, bool w
             size_t used = strlen(names);
             snprintf(names + used, sizeof names - used, ", %s", tok->templates[i].name);
         }
-        return DSARL_FAIL(err, DSARL_E_INVALID, "chat template '%s' is unknown; use default, tokenizer, glm, plain, "
-                          "none, a .jinja file%s%s", name, tok->n_templates ? " or one of the tokenizer's" : "",
-                          names);
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          "chat template '%s' is unknown; use default, tokenizer, glm, plain, "
+                          "none, a .jinja file%s%s",
+                          name, tok->n_templates ? " or one of the tokenizer's" : "", names);
     }
     if (!t->compiled) {
         if (err)
@@ -341,7 +414,8 @@ static json_t *alias_reasoning(json_t *message)
     json_t *v;
     if (!out || json_object_set(out, "thinking", r) < 0)
         return json_decref(out), NULL;
-    json_object_foreach(message, key, v) {
+    json_object_foreach(message, key, v)
+    {
         if (json_object_set(out, key, v) < 0)
             return json_decref(out), NULL;
     }
@@ -357,7 +431,8 @@ static int render_jinja(const dsarl_tokenizer *tok, const jinja_template *t, jso
     int rc = vars && aliased ? 0 : DSARL_FAIL(err, DSARL_E_NOMEM, "chat template: out of memory");
     size_t i;
     json_t *m;
-    json_array_foreach(messages, i, m) {
+    json_array_foreach(messages, i, m)
+    {
         if (rc)
             break;
         json_t *a = alias_reasoning(m);
@@ -375,19 +450,24 @@ static int render_jinja(const dsarl_tokenizer *tok, const jinja_template *t, jso
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "chat template: out of memory");
     const char *key;
     json_t *v;
-    if (rc == 0 && kwargs)
-        json_object_foreach(kwargs, key, v) {
-            if (!strcmp(key, "messages") || !strcmp(key, "tools") || !strcmp(key, "documents") ||
-                !strcmp(key, "add_generation_prompt")) {
-                rc = DSARL_FAIL(err, DSARL_E_INVALID, "chat template kwargs: '%s' is set by the renderer itself; "
-                                "remove it from the kwargs", key);
-                break;
+    json_t *sources[2] = {tok->chat_kwargs, kwargs};
+    for (int src = 0; src < 2; src++)
+        if (rc == 0 && sources[src])
+            json_object_foreach(sources[src], key, v)
+            {
+                if (!strcmp(key, "messages") || !strcmp(key, "tools") || !strcmp(key, "documents") ||
+                    !strcmp(key, "add_generation_prompt")) {
+                    rc = DSARL_FAIL(err, DSARL_E_INVALID,
+                                    "chat template kwargs: '%s' is set by the renderer itself; "
+                                    "remove it from the kwargs",
+                                    key);
+                    break;
+                }
+                if (json_object_set(vars, key, v) < 0) {
+                    rc = DSARL_FAIL(err, DSARL_E_NOMEM, "chat template: out of memory");
+                    break;
+                }
             }
-            if (json_object_set(vars, key, v) < 0) {
-                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "chat template: out of memory");
-                break;
-            }
-        }
     if (rc == 0) {
         jinja_limits limits = jinja_default_limits();
         rc = jinja_render(t, vars, &limits, out, NULL, err);
@@ -466,13 +546,13 @@ int dsarl_tokenizer_apply_chat_template(const dsarl_tokenizer *tok, const char *
                                         const dsarl_chat_message *messages, size_t n_messages,
                                         int add_generation_prompt, char **out, dsarl_error *err)
 {
-    return dsarl_tokenizer_apply_chat_template_kwargs(tok, template_name, messages, n_messages,
-                                                      add_generation_prompt, NULL, out, err);
+    return dsarl_tokenizer_apply_chat_template_kwargs(tok, template_name, messages, n_messages, add_generation_prompt,
+                                                      NULL, out, err);
 }
 
 int dsarl_tokenizer_render_chat(const dsarl_tokenizer *tok, const char *template_name, const char *messages_json,
-                                const char *tools_json, const char *kwargs_json, int add_generation_prompt,
-                                char **out, dsarl_error *err)
+                                const char *tools_json, const char *kwargs_json, int add_generation_prompt, char **out,
+                                dsarl_error *err)
 {
     *out = NULL;
     json_t *msgs = NULL, *tools = NULL, *kwargs = NULL;
@@ -485,10 +565,13 @@ int dsarl_tokenizer_render_chat(const dsarl_tokenizer *tok, const char *template
     json_t *m;
     if (rc == 0 && !msgs && !(msgs = json_array()))
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "chat template: out of memory");
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         if (rc == 0 && (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))))
-            rc = DSARL_FAIL(err, DSARL_E_INVALID, "chat template messages[%zu]: must be an object with a string "
-                            "\"role\"", i);
+            rc = DSARL_FAIL(err, DSARL_E_INVALID,
+                            "chat template messages[%zu]: must be an object with a string "
+                            "\"role\"",
+                            i);
     }
     builtin_kind builtin = NOT_BUILTIN;
     const jinja_template *compiled = NULL;
@@ -506,10 +589,11 @@ int dsarl_tokenizer_render_chat(const dsarl_tokenizer *tok, const char *template
             plain[i].role = json_string_value(json_object_get(msg, "role"));
             plain[i].content = json_string_value(json_object_get(msg, "content"));
             if (!plain[i].content)
-                rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "chat template '%s': messages[%zu] has no string "
+                rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
+                                "chat template '%s': messages[%zu] has no string "
                                 "content; the built-in templates render only role and content strings (use the "
-                                "tokenizer's own template or a .jinja file)", template_name ? template_name :
-                                "default", i);
+                                "tokenizer's own template or a .jinja file)",
+                                template_name ? template_name : "default", i);
         }
         if (rc == 0)
             rc = render_builtin(builtin, plain, n, add_generation_prompt, out, err);

@@ -71,6 +71,7 @@ struct dsarl_tokenizer {
     struct tokenizer_chat_template *templates;
     size_t n_templates;
     char *special_strings[7]; /* bos, eos, unk, sep, pad, cls, mask token text as templates see it, or NULL */
+    struct json_t *chat_kwargs; /* template variables from the recipe (a JSON object), or NULL */
 };
 
 /* Reads the chat templates beside tokenizer.json (dir): tokenizer_config.json's chat_template (config_path, may be

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include "dsarl/error.h"
 
+struct dsarl_node; /* dsarl/recipe.h */
+
 DSARL_BEGIN_DECLS
 
 typedef struct dsarl_tokenizer dsarl_tokenizer;
@@ -120,6 +122,12 @@ DSARL_API int dsarl_tokenizer_render_chat(const dsarl_tokenizer *tok, const char
 
 /* ABI 1.4: 1 when the tokenizer brings its own chat template (usable or not), else 0. */
 DSARL_API int dsarl_tokenizer_has_chat_template(const dsarl_tokenizer *tok);
+
+/* ABI 1.4: sets the template variables every later render of tok gets (a call's own kwargs override them) from
+ * the recipe map at path, e.g. policy.tokenizer.chat_template_kwargs: {enable_thinking: false}. Absent or null
+ * clears them; anything but a map fails naming the key. */
+DSARL_API int dsarl_tokenizer_set_chat_kwargs_from_recipe(dsarl_tokenizer *tok, const struct dsarl_node *root,
+                                                          const char *path, dsarl_error *err);
 
 DSARL_END_DECLS
 
