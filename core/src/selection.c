@@ -281,6 +281,8 @@ static const dsarl_key_spec host_keys[] = {
      DSARL_KEY_NULLABLE},
     {"policy.model_revision", DSARL_KEY_STRING, NULL,
      "branch, tag or commit of a hub-id policy.model_name in the cache; null = main", DSARL_KEY_NULLABLE},
+    {"policy.tokenizer.chat_template_kwargs", DSARL_KEY_MAP, NULL,
+     "extra chat template variables, e.g. {enable_thinking: false}; null = none", DSARL_KEY_NULLABLE},
     {"policy.megatron_cfg.model_overrides.dsa_kernel_backend", DSARL_KEY_STRING, NULL,
      "dsa plugin by name; null = the highest-ranked backend that runs on the device", DSARL_KEY_NULLABLE},
     {"policy.generation.backend", DSARL_KEY_STRING, "native", "generation plugin", 0},

@@ -1,4 +1,5 @@
-/* tokenizer.c: the public tokenizer API, the byte tokenizer, added-token matching and the chat templates. */
+/* tokenizer.c: the public tokenizer API, the byte tokenizer and added-token matching (chat templates:
+ * tokenizer_chat.c). */
 #include "tokenizer_internal.h"
 
 #include <stdio.h>
@@ -66,6 +67,8 @@ int dsarl_tokenizer_load(const char *name_or_path, dsarl_tokenizer **out, dsarl_
     int rc;
     if (strcmp(name_or_path, "byte") == 0) {
         rc = byte_tokenizer_init(tok, err);
+        if (rc == 0)
+            rc = tokenizer_chat_load(tok, NULL, NULL, err);
     } else if (dsarl_hf_is_hub_id(name_or_path)) {
         char dir[4096];
         rc = dsarl_hf_resolve(name_or_path, NULL, "tokenizer", dir, sizeof dir, err);
@@ -85,7 +88,10 @@ int dsarl_tokenizer_load(const char *name_or_path, dsarl_tokenizer **out, dsarl_
             rc = DSARL_FAIL(err, DSARL_E_NOT_FOUND, "tokenizer directory '%s' has no tokenizer.json", name_or_path);
         } else {
             tok->kind = TOKENIZER_BPE;
-            rc = tokenizer_bpe_load(tok, json_path, dsarl_path_exists(config_path) ? config_path : NULL, err);
+            const char *config = dsarl_path_exists(config_path) ? config_path : NULL;
+            rc = tokenizer_bpe_load(tok, json_path, config, err);
+            if (rc == 0)
+                rc = tokenizer_chat_load(tok, dir, config, err);
         }
         free(json_path);
         free(dir);
@@ -109,6 +115,7 @@ void dsarl_tokenizer_free(dsarl_tokenizer *tok)
     free(tok->flags);
     free(tok->added);
     str_map_free(&tok->token_ids);
+    tokenizer_chat_free(tok);
     free(tok->merges.keys);
     free(tok->merges.rank);
     free(tok->merges.merged);
@@ -122,7 +129,6 @@ int32_t dsarl_tokenizer_vocab_size(const dsarl_tokenizer *tok) { return tok->voc
 int32_t dsarl_tokenizer_bos_id(const dsarl_tokenizer *tok) { return tok->bos; }
 int32_t dsarl_tokenizer_eos_id(const dsarl_tokenizer *tok) { return tok->eos; }
 int32_t dsarl_tokenizer_pad_id(const dsarl_tokenizer *tok) { return tok->pad; }
-const char *dsarl_tokenizer_default_template(const dsarl_tokenizer *tok) { return tok->default_template; }
 
 int dsarl_tokenizer_is_special(const dsarl_tokenizer *tok, int32_t id)
 {
@@ -260,89 +266,5 @@ int dsarl_tokenizer_decode(const dsarl_tokenizer *tok, const int32_t *ids, size_
     *text = out;
     if (len)
         *len = n;
-    return 0;
-}
-
-/* ---- chat templates ----------------------------------------------------------------------------------------- */
-
-typedef struct text_buf {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} text_buf;
-
-static void tb_puts(text_buf *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n + 1);
-    b->len += n;
-}
-
-int dsarl_tokenizer_apply_chat_template(const dsarl_tokenizer *tok, const char *template_name,
-                                        const dsarl_chat_message *messages, size_t n_messages,
-                                        int add_generation_prompt, char **out, dsarl_error *err)
-{
-    *out = NULL;
-    const char *name = !template_name || strcmp(template_name, "default") == 0 ? tok->default_template
-                                                                               : template_name;
-    enum { GLM, PLAIN, NONE } kind;
-    if (strcmp(name, "glm") == 0)
-        kind = GLM;
-    else if (strcmp(name, "plain") == 0)
-        kind = PLAIN;
-    else if (strcmp(name, "none") == 0)
-        kind = NONE;
-    else
-        return DSARL_FAIL(err, DSARL_E_INVALID, "chat template '%s' is unknown; use glm, plain, none or default",
-                          name);
-    text_buf b = {0};
-    tb_puts(&b, "");
-    if (kind == GLM)
-        tb_puts(&b, "[gMASK]<sop>");
-    for (size_t i = 0; i < n_messages; i++) {
-        const char *role = messages[i].role, *content = messages[i].content;
-        if (!role || !role[0] || !content) {
-            free(b.data);
-            return DSARL_FAIL(err, DSARL_E_INVALID, "chat template: message %zu needs a role and a content", i);
-        }
-        if (kind == GLM) {
-            tb_puts(&b, "<|");
-            tb_puts(&b, role);
-            tb_puts(&b, "|>\n");
-            tb_puts(&b, content);
-        } else if (kind == PLAIN) {
-            char capital[2] = {role[0] >= 'a' && role[0] <= 'z' ? (char)(role[0] - 'a' + 'A') : role[0], '\0'};
-            tb_puts(&b, capital);
-            tb_puts(&b, role + 1);
-            tb_puts(&b, ": ");
-            tb_puts(&b, content);
-            tb_puts(&b, "\n");
-        } else {
-            tb_puts(&b, content);
-        }
-    }
-    if (add_generation_prompt && kind == GLM)
-        tb_puts(&b, "<|assistant|>\n");
-    else if (add_generation_prompt && kind == PLAIN)
-        tb_puts(&b, "Assistant:");
-    if (b.oom) {
-        free(b.data);
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "chat template: out of memory");
-    }
-    *out = b.data;
     return 0;
 }

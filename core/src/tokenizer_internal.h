@@ -65,8 +65,20 @@ struct dsarl_tokenizer {
     bool ignore_merges;       /* a piece that is a whole vocab entry is emitted as is */
     int32_t byte_ids[256];    /* id of the single-character token of each byte */
     int16_t byte_of_codepoint[0x144]; /* inverse of GPT-2's bytes_to_unicode; -1 for other code points */
-    const char *default_template;
+    const char *default_template; /* built-in used when the tokenizer brings no template: "glm" or "plain" */
+    /* Chat templates the tokenizer brings (tokenizer_chat.c): "default" and named ones, each compiled at load or
+     * holding the error that refused it (reported when that template is asked for). */
+    struct tokenizer_chat_template *templates;
+    size_t n_templates;
+    char *special_strings[7]; /* bos, eos, unk, sep, pad, cls, mask token text as templates see it, or NULL */
+    struct json_t *chat_kwargs; /* template variables from the recipe (a JSON object), or NULL */
 };
+
+/* Reads the chat templates beside tokenizer.json (dir): tokenizer_config.json's chat_template (config_path, may be
+ * NULL; a string or a list of {name, template}), chat_template.jinja (the default; it wins over the config's),
+ * additional_chat_templates/NAME.jinja, and the special token strings templates see. */
+int tokenizer_chat_load(dsarl_tokenizer *tok, const char *dir, const char *config_path, dsarl_error *err);
+void tokenizer_chat_free(dsarl_tokenizer *tok);
 
 /* str_map: insert (key borrowed; later inserts of the same key keep the first), look up (-1 when absent). */
 int str_map_put(str_map *m, char *key, int32_t value);

@@ -76,8 +76,11 @@ int dsarl_session_open(const dsarl_session_config *config, dsarl_session *s, dsa
                               "on one data-parallel rank only, but this run has %d (dp_cp)", s->model_ops->common.name,
                               dsarl_group_size(par->dp_cp));
     }
-    if (c->tokenizer)
+    if (c->tokenizer) {
         DSARL_TRY(dsarl_tokenizer_load(c->tokenizer, &s->tokenizer, err));
+        DSARL_TRY(dsarl_tokenizer_set_chat_kwargs_from_recipe(s->tokenizer, c->recipe,
+                                                              "policy.tokenizer.chat_template_kwargs", err));
+    }
     if (s->model && s->tokenizer && s->model_ops->vocab_size(s->model) < dsarl_tokenizer_vocab_size(s->tokenizer))
         return DSARL_FAIL(err, DSARL_E_INVALID, "the tokenizer '%s' has %d ids but the model's vocabulary is %" PRId64
                           "; policy.model_config.vocab_size must cover it", c->tokenizer,

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include "dsarl/error.h"
 
+struct dsarl_node; /* dsarl/recipe.h */
+
 DSARL_BEGIN_DECLS
 
 typedef struct dsarl_tokenizer dsarl_tokenizer;
@@ -78,17 +80,54 @@ DSARL_API int dsarl_tokenizer_decode(const dsarl_tokenizer *tok, const int32_t *
                                      char **text, size_t *len, dsarl_error *err);
 
 /* Renders messages with a named template into *out (malloc'd). Templates:
- *   "glm"   "[gMASK]<sop>" then "<|ROLE|>\n" + content per message; generation prompt "<|assistant|>\n".
+ *   "default" (or NULL)  the tokenizer's own template when it brings one (see below), else the built-in its
+ *                        vocabulary suggests (dsarl_tokenizer_default_template);
+ *   "tokenizer"          the tokenizer's own template, an error when it has none (ABI 1.4);
+ *   a name               one of the tokenizer's named templates, e.g. "tool_use" (ABI 1.4);
+ *   a path ending .jinja a Jinja chat template file (ABI 1.4);
+ *   "glm"   "[gMASK]<sop>" then "<|ROLE|>\n" + content per message; generation prompt "<|assistant|>\n" (a short
+ *           built-in approximation of GLM's own template);
  *   "plain" "System: c\n", "User: c\n", "Assistant: c\n" (role capitalised); generation prompt "Assistant:".
  *   "none"  the contents concatenated; no generation prompt (for raw prompts).
- * template_name NULL or "default" picks dsarl_tokenizer_default_template. add_generation_prompt != 0 appends the
- * assistant's opening. The recipe key that names it is read by the algorithm (policy.tokenizer.chat_template). */
+ * A tokenizer's own templates come from tokenizer_config.json's chat_template (a string, or a list of {name,
+ * template}), chat_template.jinja beside tokenizer.json (it replaces the config's default) and
+ * additional_chat_templates/NAME.jinja. Jinja templates render as transformers' apply_chat_template(...,
+ * tokenize=False) does, byte for byte, within the subset docs/chat_templates.md lists; a template outside it is
+ * refused when asked for, naming the construct and line. add_generation_prompt != 0 appends the assistant's
+ * opening. The recipe key that names it is read by the algorithm (policy.tokenizer.chat_template). */
 DSARL_API int dsarl_tokenizer_apply_chat_template(const dsarl_tokenizer *tok, const char *template_name,
                                                   const dsarl_chat_message *messages, size_t n_messages,
                                                   int add_generation_prompt, char **out, dsarl_error *err);
 
-/* The template a tokenizer uses by default: "glm" for a BPE tokenizer that has [gMASK] and <sop>, else "plain". */
+/* The template a tokenizer uses by default: "tokenizer" when it brings its own chat template (ABI 1.4), else
+ * "glm" for a BPE tokenizer that has [gMASK] and <sop>, else "plain". */
 DSARL_API const char *dsarl_tokenizer_default_template(const dsarl_tokenizer *tok);
+
+/* ABI 1.4: as dsarl_tokenizer_apply_chat_template, plus extra template variables: kwargs_json is NULL or a JSON
+ * object whose keys become variables (NeMo RL's policy.tokenizer.chat_template_kwargs, e.g.
+ * {"enable_thinking": false}). The built-in templates ignore them. */
+DSARL_API int dsarl_tokenizer_apply_chat_template_kwargs(const dsarl_tokenizer *tok, const char *template_name,
+                                                         const dsarl_chat_message *messages, size_t n_messages,
+                                                         int add_generation_prompt, const char *kwargs_json,
+                                                         char **out, dsarl_error *err);
+
+/* ABI 1.4: renders a conversation given as JSON text, as transformers does: messages_json is an array of message
+ * objects (role, content as a string or a list of parts, tool_calls, reasoning_content, ...), tools_json NULL or
+ * an array of tool schemas, kwargs_json NULL or an object of extra variables. A built-in template renders only
+ * messages whose content is a string. */
+DSARL_API int dsarl_tokenizer_render_chat(const dsarl_tokenizer *tok, const char *template_name,
+                                          const char *messages_json, const char *tools_json,
+                                          const char *kwargs_json, int add_generation_prompt, char **out,
+                                          dsarl_error *err);
+
+/* ABI 1.4: 1 when the tokenizer brings its own chat template (usable or not), else 0. */
+DSARL_API int dsarl_tokenizer_has_chat_template(const dsarl_tokenizer *tok);
+
+/* ABI 1.4: sets the template variables every later render of tok gets (a call's own kwargs override them) from
+ * the recipe map at path, e.g. policy.tokenizer.chat_template_kwargs: {enable_thinking: false}. Absent or null
+ * clears them; anything but a map fails naming the key. */
+DSARL_API int dsarl_tokenizer_set_chat_kwargs_from_recipe(dsarl_tokenizer *tok, const struct dsarl_node *root,
+                                                          const char *path, dsarl_error *err);
 
 DSARL_END_DECLS
 
