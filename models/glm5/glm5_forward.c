@@ -477,9 +477,10 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     p->recompute = save && m->activation_recompute;
     p->n_acts = save && !p->recompute ? c->num_hidden_layers : 1;
     size_t e = m->elem, i4 = sizeof(int32_t);
+    p->head_rows = glm5_head_rows(m, T); // the LM head's logits, whole or a chunk of rows at a time (glm5_head.c)
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, T * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
+        {(void **)&p->logits, p->head_rows * V * sizeof(float)}, {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
     if (p->sp) // the row-parallel layers' partial sums before their reduce-scatter
@@ -524,6 +525,8 @@ int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save,
     void *h_local = p->sp ? p->tmp : p->h_final;
     DSARL_TRY(d->rmsnorm_forward(m->dev, h_local, p->rstd_final, p->x, m->final_norm, p->T_sp, C, eps, err));
     DSARL_TRY(glm5_sp_gather(p, p->h_final, h_local, C, err));
+    if (p->head_rows < T) // chunked: the log-probs and the backward compute the logits chunk by chunk
+        return DSARL_OK;
     // LM-head logits in float32 (log-softmax over a large vocabulary needs it), times the batch's logit factor;
     // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
@@ -561,8 +564,14 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     float *rows = logits; // a padded pass has more rows than the caller's
     if (rc == 0 && p.T != p.T_real)
         rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
-    if (rc == 0) // a tool path: every rank gets the whole (T, V) rows
+    if (rc == 0 && p.head_rows >= p.T) // a tool path: every rank gets the whole (T, V) rows
         rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
+    for (int64_t r0 = 0; rc == 0 && p.head_rows < p.T && r0 < p.T; r0 += p.head_rows) { // chunked (tp 1)
+        int64_t n = p.T - r0 < p.head_rows ? p.T - r0 : p.head_rows;
+        rc = glm5_head_chunk_logits(&p, r0, n, err);
+        if (rc == 0)
+            rc = glm5_gather_vocab(m, rows + r0 * m->cfg.vocab_size, p.logits, n, err);
+    }
     if (rc == 0 && rows != logits)
         memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)
