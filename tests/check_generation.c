@@ -758,6 +758,21 @@ START_TEST(test_prefill_in_pieces)
 }
 END_TEST
 
+// A cache whose rows (slots x tokens) would overflow the int32 key ranges is refused before anything is allocated:
+// 16384 slots of 131072 tokens are 2^31 rows (one past INT32_MAX), one slot fewer fits the bound.
+START_TEST(test_cache_rows_bound)
+{
+    loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 5);
+    dsarl_model_cache *cache = NULL;
+    ck_assert_int_eq(l.ops->cache_create(l.m, 16384, 131072, &cache, &err), DSARL_E_INVALID);
+    ck_assert_ptr_null(cache);
+    ck_assert_msg(strstr(err.message, "2147483648 rows"), "%s", err.message);
+    ck_assert_int_eq(l.ops->cache_create(l.m, 2, 131072, &cache, &err), 0); // 262144 rows: well inside
+    l.ops->cache_free(cache);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(test_sequence_offset_splits_a_batch)
 {
     // a data-parallel rank samples its rows of a batch with sequence_offset = the index of its first row: the two
@@ -906,6 +921,7 @@ static Suite *generation_suite(void)
     tcase_add_test(tc, test_ragged_batch_and_determinism);
     tcase_add_test(tc, test_sequence_offset_splits_a_batch);
     tcase_add_test(tc, test_prefill_in_pieces);
+    tcase_add_test(tc, test_cache_rows_bound);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_cli_sampling);
     suite_add_tcase(s, tc);
