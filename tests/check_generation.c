@@ -724,6 +724,55 @@ START_TEST(test_ragged_batch_and_determinism)
 }
 END_TEST
 
+// Long prompts are prefilled in pieces (native_set_prefill_tokens): whole prompts packed while they fit, a longer
+// one split over calls that continue its slot. The pieces draw what the one-pass prefill draws, and the sparse top-k
+// is active (prompts longer than index_topk), so the split prompt's later pieces select among cached keys.
+START_TEST(test_prefill_in_pieces)
+{
+    loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 21);
+    int32_t lens[4] = {23, 3, 30, 5}, *tokens, *cu;
+    ck_assert(lens[2] > l.m->cfg.index_topk);
+    dsarl_token_batch prompts = make_prompts(4, lens, 260, 33, &tokens, &cu);
+    dsarl_sampling_params sp = params(1.0f, 6, 77);
+    dsarl_generation_result whole = run(&l, &prompts, &sp);
+    int32_t budgets[3] = {7, 24, 1};
+    for (int i = 0; i < 3; i++) {
+        dsarl_generator *gen = NULL;
+        ck_assert_int_eq(native_create(NULL, l.ops, l.m, &gen, &err), 0);
+        native_set_prefill_tokens(gen, budgets[i]);
+        dsarl_generation_result part;
+        ck_assert_msg(native_generate(gen, &prompts, &sp, &part, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(part.cu_lengths[4], whole.cu_lengths[4]);
+        for (int32_t j = 0; j < whole.cu_lengths[4]; j++) {
+            ck_assert_msg(part.tokens[j] == whole.tokens[j], "budget %d: token %d is %d, one pass %d", budgets[i], j,
+                          part.tokens[j], whole.tokens[j]);
+            float a = whole.logprobs[j], o = part.logprobs[j];
+            ck_assert_msg(fabsf(a - o) <= 1e-5f * fabsf(a) + 1e-6f, "budget %d: log-prob %d is %g, one pass %g",
+                          budgets[i], j, o, a);
+        }
+        native_destroy(gen);
+    }
+    free_result(&whole);
+    free(tokens), free(cu);
+    unload(&l);
+}
+END_TEST
+
+// A cache whose rows (slots x tokens) would overflow the int32 key ranges is refused before anything is allocated:
+// 16384 slots of 131072 tokens are 2^31 rows (one past INT32_MAX), one slot fewer fits the bound.
+START_TEST(test_cache_rows_bound)
+{
+    loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 5);
+    dsarl_model_cache *cache = NULL;
+    ck_assert_int_eq(l.ops->cache_create(l.m, 16384, 131072, &cache, &err), DSARL_E_INVALID);
+    ck_assert_ptr_null(cache);
+    ck_assert_msg(strstr(err.message, "2147483648 rows"), "%s", err.message);
+    ck_assert_int_eq(l.ops->cache_create(l.m, 2, 131072, &cache, &err), 0); // 262144 rows: well inside
+    l.ops->cache_free(cache);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(test_sequence_offset_splits_a_batch)
 {
     // a data-parallel rank samples its rows of a batch with sequence_offset = the index of its first row: the two
@@ -871,6 +920,8 @@ static Suite *generation_suite(void)
     tcase_add_test(tc, test_stop_strings);
     tcase_add_test(tc, test_ragged_batch_and_determinism);
     tcase_add_test(tc, test_sequence_offset_splits_a_batch);
+    tcase_add_test(tc, test_prefill_in_pieces);
+    tcase_add_test(tc, test_cache_rows_bound);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_cli_sampling);
     suite_add_tcase(s, tc);

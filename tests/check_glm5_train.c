@@ -170,6 +170,66 @@ START_TEST(test_gradients_equal_backward)
 }
 END_TEST
 
+/* policy.logprob_chunk_size: the LM head over row chunks (glm5_head.c) gives the whole pass's log-probs, logits and
+ * gradients, with chunks that divide T, that do not, and of one row; the lm_head gradient is summed chunk by chunk,
+ * so it agrees to rounding. */
+START_TEST(test_logprob_chunks_equal_whole_pass)
+{
+    random_batch(11, 4, 1.0f / 0.9f);
+    int64_t T = batch.n_tokens;
+    float want_lp[MAX_T], got_lp[MAX_T], il = 0;
+    float *want_logits = malloc((size_t)(T * V) * sizeof(float)), *got_logits = malloc((size_t)(T * V) * sizeof(float));
+    ck_assert_int_eq(ops->forward_logprobs(model, &batch, targets, want_lp, &err), 0);
+    ck_assert_int_eq(ops->forward_logits(model, &batch, want_logits, &err), 0);
+    ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+    ck_assert_msg(ops->backward(model, &batch, targets, dlogprobs, &il, &err) == 0, "%s", err.message);
+    float *want = all_grads();
+    int64_t chunks[] = {T / 2, 7, 1};
+    ck_assert(T % 7 != 0 && T / 2 < T);
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        model->logprob_chunk = chunks[c];
+        ck_assert_int_eq(ops->forward_logprobs(model, &batch, targets, got_lp, &err), 0);
+        ck_assert_int_eq(ops->forward_logits(model, &batch, got_logits, &err), 0);
+        for (int64_t t = 0; t < T; t++)
+            ck_assert_msg(fabsf(got_lp[t] - want_lp[t]) <= 1e-6f * fabsf(want_lp[t]) + 1e-7f,
+                          "chunk %lld: log-prob %lld is %g, whole %g", (long long)chunks[c], (long long)t, got_lp[t],
+                          want_lp[t]);
+        for (int64_t i = 0; i < T * V; i++)
+            ck_assert(fabsf(got_logits[i] - want_logits[i]) <= 1e-6f * fabsf(want_logits[i]) + 1e-7f);
+        ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+        ck_assert_msg(ops->backward(model, &batch, targets, dlogprobs, &il, &err) == 0, "%s", err.message);
+        float *got = all_grads();
+        double diff = 0, norm = 0;
+        for (int64_t i = 0; i < model->n_weights; i++)
+            diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]), norm += (double)want[i] * want[i];
+        ck_assert_msg(norm > 0 && sqrt(diff / norm) < 1e-6, "chunk %lld: gradients differ by %g relative",
+                      (long long)chunks[c], sqrt(diff / norm));
+        free(got);
+    }
+    model->logprob_chunk = 0;
+    free(want), free(want_logits), free(got_logits);
+}
+END_TEST
+
+// A negative policy.logprob_chunk_size is refused at create, naming the key.
+START_TEST(test_logprob_chunk_refused)
+{
+    dsarl_recipe *bad = NULL;
+    char text[2048];
+    snprintf(text, sizeof text, "%s  logprob_chunk_size: -4\n", recipe_text);
+    ck_assert_int_eq(dsarl_recipe_load_string(text, "bad.yaml", &bad, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(bad, &err), 0);
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(bad),
+                             .device_ops = &dsarl_cpu_device_ops, .device = dev, .dsa_ops = &counting_ops,
+                             .dsa = dsa, .seed = 29};
+    dsarl_model *m = NULL;
+    ck_assert_int_eq(ops->create(&mc, &m, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "policy.logprob_chunk_size") != NULL, "%s", err.message);
+    ck_assert_ptr_null(m);
+    dsarl_recipe_free(bad);
+}
+END_TEST
+
 START_TEST(test_backward_without_pass_fails)
 {
     random_batch(3, 2, 1.0f);
@@ -218,6 +278,8 @@ static Suite *glm5_train_suite(void)
     tcase_add_test(tc, test_tempered_logprobs_equal_forward_logprobs);
     tcase_add_test(tc, test_gradients_equal_backward);
     tcase_add_test(tc, test_backward_without_pass_fails);
+    tcase_add_test(tc, test_logprob_chunks_equal_whole_pass);
+    tcase_add_test(tc, test_logprob_chunk_refused);
     tcase_add_test(tc, test_one_forward_per_step);
     suite_add_tcase(s, tc);
     return s;

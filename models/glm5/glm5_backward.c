@@ -43,7 +43,7 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     inner_rows = inner_rows > sh_rows ? inner_rows : sh_rows;
     size_t e = p->m->elem, f = sizeof(float);
     struct { void **ptr; size_t bytes; } plan[] = {
-        {(void **)&g->dlogits, T * V * f}, {(void **)&g->drouter, Ts * E * f},
+        {(void **)&g->dlogits, p->head_rows * V * f}, {(void **)&g->drouter, Ts * E * f},
         {(void **)&g->dscale, R * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
         {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f},
         {&g->dx, Ts * C * e}, {&g->dh, Ts * C * e}, {&g->dh2, Ts * C * e}, {&g->dtmp, Ts * C * e},
@@ -56,7 +56,7 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
         {&g->s3, stage * e},
         {&g->dact, inner_rows * e}, {&g->dgu, 2 * inner_rows * e}, {&g->dexp, R * C * e}, {&g->dxin, R * C * e},
         {&g->diq, T * nI * dI * e}, {&g->dik, T * dI * e}, {&g->dik_raw, T * dI * e}, {&g->diw, T * nI * e},
-        {&g->dlogits_s, T * V * e}, {&g->drouter_s, T * E * e},
+        {&g->dlogits_s, p->head_rows * V * e}, {&g->drouter_s, T * E * e},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
@@ -466,8 +466,7 @@ static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets
     if (m->shards.tp_size > 1)
         return vocab_parallel_logprobs(p, targets, logprobs, err);
     // into dlogprobs' room: train_backward overwrites it with the caller's gradients
-    DSARL_TRY(m->dev_ops->logprobs_forward(m->dev, g->dlogprobs, p->logits, g->targets, p->T, m->cfg.vocab_size,
-                                           err));
+    DSARL_TRY(glm5_head_logprobs(p, g->dlogprobs, g->targets, err)); // chunk by chunk when chunked
     return m->dev_ops->copy(m->dev, logprobs, g->dlogprobs, (size_t)p->T_real * sizeof(float),
                             DSARL_COPY_DEVICE_TO_HOST, err);
 }
@@ -565,20 +564,21 @@ static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         DSARL_TRY(d->zero(m->dev, g->dlogprobs, (size_t)T * sizeof(float), err));
     DSARL_TRY(d->copy(m->dev, g->dlogprobs, dlogprobs, (size_t)p->T_real * sizeof(float), DSARL_COPY_HOST_TO_DEVICE,
                       err));
-    if (m->shards.tp_size > 1)
-        DSARL_TRY(vocab_parallel_dlogits(p, g, err));
-    else
-        DSARL_TRY(d->logprobs_backward(m->dev, g->dlogits, g->dlogprobs, p->logits, g->targets, T, V, err));
-    if (p->logit_scale != 1.0f) // logits = scale * h W^T: the factor carries into dlogits of the product
-        DSARL_TRY(d->convert(m->dev, g->dlogits, DSARL_DTYPE_F32, g->dlogits, DSARL_DTYPE_F32, T * V, p->logit_scale,
-                             err));
-    int rc = 0;
-    const void *dlogits = glm5_storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
-    DSARL_TRY(rc);
     // vocab-parallel LM head: every row's input gradient is a partial sum over the vocabulary slices
     void *dh = p->sp ? g->dpart : g->dh;
-    DSARL_TRY(glm5_linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
-    DSARL_TRY(glm5_linear_dinput(m, dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
+    if (m->shards.tp_size > 1) {
+        DSARL_TRY(vocab_parallel_dlogits(p, g, err));
+        if (p->logit_scale != 1.0f) // logits = scale * h W^T: the factor carries into dlogits of the product
+            DSARL_TRY(d->convert(m->dev, g->dlogits, DSARL_DTYPE_F32, g->dlogits, DSARL_DTYPE_F32, T * V,
+                                 p->logit_scale, err));
+        int rc = 0;
+        const void *dlogits = glm5_storage_operand(m, g->dlogits, g->dlogits_s, T * V, err, &rc);
+        DSARL_TRY(rc);
+        DSARL_TRY(glm5_linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
+        DSARL_TRY(glm5_linear_dinput(m, dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
+    } else { // whole or chunk by chunk (glm5_head.c)
+        DSARL_TRY(glm5_head_backward(p, g, dh, err));
+    }
     DSARL_TRY(glm5_sp_reduce(p, g->dh, dh, C, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, Ts, C, err));

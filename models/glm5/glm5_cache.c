@@ -1,4 +1,5 @@
 /* glm5_cache.c: allocation of the generation KV cache (layout in glm5_cache.h). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dsarl/arena.h"
@@ -30,6 +31,12 @@ int glm5_cache_create(dsarl_model *m, int32_t n_slots, int32_t max_tokens, dsarl
     if (n_slots < 1 || max_tokens < 1)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a KV cache needs n_slots >= 1 and max_tokens >= 1, got %d "
                           "and %d", n_slots, max_tokens);
+    // a slot's rows start at slot * max_tokens, and the decode's key ranges (key_start/key_end, glm5_decode.c) are
+    // int32 rows of the whole cache: past INT32_MAX rows they would wrap
+    if ((int64_t)n_slots * max_tokens > INT32_MAX)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a KV cache of %d slots x %d tokens has %lld rows, more than "
+                          "the %d its int32 key ranges address; generate fewer sequences at once", n_slots, max_tokens,
+                          (long long)n_slots * max_tokens, INT32_MAX);
     int32_t L = m->cfg.num_hidden_layers;
     dsarl_model_cache *c = calloc(1, sizeof(*c));
     if (c) {

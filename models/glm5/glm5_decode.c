@@ -48,7 +48,8 @@ static int upload_cached_batch(glm5_pass *p, const dsarl_model_cache *c, const d
     int32_t *pos = host + T, *ks = host + 2 * T, *ke = host + 3 * T, *rows = host + 4 * T, *last_rows = host + 5 * T;
     int32_t max_keys = 0;
     for (int32_t i = 0; i < b->n_sequences; i++) {
-        int32_t base = slots[i] * c->max_tokens, lo = b->cu_seqlens[i], hi = b->cu_seqlens[i + 1];
+        // fits int32: glm5_cache_create refuses caches of more than INT32_MAX rows
+        int32_t base = (int32_t)((int64_t)slots[i] * c->max_tokens), lo = b->cu_seqlens[i], hi = b->cu_seqlens[i + 1];
         for (int32_t t = lo; t < hi; t++) {
             pos[t] = c->lengths[slots[i]] + (t - lo);
             ks[t] = base, ke[t] = base + pos[t] + 1, rows[t] = base + pos[t];

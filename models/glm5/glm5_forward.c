@@ -498,9 +498,10 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     p->recompute = save && m->activation_recompute;
     p->n_acts = save && !p->recompute ? m->stage.end - m->stage.first : 1; // this stage's layers
     size_t e = m->elem, i4 = sizeof(int32_t);
+    p->head_rows = glm5_head_rows(m, T); // the LM head's logits, whole or a chunk of rows at a time (glm5_head.c)
     struct { void **ptr; size_t bytes; } plan[] = {
         {&p->x, T * C * e}, {&p->h_final, T * C * e}, {(void **)&p->rstd_final, T * sizeof(float)},
-        {(void **)&p->logits, (glm5_stage_is_last(m) ? T * V : 0) * sizeof(float)}, // the LM head's stage only
+        {(void **)&p->logits, (glm5_stage_is_last(m) ? p->head_rows * V : 0) * sizeof(float)}, // the head's stage
         {&p->tmp, T * C * e}, {(void **)&p->tokens, 4 * T * i4}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         DSARL_TRY(glm5_pass_alloc(p, plan[i].bytes, plan[i].ptr, err));
@@ -558,6 +559,8 @@ int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
     void *h_local = p->sp ? p->tmp : p->h_final;
     DSARL_TRY(d->rmsnorm_forward(m->dev, h_local, p->rstd_final, p->x, m->final_norm, p->T_sp, C, eps, err));
     DSARL_TRY(glm5_sp_gather(p, p->h_final, h_local, C, err));
+    if (p->head_rows < T) // chunked: the log-probs and the backward compute the logits chunk by chunk
+        return DSARL_OK;
     // LM-head logits in float32 (log-softmax over a large vocabulary needs it), times the batch's logit factor;
     // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
@@ -601,8 +604,15 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     float *rows = logits; // a padded pass has more rows than the caller's, a cp pass other ones
     if (rc == 0 && (p.T != p.T_real || p.cp))
         rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
-    if (rc == 0 && glm5_stage_is_last(m)) // a tool path: every rank gets the whole (T, V) rows
+    bool head = glm5_stage_is_last(m);
+    if (rc == 0 && head && p.head_rows >= p.T) // a tool path: every rank gets the whole (T, V) rows
         rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
+    for (int64_t r0 = 0; rc == 0 && head && p.head_rows < p.T && r0 < p.T; r0 += p.head_rows) { // chunked (tp 1)
+        int64_t n = p.T - r0 < p.head_rows ? p.T - r0 : p.head_rows;
+        rc = glm5_head_chunk_logits(&p, r0, n, err);
+        if (rc == 0)
+            rc = glm5_gather_vocab(m, rows + r0 * m->cfg.vocab_size, p.logits, n, err);
+    }
     if (rc == 0 && !p.cp)
         rc = glm5_stage_share_last(m, rows, p.T * m->cfg.vocab_size, err);
     if (rc == 0 && p.cp)

@@ -1,7 +1,9 @@
 /* glm5_model.c: allocation of a glm_moe_dsa instance, binding of layer pointers, random init. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "glm5_model.h"
 
 #define GLM5_PI 3.14159265358979323846
@@ -216,6 +218,51 @@ int glm5_zero_grad(dsarl_model *m, dsarl_error *err)
     return m->dev_ops->zero(m->dev, m->grads, (size_t)m->n_weights * m->elem, err);
 }
 
+/* The normal draws of one tensor, split over threads: splitmix64 is a counter (each draw adds one constant to the
+ * state), so element j, which takes draws 2j and 2j+1, starts from s0 + 2j * that constant, and any split of the
+ * elements gives the values one sequential pass gives. A 3B-parameter model takes minutes on one core. */
+typedef struct normal_fill {
+    float *out;
+    int64_t begin, end;
+    uint64_t s0;
+    double range;
+} normal_fill;
+
+static void *fill_normals(void *arg)
+{
+    normal_fill *f = arg;
+    uint64_t s = f->s0 + (uint64_t)(2 * f->begin) * 0x9E3779B97F4A7C15ull;
+    for (int64_t j = f->begin; j < f->end; j++)
+        f->out[j] = (float)(normal01(&s) * f->range);
+    return NULL;
+}
+
+#define GLM5_INIT_THREADS 32
+#define GLM5_INIT_PER_THREAD ((int64_t)1 << 22) /* elements below which another thread is not worth starting */
+
+static void fill_normals_parallel(float *out, int64_t n, uint64_t s0, double range)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t k = n / GLM5_INIT_PER_THREAD + 1;
+    k = k < cores ? k : cores;
+    k = k < GLM5_INIT_THREADS ? k : GLM5_INIT_THREADS;
+    k = k > 1 ? k : 1;
+    normal_fill parts[GLM5_INIT_THREADS];
+    pthread_t threads[GLM5_INIT_THREADS];
+    bool started[GLM5_INIT_THREADS] = {false};
+    for (int64_t i = 0; i < k; i++) {
+        parts[i] = (normal_fill){out, n * i / k, n * (i + 1) / k, s0, range};
+        started[i] = i > 0 && pthread_create(&threads[i], NULL, fill_normals, &parts[i]) == 0;
+    }
+    fill_normals(&parts[0]);
+    for (int64_t i = 1; i < k; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else // a thread that could not start: its part here
+            fill_normals(&parts[i]);
+    }
+}
+
 int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_range, dsarl_error *err)
 {
     for (int64_t i = 0; i < m->n_params; i++) {
@@ -227,8 +274,11 @@ int glm5_model_init_random(dsarl_model *m, uint64_t seed, double initializer_ran
         // one stream per tensor, by its place in the whole model: every stage split starts from the same weights
         uint64_t s = seed ^ (0xA24BAED4963EE407ull * (uint64_t)(p->spec_index + 1));
         bool is_bias = strstr(p->name, "bias") != NULL, is_norm = p->ndim == 1 && !is_bias;
-        for (int64_t j = 0; j < p->full_numel; j++)
-            host[j] = is_bias ? 0.0f : is_norm ? 1.0f : (float)(normal01(&s) * initializer_range);
+        if (is_bias || is_norm)
+            for (int64_t j = 0; j < p->full_numel; j++)
+                host[j] = is_bias ? 0.0f : 1.0f;
+        else
+            fill_normals_parallel(host, p->full_numel, s, initializer_range);
         float *local = host;
         if (p->shard_dim >= 0) {
             local = host + p->full_numel;

@@ -124,6 +124,7 @@ struct dsarl_model {
     bool dense_attention;        /* ...dsa_dense_attention: every causal key attended (DSA dense warm-up) */
     glm5_attention_form attention_form; /* ...dsa_attention_form: absorbed, headwise, or auto (the backend's) */
     bool activation_recompute;   /* policy.megatron_cfg.activation_checkpointing: keep only layer inputs */
+    int64_t logprob_chunk;       /* policy.logprob_chunk_size: LM-head rows at a time (glm5_head.c), 0: all */
     bool launch_bound;           /* device calls cost far more than small GEMMs (DSARL_DEVICE_CAP_LAUNCH_BOUND):
                                   * small expert groups are padded into one batched GEMM (glm5_moe_pad) */
     glm5_layer *layers;

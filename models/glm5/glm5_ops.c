@@ -104,6 +104,13 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
         rc = dsarl_recipe_bool_or(config->recipe, "policy.megatron_cfg.activation_checkpointing", false, &recompute,
                                   err);
     m->activation_recompute = recompute;
+    int64_t chunk = 0;
+    if (rc == 0 && config->recipe)
+        rc = dsarl_recipe_int_or(config->recipe, "policy.logprob_chunk_size", 0, &chunk, err);
+    if (rc == 0 && chunk < 0)
+        rc = dsarl_recipe_fail(config->recipe, "policy.logprob_chunk_size", err, DSARL_E_INVALID,
+                               "must be null or > 0 (tokens of LM-head logits at once), got %lld", (long long)chunk);
+    m->logprob_chunk = chunk;
     m->indexer_loss_coeff = (float)coeff;
     m->indexer_sparse_loss = sparse;
     if (rc) {
@@ -206,6 +213,8 @@ static const dsarl_key_spec glm5_keys[] = {
      "latent) or headwise (per-head keys/values); cached decode is always absorbed"},
     {.path = "policy.megatron_cfg.activation_checkpointing", .type = DSARL_KEY_BOOL, .default_value = "false",
      .doc = "keep only each layer's input in training and recompute the layer in the backward pass"},
+    {.path = "policy.logprob_chunk_size", .type = DSARL_KEY_INT, .default_value = NULL, .flags = DSARL_KEY_NULLABLE,
+     .doc = "LM-head logits and their log-softmax this many tokens at a time (null: the whole pass); tp 1 only"},
 };
 
 /* The slots both families share (everything but create and the config-only count), so the two tables cannot

@@ -101,7 +101,9 @@ typedef struct glm5_pass {
     void *x;                                   // (T_sp,C) residual stream
     void *h_final;                             // (T,C) final norm output (gathered over tp)
     float *rstd_final;                         // (T_sp)
-    float *logits;                             // (T,V/tp) device, float32 whatever the storage: this rank's slice
+    float *logits;                             // (head_rows,V/tp) device, float32 whatever the storage: this
+                                               // rank's slice of every row, or of one chunk of rows (glm5_head.c)
+    int64_t head_rows;                         // rows of logits: T, or policy.logprob_chunk_size when smaller
     void *head_in, *head_out;                  // head-major staging (H, T, glm5_head_stage(cfg)) each
     void *kv_heads;                            // headwise form: (T, H*(nope+v)) latent_norm kv_b_proj^T, then
                                                // (T, rope) room for the shared rope key (k_heads' second part)
@@ -321,5 +323,17 @@ int glm5_linear_dinput(dsarl_model *m, void *dx, const void *dy, const void *w, 
 /* A float32 gradient (n) as a storage-dtype GEMM operand: itself on float32 storage, else converted into tmp (*rc
  * gets a conversion failure). */
 const void *glm5_storage_operand(dsarl_model *m, const float *g32, void *tmp, int64_t n, dsarl_error *err, int *rc);
+
+/* The LM head over row chunks (glm5_head.c; policy.logprob_chunk_size).
+ * glm5_head_rows: rows of logits a pass of T tokens holds at once: T, or the chunk when tp is 1 and it is smaller.
+ * glm5_head_chunk_logits: p->logits (n, V) = logits of rows [r0, r0 + n) of p->h_final.
+ * glm5_head_logprobs: logprobs (T) device of targets (T) device, chunk by chunk when p->head_rows < T (else from
+ *   the logits glm5_pass_forward left).
+ * glm5_head_backward: from g->dlogprobs and g->targets, lm_head's gradient accumulated and dh (T, C) written
+ *   (tp 1; the logits of a chunked pass are recomputed). */
+int64_t glm5_head_rows(const dsarl_model *m, int64_t T);
+int glm5_head_chunk_logits(glm5_pass *p, int64_t r0, int64_t n, dsarl_error *err);
+int glm5_head_logprobs(glm5_pass *p, float *logprobs, const int32_t *targets, dsarl_error *err);
+int glm5_head_backward(glm5_pass *p, glm5_grad_bufs *g, void *dh, dsarl_error *err);
 
 #endif /* DSARL_GLM5_PASS_H */

@@ -47,6 +47,8 @@ struct dsarl_device {
     size_t n_live, cap_live;
     struct cuda_block *cached; /* freed blocks kept for reuse (stream-ordered: every kernel runs on `compute`) */
     size_t n_cached, cap_cached, cached_bytes;
+    size_t live_bytes, peak_live_bytes; /* bytes handed out now, and their high-water mark */
+    size_t peak_held_bytes;   /* high-water mark of live + cached: what the allocator held from the driver at once */
     void *gemm_algos;         /* cuda_gemm.cu: cuBLASLt algorithms by problem (direct-mapped cache) */
     void *profile;            /* cuda_profile.cu: op timings under runtime.cuda_profile=true, else NULL */
     /* NCCL (cuda_comm.c): one communicator per process group, made at the group's first collective */

@@ -7,10 +7,12 @@
 #include <cublas_v2.h>
 #include "cuda_common.cuh"
 #include "cuda_profile.h"
+#include "dsarl/log.h"
 
 #define GEMM_WORKSPACE_BYTES ((size_t)64 << 20) /* cuBLASLt's recommendation for Hopper is 32 MiB or more */
 
 static void release_cached(dsarl_device *dev);
+static void log_peak_memory(dsarl_device *dev);
 
 int cuda_visible_devices(void)
 {
@@ -116,6 +118,8 @@ void cuda_destroy(dsarl_device *dev)
     cudaSetDevice(dev->ordinal);
     cuda_comm_destroy(dev); // first: it waits for queued collectives under the watchdog
     cudaDeviceSynchronize();
+    if (dev->peak_held_bytes)
+        log_peak_memory(dev);
     cuda_profile_close(dev);
     if (dev->blas)
         cublasDestroy((cublasHandle_t)dev->blas);
@@ -178,6 +182,31 @@ static void release_cached(dsarl_device *dev)
     dev->cached_bytes = 0;
 }
 
+// The allocator's peak counters after a block of `bytes` was handed out (from the cache or the driver).
+static void count_live(dsarl_device *dev, size_t bytes)
+{
+    dev->live_bytes += bytes;
+    if (dev->live_bytes > dev->peak_live_bytes)
+        dev->peak_live_bytes = dev->live_bytes;
+    if (dev->live_bytes + dev->cached_bytes > dev->peak_held_bytes)
+        dev->peak_held_bytes = dev->live_bytes + dev->cached_bytes;
+}
+
+/* One line at destroy: the allocator's peaks, and the device memory in use then (cudaMemGetInfo: the context,
+ * cuBLAS's and cuDNN's workspaces and every cached block included, since the cache is kept to the end). */
+static void log_peak_memory(dsarl_device *dev)
+{
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        cudaGetLastError();
+        free_bytes = total = 0;
+    }
+    const double gib = (double)((size_t)1 << 30);
+    dsarl_log(DSARL_LOG_INFO, "device cuda: GPU %d peak memory: %.2f GiB in buffers, %.2f GiB held by the allocator; "
+              "%.2f of %.2f GiB in use at exit", dev->ordinal, (double)dev->peak_live_bytes / gib,
+              (double)dev->peak_held_bytes / gib, (double)(total - free_bytes) / gib, (double)total / gib);
+}
+
 int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
 {
     size_t want = rounded(bytes);
@@ -196,6 +225,7 @@ int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory for the allocator's lists");
         }
         *out = b.ptr;
+        count_live(dev, b.bytes);
         return DSARL_OK;
     }
     cudaError_t rc = cudaMalloc(out, want); /* cudaMalloc bases are 256-byte aligned */
@@ -216,6 +246,7 @@ int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
         cudaFree(*out);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory for the allocator's lists");
     }
+    count_live(dev, want);
     return DSARL_OK;
 }
 
@@ -229,6 +260,7 @@ void cuda_free(dsarl_device *dev, void *ptr)
         if (dev->live[i].ptr == ptr) {
             cuda_block b = dev->live[i];
             dev->live[i] = dev->live[--dev->n_live];
+            dev->live_bytes -= b.bytes;
             if (push_block(&dev->cached, &dev->n_cached, &dev->cap_cached, b.ptr, b.bytes) == 0)
                 dev->cached_bytes += b.bytes;
             else

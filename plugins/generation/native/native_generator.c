@@ -13,6 +13,10 @@
 #include "native_generator.h"
 #include "native_sampling.h"
 
+/* New tokens per prefill call (prefill below): 32768 x the bench model's ~170 KB of one layer's activations per
+ * token is about 6 GB. */
+#define NATIVE_PREFILL_TOKENS 32768
+
 struct dsarl_generator {
     const dsarl_model_ops *mo;
     dsarl_model *model;
@@ -20,6 +24,7 @@ struct dsarl_generator {
     dsarl_device *dev;
     dsarl_model_cache *cache;
     int32_t cache_slots, cache_tokens;   // what the cache was sized for (reused when a batch fits)
+    int32_t prefill_tokens;              // new tokens per prefill call (NATIVE_PREFILL_TOKENS)
     // the last result, valid until the next generate() or destroy()
     int32_t *cu_lengths, *tokens;
     float *logprobs;
@@ -47,7 +52,7 @@ int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, ds
     dsarl_generator *g = calloc(1, sizeof(*g));
     if (!g)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory");
-    g->mo = model_ops, g->model = model;
+    g->mo = model_ops, g->model = model, g->prefill_tokens = NATIVE_PREFILL_TOKENS;
     model_ops->device(model, &g->dev_ops, &g->dev);
     *out = g;
     return DSARL_OK;
@@ -57,6 +62,11 @@ static void free_result(dsarl_generator *g)
 {
     free(g->cu_lengths), free(g->tokens), free(g->logprobs), free(g->truncated);
     g->cu_lengths = g->tokens = NULL, g->logprobs = NULL, g->truncated = NULL;
+}
+
+void native_set_prefill_tokens(dsarl_generator *g, int32_t tokens)
+{
+    g->prefill_tokens = tokens > 0 ? tokens : NATIVE_PREFILL_TOKENS;
 }
 
 void native_destroy(dsarl_generator *g)
@@ -164,6 +174,55 @@ static int sample_step(dsarl_generator *g, run *r, const dsarl_sampling_params *
     return d->synchronize(g->dev, err);
 }
 
+/* Prefill in calls of at most g->prefill_tokens new tokens: whole prompts packed while they fit, a longer one
+ * split into pieces that continue its slot (the cache keeps what earlier pieces appended, and positions follow it).
+ * A batch within the budget is one call, as before; two 128K-token prompts would otherwise make one 256K-token pass,
+ * whose activations alone (MoE dispatch, per-head staging) take tens of GB. The logits of a sequence come from the
+ * call holding its last piece. */
+static int prefill(dsarl_generator *g, run *r, const dsarl_token_batch *prompts, bool lockstep, dsarl_error *err)
+{
+    int32_t B = r->B;
+    // one pass: within the budget, a lockstep rank's empty pass, or under lockstep at all (every rank must make the
+    // same model calls: expert parallelism exchanges tokens in each)
+    if (prompts->n_tokens <= g->prefill_tokens || B == 0 || lockstep)
+        return g->mo->forward_cached(g->model, g->cache, prompts, r->running, r->logits, err);
+    int64_t V = r->V;
+    int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t)), *slots = malloc((size_t)B * sizeof(int32_t));
+    int32_t *done = malloc((size_t)B * sizeof(int32_t)); // prompt tokens of each sequence already prefilled
+    float *logits = malloc((size_t)B * (size_t)V * sizeof(float));
+    int rc = cu && slots && done && logits ? DSARL_OK
+                                           : DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory for "
+                                                        "the prefill of %d prompts", B);
+    for (int32_t b = 0; rc == 0 && b < B; b++)
+        done[b] = 0;
+    for (int32_t first = 0; rc == 0 && first < B;) {
+        // this call: pieces of sequences first.. in order, g->prefill_tokens tokens at most
+        int32_t n = 0, budget = g->prefill_tokens;
+        cu[0] = 0;
+        for (int32_t b = first; b < B && budget > 0; b++) {
+            int32_t left = prompts->cu_seqlens[b + 1] - prompts->cu_seqlens[b] - done[b];
+            int32_t take = left < budget ? left : budget;
+            slots[n] = b, cu[n + 1] = cu[n] + take, n++;
+            budget -= take;
+        }
+        // the pieces are contiguous in the packed prompts: from sequence first's next token on
+        const int32_t *tokens = prompts->tokens + prompts->cu_seqlens[first] + done[first];
+        dsarl_token_batch piece = {.struct_size = sizeof(piece), .n_tokens = cu[n], .n_sequences = n,
+                                   .tokens = tokens, .cu_seqlens = cu};
+        rc = g->mo->forward_cached(g->model, g->cache, &piece, slots, logits, err);
+        for (int32_t i = 0; rc == 0 && i < n; i++) {
+            int32_t b = slots[i], len = prompts->cu_seqlens[b + 1] - prompts->cu_seqlens[b];
+            done[b] += cu[i + 1] - cu[i];
+            if (done[b] == len) { // its last piece: these are its next-token logits
+                memcpy(r->logits + (int64_t)b * V, logits + (int64_t)i * V, (size_t)V * sizeof(float));
+                first = b + 1;
+            }
+        }
+    }
+    free(cu), free(slots), free(done), free(logits);
+    return rc;
+}
+
 static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *prompts,
                          const dsarl_sampling_params *p, dsarl_error *err)
 {
@@ -175,7 +234,7 @@ static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *pr
         r->running[b] = b;
     const dsarl_group *lock = dsarl_sampling_lockstep(p);
     // prefill: every prompt into its own slot (no prompts at all: a lockstep rank's empty pass)
-    DSARL_TRY(g->mo->forward_cached(g->model, g->cache, prompts, r->running, r->logits, err));
+    DSARL_TRY(prefill(g, r, prompts, dsarl_group_size(lock) > 1, err));
     for (int32_t step = 0;; step++) {
         if (n_run == 0) { // this rank is done; its lockstep peers may not be: one more empty pass each step they run
             int32_t peers = 0;

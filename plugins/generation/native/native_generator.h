@@ -14,6 +14,10 @@ void native_destroy(dsarl_generator *gen);
 int native_generate(dsarl_generator *gen, const dsarl_token_batch *prompts, const dsarl_sampling_params *params,
                     dsarl_generation_result *result, dsarl_error *err);
 
+/* New tokens per prefill call (32768 unless set; <= 0 restores that): a longer batch of prompts is prefilled in
+ * pieces, a prompt longer than this split over calls. For tests, which check that pieces give the one-pass result. */
+void native_set_prefill_tokens(dsarl_generator *gen, int32_t tokens);
+
 /* The Philox stream (dsarl/rng.h) that draws the token of sequence b (its index in the whole batch: the call's
  * sequence_offset plus its row) at completion step s: independent of which other sequences are in the batch or
  * still running, and of how a data-parallel run split the batch. */
