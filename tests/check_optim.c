@@ -3,6 +3,7 @@
  * bit-identically; the recipe's optimizer keys and their refusals; the shared learning-rate schedule and clip factor
  * against values derived by hand, its key table, reader and each refusal. */
 #include <check.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,8 +407,12 @@ START_TEST(test_recipe_keys)
     }
     size_t n = 0;
     const dsarl_key_spec *keys = dsarl_optimizer_keys(&n);
-    ck_assert_int_eq(n, 5);
+    ck_assert_int_eq(n, 6);
     ck_assert_str_eq(keys[1].path, "policy.megatron_cfg.optimizer.weight_decay");
+    bool guard_key = false; // the non-finite step guard is read with the optimizer's keys
+    for (size_t i = 0; i < n; i++)
+        guard_key |= strcmp(keys[i].path, "policy.max_consecutive_nonfinite_steps") == 0;
+    ck_assert(guard_key);
 }
 END_TEST
 
