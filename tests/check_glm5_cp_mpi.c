@@ -31,6 +31,7 @@
 #include "glm5_ops.h"
 #include "native_generator.h"
 #include "recipe_internal.h"
+#include "parallel_compare.h"
 
 static dsarl_comm *comm;
 static dsarl_parallel par;
@@ -63,14 +64,6 @@ static const char *glm51_recipe =
     "    index_head_dim: 64\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
     "    n_shared_experts: 1\n    initializer_range: 0.1\n    tie_word_embeddings: true\n"
     "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.5\n      dsa_indexer_use_sparse_loss: false\n";
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 // A model of the recipe (extra: more recipe text appended) under layout (NULL: one process); the create status.
 static int create_model(const char *text, const char *extra, glm5_family family, const dsarl_parallel *layout,
@@ -136,22 +129,6 @@ static void make_batch(cp_batch *b, int64_t V, uint64_t salt, int32_t dp_rank, c
 
 // three short sequences (2 cp divides none of them), and a longer pack, one segment much longer than index_topk
 static const int32_t short_lens[3] = {5, 6, 5}, long_lens[4] = {7, 23, 1, 9};
-
-static double max_rel(const float *a, const float *b, int64_t n, double floor)
-{
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor));
-    return worst;
-}
-
-static double max_rel_scaled(const float *a, const float *b, int64_t n)
-{
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++)
-        diff = fmax(diff, fabs((double)a[i] - b[i])), scale = fmax(scale, fabs((double)b[i]));
-    return diff / fmax(scale, 1e-30);
-}
 
 static double world_max(double x)
 {

@@ -17,6 +17,7 @@
 #include "dsa_reference.h"
 #include "glm5_ops.h"
 #include "recipe_internal.h"
+#include "parallel_compare.h"
 
 static dsarl_comm *comm;
 static dsarl_parallel par;
@@ -47,14 +48,6 @@ static const char *recipe_51 =
     "    n_routed_experts: 16\n    num_experts_per_tok: 3\n    index_topk: 4\n"
     "    index_head_dim: 8\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
     "    n_shared_experts: 1\n    initializer_range: 0.3\n";
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 // One rank's batch: 1-3 sequences of 2-9 tokens, targets (some ignored), dlogprobs, all from (salt, world rank).
 enum { MAX_T = 32, MAX_B = 3 };

@@ -30,6 +30,7 @@
 #include "glm5_ops.h"
 #include "native_generator.h"
 #include "recipe_internal.h"
+#include "parallel_compare.h"
 
 static dsarl_comm *comm;
 static dsarl_parallel par;
@@ -62,14 +63,6 @@ static const char *glm51_recipe =
     "    index_head_dim: 64\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
     "    n_shared_experts: 1\n    initializer_range: 0.1\n    tie_word_embeddings: true\n"
     "  megatron_cfg:\n%s    model_overrides:\n      dsa_indexer_loss_coeff: 0.5\n      dsa_indexer_use_sparse_loss: false\n";
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 // A model of the recipe template (its megatron_cfg lines `extra`) under layout (NULL: one process).
 static int create_model(const char *tmpl, const char *extra, glm5_family family, const dsarl_parallel *layout,
@@ -109,22 +102,6 @@ static void make_batch(pp_batch *b, int64_t V, uint64_t salt, int32_t n)
     }
     b->b = (dsarl_token_batch){.struct_size = sizeof(dsarl_token_batch), .n_tokens = n, .n_sequences = NSEQ,
                                .tokens = b->tokens, .cu_seqlens = b->cu, .logit_scale = salt % 2 ? 0.0f : 1.4f};
-}
-
-static double max_rel(const float *a, const float *b, int64_t n, double floor)
-{
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor));
-    return worst;
-}
-
-static double max_rel_scaled(const float *a, const float *b, int64_t n)
-{
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++)
-        diff = fmax(diff, fabs((double)a[i] - b[i])), scale = fmax(scale, fabs((double)b[i]));
-    return diff / fmax(scale, 1e-30);
 }
 
 static double world_max(double x)

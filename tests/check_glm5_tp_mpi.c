@@ -26,6 +26,7 @@
 #include "glm5_ops.h"
 #include "native_generator.h"
 #include "recipe_internal.h"
+#include "parallel_compare.h"
 
 static dsarl_comm *comm;
 static dsarl_parallel par;
@@ -58,14 +59,6 @@ static const char *glm51_recipe =
     "    index_head_dim: 64\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
     "    n_shared_experts: 1\n    initializer_range: 0.1\n    tie_word_embeddings: true\n"
     "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.5\n      dsa_indexer_use_sparse_loss: false\n";
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 // A model of the recipe under layout `layout` (NULL: one process); returns the create status.
 static int create_model(const char *text, glm5_family family, const dsarl_parallel *layout, dsarl_recipe **recipe,
@@ -127,29 +120,11 @@ static void make_batch(tp_batch *b, int64_t V, uint64_t salt, int32_t n)
                                .tokens = b->tokens, .cu_seqlens = b->cu, .logit_scale = salt % 2 ? 0.0f : 1.4f};
 }
 
-// max |a - b| / max(|b|, floor) over n values
-static double max_rel(const float *a, const float *b, int64_t n, double floor)
-{
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor));
-    return worst;
-}
-
 // The largest of x over every rank (the printed errors cover every rank's batch).
 static double world_max(double x)
 {
     OK(dsarl_group_all_reduce_host(par.world, &x, 1, DSARL_DTYPE_F64, DSARL_REDUCE_MAX, &err));
     return x;
-}
-
-// max |a - b| / max |b| over n values (logits: relative to the row scale, not to values near 0)
-static double max_rel_scaled(const float *a, const float *b, int64_t n)
-{
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++)
-        diff = fmax(diff, fabs((double)a[i] - b[i])), scale = fmax(scale, fabs((double)b[i]));
-    return diff / fmax(scale, 1e-30);
 }
 
 // Every parameter gradient of tp against the slice of single's whole gradient; returns the worst tensor's error
