@@ -140,6 +140,22 @@ START_TEST(test_revisions)
 }
 END_TEST
 
+// The inspecting commands' lookup: the snapshot when the cache has it, else the name as written.
+START_TEST(test_find)
+{
+    char out[4096], want[4096];
+    snprintf(want, sizeof want, "%s/models--zai-org--GLM-5.2/snapshots/" COMMIT_V1, cache);
+    dsarl_hf_find("zai-org/GLM-5.2", "v1", out, sizeof out);
+    ck_assert_str_eq(out, want);
+    dsarl_hf_find("zai-org/GLM-5.1", NULL, out, sizeof out);
+    ck_assert_str_eq(out, "zai-org/GLM-5.1");
+    dsarl_hf_find("zai-org/GLM-5.2", "v2", out, sizeof out); // a ref the cache lacks
+    ck_assert_str_eq(out, "zai-org/GLM-5.2");
+    dsarl_hf_find("/no/such/dir", NULL, out, sizeof out);
+    ck_assert_str_eq(out, "/no/such/dir");
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
     char out[4096], path[512];
@@ -195,6 +211,7 @@ int main(void)
     tcase_add_test(tc, test_hub_id_shape);
     tcase_add_test(tc, test_cache_dir_order);
     tcase_add_test(tc, test_revisions);
+    tcase_add_test(tc, test_find);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

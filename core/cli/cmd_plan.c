@@ -164,10 +164,7 @@ static int choose_model_config(const dsarl_node *root, const plan_opts *o, plan_
         char dir[4096], cfg[4200];
         const char *revision = NULL;
         DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_revision", NULL, &revision, err));
-        dsarl_error quiet = {0};
-        if (!dsarl_hf_is_hub_id(name) || dsarl_hf_resolve(name, revision, "policy.model_name", dir, sizeof dir,
-                                                          &quiet) != 0)
-            snprintf(dir, sizeof dir, "%s", name);
+        dsarl_hf_find(name, revision, dir, sizeof dir);
         snprintf(cfg, sizeof cfg, "%s/config.json", dir);
         if (is_file(cfg)) {
             snprintf(pm->model_dir, sizeof pm->model_dir, "%s", dir);

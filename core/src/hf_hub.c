@@ -195,3 +195,10 @@ int dsarl_hf_resolve(const char *name, const char *revision, const char *key, ch
     }
     return DSARL_OK;
 }
+
+void dsarl_hf_find(const char *name, const char *revision, char *out, size_t size)
+{
+    dsarl_error quiet = {0};
+    if (!dsarl_hf_is_hub_id(name) || dsarl_hf_resolve(name, revision, "policy.model_name", out, size, &quiet) != 0)
+        snprintf(out, size, "%s", name);
+}

@@ -99,11 +99,8 @@ static int choose_model(const dsarl_node *root, const dsarl_registry *reg, dsarl
     char found[4096], config_path[4200];
     const char *revision = NULL;
     DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_revision", NULL, &revision, err));
-    dsarl_error quiet = {0};
-    const char *dir = dsarl_hf_is_hub_id(model_name) &&
-                      dsarl_hf_resolve(model_name, revision, "policy.model_name", found, sizeof found, &quiet) == 0
-                          ? found : model_name;
-    snprintf(config_path, sizeof config_path, "%s/config.json", dir);
+    dsarl_hf_find(model_name, revision, found, sizeof found);
+    snprintf(config_path, sizeof config_path, "%s/config.json", found);
     struct stat st;
     bool has_config = stat(config_path, &st) == 0 && S_ISREG(st.st_mode);
     dsarl_model_probe probe = {.struct_size = sizeof probe, .model_name = model_name,

@@ -30,6 +30,10 @@ DSARL_API int dsarl_hf_cache_dir(char *out, size_t size, const char **source, ds
 DSARL_API int dsarl_hf_resolve(const char *name, const char *revision, const char *key, char *out, size_t size,
                                dsarl_error *err);
 
+/* The directory of name when this machine has it (dsarl_hf_resolve succeeds), else name itself, into out: for
+ * commands that only inspect a recipe and fall back to choosing by name when the model is not here. */
+DSARL_API void dsarl_hf_find(const char *name, const char *revision, char *out, size_t size);
+
 DSARL_END_DECLS
 
 #endif /* DSARL_HF_HUB_H */
