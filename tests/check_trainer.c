@@ -256,7 +256,8 @@ START_TEST(test_session)
 }
 END_TEST
 
-// Every parameter value and gradient of the model, concatenated (malloc'd; *n floats each).
+// Every parameter value and gradient of the model, concatenated: *n floats each into *values and *grads (NULL, or
+// the buffers of an earlier snapshot, which are reused).
 static void snapshot(const dsarl_model_ops *ops, dsarl_model *m, float **values, float **grads, size_t *n)
 {
     size_t total = 0;
@@ -269,8 +270,9 @@ static void snapshot(const dsarl_model_ops *ops, dsarl_model *m, float **values,
         size_t numel = 1;
         for (int32_t d = 0; d < ndim; d++)
             numel *= (size_t)shape[d];
-        *values = realloc(total ? *values : NULL, (total + numel) * sizeof(float));
-        *grads = realloc(total ? *grads : NULL, (total + numel) * sizeof(float));
+        *values = realloc(*values, (total + numel) * sizeof(float)); // a buffer of an earlier snapshot is reused
+        *grads = realloc(*grads, (total + numel) * sizeof(float));
+        ck_assert(*values && *grads);
         ck_assert_int_eq(ops->read_parameter(m, i, *values + total, *grads + total, &err), 0);
         total += numel;
     }
