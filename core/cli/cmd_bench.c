@@ -437,7 +437,7 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
     char *lists_owned[2] = {NULL, NULL}; // the split copies of --tokens [0] and --backend [1]
     const char *sets[BENCH_MAX_LIST]; // --set KEY=VALUE, in order
     int n_sets = 0;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { // every option takes a value (--help returns before its own)
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t x = 0;
         struct { const char *flag; int32_t *dst; int64_t hi; } ints[] = {
@@ -496,7 +496,6 @@ int cmd_bench(int argc, char **argv, const cli_options *opts)
             free(lists_owned[0]), free(lists_owned[1]);
             return CLI_EXIT_USAGE;
         }
-        i++;
     }
     int bad = o.d_v > o.d_qk;
     for (int i = 0; i < o.n_tokens; i++)

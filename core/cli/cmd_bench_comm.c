@@ -428,7 +428,7 @@ static int bench_case(bench *b, const dsarl_parallel *par, const comm_case *c, i
 
 static int parse_opts(int argc, char **argv, comm_opts *o, const char **sets, int *n_sets)
 {
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { // every option takes a value (--help returns before its own)
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char msg[160];
         if (cli_is_help(f)) {
@@ -457,7 +457,6 @@ static int parse_opts(int argc, char **argv, comm_opts *o, const char **sets, in
             snprintf(msg, sizeof msg, "unknown option '%s'", f);
             return usage(msg);
         }
-        i++;
     }
     return 0;
 }

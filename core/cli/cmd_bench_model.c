@@ -147,7 +147,7 @@ static int parse_f64(const char *cmd, const char *flag, const char *v, double lo
 static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
 {
     const char *cmd = generate ? "generate" : "train";
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { // every option takes a value (--help returns before its own)
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(f)) {
             fputs(generate ? generate_help : train_help, stdout);
@@ -195,7 +195,6 @@ static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
             snprintf(msg, sizeof msg, "unknown option '%s'", f);
             return bad_option(cmd, msg);
         }
-        i++;
     }
     if (o->config && o->model_dir)
         return bad_option(cmd, "give --config or --model-dir, not both");
