@@ -36,6 +36,7 @@ typedef struct native_paged_stats {
     int64_t tokens_computed;    // tokens through the model, every call together
     int64_t prompt_tokens_computed; // of them, prompt tokens (a shared prefill counts once)
     int64_t preemptions;        // sequences evicted (recomputed later) when blocks ran out
+    int64_t mixed_steps;        // forward calls holding both decode tokens and prompt chunks
     int32_t blocks;             // blocks in the arena
     int32_t peak_blocks_used;
     int32_t *admitted;          // (n_admitted) sequence ids in admission order

@@ -317,10 +317,13 @@ static int forward_step(sched *k, dsarl_error *err)
     native_paged_stats *st = &g->stats;
     st->forward_calls++;
     st->tokens_computed += k->cu[k->n];
+    bool decode = false, prefill = false;
     for (int32_t i = 0; i < k->n; i++) {
         int32_t prompt_left = k->s[k->ids[i]].prompt_len - k->ctx[i];
         st->prompt_tokens_computed += prompt_left <= 0 ? 0 : prompt_left < k->take[i] ? prompt_left : k->take[i];
+        decode |= prompt_left <= 0, prefill |= prompt_left > 0;
     }
+    st->mixed_steps += decode && prefill;
     return DSARL_OK;
 }
 
@@ -454,9 +457,9 @@ int native_generate_paged(dsarl_generator *g, run *r, const dsarl_token_batch *p
         if (rc || left == 0)
             break;
         if (k.n == 0 && dsarl_group_size(lock) <= 1) {
-            rc = DSARL_FAIL(err, DSARL_E_INVALID, "generation native: step %d scheduled no tokens with sequences "
-                            "left (policy.generation.max_num_batched_tokens %d, %d free blocks)", step, k.budget,
-                            k.pool.n_free);
+            rc = DSARL_FAIL(err, DSARL_E_INVALID, "generation native: step %d could admit no sequence: the paged KV "
+                            "cache has %d free blocks of %d tokens, too few for the next prompt; raise "
+                            "policy.generation.kv_cache_memory_bytes", step, k.pool.n_free, k.bs);
             break;
         }
         rc = forward_step(&k, err);
