@@ -19,74 +19,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cpu_device.h"
-#include "dsa_reference.h"
+#include "cpu_model_fixture.h"
 #include "dsarl/rng.h"
 #include "dsarl/sampling.h"
+#include "generation_recipes.h"
 #include "glm5_ops.h"
 #include "native_generator.h"
-#include "recipe_internal.h"
 
-static dsarl_device *dev;
-static dsarl_dsa_context *dsa;
 static dsarl_error err;
 
-// IndexShare (F S F S), grouped routing, a dense first layer and top-k 3
-static const char *recipe_52 =
-    "policy:\n"
-    "  model_config:\n"
-    "    vocab_size: 260\n    hidden_size: 32\n    intermediate_size: 24\n    moe_intermediate_size: 8\n"
-    "    num_hidden_layers: 4\n    num_attention_heads: 2\n    num_key_value_heads: 2\n    q_lora_rank: 12\n"
-    "    kv_lora_rank: 8\n    qk_nope_head_dim: 4\n    qk_rope_head_dim: 4\n    v_head_dim: 6\n"
-    "    n_routed_experts: 8\n    num_experts_per_tok: 2\n    n_group: 2\n    topk_group: 1\n    index_topk: 3\n"
-    "    index_head_dim: 8\n    index_n_heads: 3\n    first_k_dense_replace: 1\n    index_topk_pattern: FSFS\n"
-    "    n_shared_experts: 1\n    initializer_range: 0.3\n";
-// every layer runs its indexer (glm5.1), top-k 4
-static const char *recipe_51 =
-    "policy:\n"
-    "  model_config:\n"
-    "    vocab_size: 260\n    hidden_size: 24\n    intermediate_size: 16\n    moe_intermediate_size: 8\n"
-    "    num_hidden_layers: 3\n    num_attention_heads: 3\n    num_key_value_heads: 3\n    q_lora_rank: 8\n"
-    "    kv_lora_rank: 8\n    qk_nope_head_dim: 4\n    qk_rope_head_dim: 4\n    v_head_dim: 4\n"
-    "    n_routed_experts: 4\n    num_experts_per_tok: 2\n    index_topk: 4\n"
-    "    index_head_dim: 8\n    index_n_heads: 2\n    first_k_dense_replace: 1\n"
-    "    n_shared_experts: 1\n    initializer_range: 0.3\n";
-
-static void setup(void)
-{
-    dsarl_device_config cfg = {.struct_size = sizeof(cfg), .threads = 1};
-    ck_assert_int_eq(cpu_create(&cfg, &dev, &err), 0);
-    ck_assert_int_eq(dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, dev, NULL, &dsa, &err), 0);
-}
-
-static void teardown(void)
-{
-    dsarl_dsa_reference_ops.destroy(dsa);
-    cpu_destroy(dev);
-}
-
-typedef struct loaded {
-    const dsarl_model_ops *ops;
-    dsarl_model *m;
-    dsarl_recipe *recipe;
-} loaded;
+typedef cpu_model_fixture loaded; // a model on its own CPU device with the reference DSA backend
 
 static loaded load_recipe(const char *text, const dsarl_model_ops *ops, uint64_t seed)
 {
-    loaded l = {.ops = ops};
-    ck_assert_int_eq(dsarl_recipe_load_string(text, "gen.yaml", &l.recipe, &err), 0);
-    ck_assert_int_eq(dsarl_recipe_resolve(l.recipe, &err), 0);
-    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(l.recipe),
-                             .device_ops = &dsarl_cpu_device_ops, .device = dev, .dsa_ops = &dsarl_dsa_reference_ops,
-                             .dsa = dsa, .seed = seed};
-    ck_assert_msg(ops->create(&mc, &l.m, &err) == 0, "%s", err.message);
+    loaded l;
+    cpu_model_fixture_open(&l, ops, text, "gen.yaml", seed);
     return l;
 }
 
 static void unload(loaded *l)
 {
-    l->ops->destroy(l->m);
-    dsarl_recipe_free(l->recipe);
+    cpu_model_fixture_close(l);
 }
 
 // Random prompts of the given lengths (ids in [1, V)), packed; copies[b] > 1 repeats prompt b (a GRPO group).
@@ -123,7 +76,7 @@ static outcome generate(const loaded *l, const dsarl_token_batch *prompts, const
                         const native_paged_config *cfg)
 {
     dsarl_generator *gen = NULL;
-    ck_assert_msg(native_create(NULL, l->ops, l->m, &gen, &err) == 0, "%s", err.message);
+    ck_assert_msg(native_create(NULL, l->ops, l->model, &gen, &err) == 0, "%s", err.message);
     native_paged_config c = native_get_paged(gen);
     ck_assert_msg(c.enabled, "glm5 has the paged ops: the engine should page by default");
     if (cfg)
@@ -266,7 +219,7 @@ START_TEST(test_preemption_recompute)
     dsarl_sampling_params sp = params(0.9f, 8, 77);
     sp.top_k = 30;
     native_paged_config roomy = paged(4), tiny = paged(4);
-    tiny.memory_bytes = 7 * 4 * l.ops->cache_token_bytes(l.m);
+    tiny.memory_bytes = 7 * 4 * l.ops->cache_token_bytes(l.model);
     outcome want = generate(&l, &prompts, &sp, &roomy), got = generate(&l, &prompts, &sp, &tiny);
     ck_assert_int_eq(want.stats.preemptions, 0);
     ck_assert_int_eq(got.stats.blocks, 7);
@@ -369,6 +322,9 @@ START_TEST(test_device_sampler_matches_host)
     uint64_t streams[T];
     for (int32_t t = 0; t < T; t++)
         streams[t] = native_sample_stream(t * 7 + 1, t + 3);
+    dsarl_device_config dc = {.struct_size = sizeof(dc), .threads = 1};
+    dsarl_device *dev = NULL;
+    ck_assert_int_eq(cpu_create(&dc, &dev, &err), 0);
     for (int c = 0; c < 4; c++) {
         memcpy(dev_rows, raw, T * V * sizeof(float));
         memcpy(host_rows, raw, T * V * sizeof(float));
@@ -389,6 +345,7 @@ START_TEST(test_device_sampler_matches_host)
         ck_assert_int_eq(memcmp(lp_dev, lp_host, sizeof lp_dev), 0);
         ck_assert_int_eq(memcmp(dev_rows, host_rows, T * V * sizeof(float)), 0); // the filtered rows too
     }
+    cpu_destroy(dev);
     free(raw), free(dev_rows), free(host_rows), free(order), free(scratch);
 }
 END_TEST
@@ -401,9 +358,9 @@ START_TEST(test_refusals)
     dsarl_sampling_params sp = params(0.0f, 8, 1);
     // one block of 4 tokens cannot hold a 6-token prompt and 8 new tokens
     dsarl_generator *gen = NULL;
-    ck_assert_int_eq(native_create(NULL, l.ops, l.m, &gen, &err), 0);
+    ck_assert_int_eq(native_create(NULL, l.ops, l.model, &gen, &err), 0);
     native_paged_config c = paged(4);
-    c.memory_bytes = 4 * l.ops->cache_token_bytes(l.m);
+    c.memory_bytes = 4 * l.ops->cache_token_bytes(l.model);
     native_set_paged(gen, c);
     dsarl_generation_result res;
     ck_assert_int_eq(native_generate(gen, &prompts, &sp, &res, &err), DSARL_E_INVALID);
@@ -415,23 +372,23 @@ START_TEST(test_refusals)
     native_destroy(gen);
     // the model's checks: block ids out of range, a table too short, a paged cache given to forward_cached
     dsarl_model_cache *cache = NULL;
-    ck_assert_int_eq(l.ops->paged_cache_create(l.m, 4, 2, &cache, &err), 0);
+    ck_assert_int_eq(l.ops->paged_cache_create(l.model, 4, 2, &cache, &err), 0);
     float *logits = malloc(2 * 260 * sizeof(float));
     int32_t table[4] = {0, 1, 2, 9}, ctx[1] = {0}, one_cu[2] = {0, 7}, slot = 0;
     dsarl_token_batch b1 = {.struct_size = sizeof(b1), .n_tokens = 7, .n_sequences = 1, .tokens = tokens,
                             .cu_seqlens = one_cu};
     dsarl_block_tables bt = {.struct_size = sizeof(bt), .blocks_per_sequence = 4, .tables = table,
                              .context_lens = ctx};
-    ck_assert_int_eq(l.ops->forward_paged(l.m, cache, &b1, &bt, logits, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(l.ops->forward_paged(l.model, cache, &b1, &bt, logits, &err), DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "maps block 3 to 9"), "%s", err.message);
     bt.blocks_per_sequence = 3;
-    ck_assert_int_eq(l.ops->forward_paged(l.m, cache, &b1, &bt, logits, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(l.ops->forward_paged(l.model, cache, &b1, &bt, logits, &err), DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "reaches 4 blocks"), "%s", err.message);
-    ck_assert_int_eq(l.ops->forward_cached(l.m, cache, &b1, &slot, logits, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(l.ops->forward_cached(l.model, cache, &b1, &slot, logits, &err), DSARL_E_INVALID);
     ck_assert_msg(strstr(err.message, "paged cache"), "%s", err.message);
     ck_assert_int_eq(l.ops->cache_copy_block(cache, 1, 1, 1, &err), DSARL_E_INVALID);
     l.ops->cache_free(cache);
-    ck_assert_int_eq(l.ops->paged_cache_create(l.m, 65536, 65536, &cache, &err), DSARL_E_INVALID);
+    ck_assert_int_eq(l.ops->paged_cache_create(l.model, 65536, 65536, &cache, &err), DSARL_E_INVALID);
     free(logits);
     free(tokens), free(cu);
     unload(&l);
@@ -442,7 +399,6 @@ static Suite *paged_suite(void)
 {
     Suite *s = suite_create("generation_paged");
     TCase *tc = tcase_create("paged");
-    tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_paged_equals_contiguous);
     tcase_add_test(tc, test_prefix_sharing_one_prefill);

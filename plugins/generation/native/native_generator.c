@@ -1,11 +1,13 @@
-/* native_generator.c: batched sampling with the model's KV cache.
+/* native_generator.c: the native engine's table, its settings, and the contiguous-cache generate loop.
  *
- * One generate() call: the cache is sized for the batch (longest prompt + max_new_tokens per slot) and reset; a
+ * A model with the ABI 1.5 paged cache ops is served by the continuous-batching loop of native_paged.c (unless
+ * policy.generation.paged_kv_cache is false); this file keeps the contiguous loop for the others. One contiguous
+ * generate() call: the cache is sized for the batch (longest prompt + max_new_tokens per slot) and reset; a
  * prefill appends every prompt and yields each one's next-token logits; then each step turns those logits into the
- * sampling distribution (native_sampling.c), draws one token per running sequence on the device (Philox stream per
- * sequence and step), scores it with the device's log-softmax, and feeds only the running sequences back through
- * a one-token decode, so finished sequences cost nothing. The model's weights are read in place: the engine holds
- * the policy's own model instance. */
+ * sampling distribution and draws one token per running sequence on the device (native_sample_rows: Philox
+ * stream per sequence and step), and feeds only the running sequences back through a one-token decode, so
+ * finished sequences cost nothing. The model's weights are read in place: the engine holds the policy's own model
+ * instance. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>

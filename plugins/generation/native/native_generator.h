@@ -16,7 +16,8 @@ int native_generate(dsarl_generator *gen, const dsarl_token_batch *prompts, cons
                     dsarl_generation_result *result, dsarl_error *err);
 
 /* New tokens per prefill call (32768 unless set; <= 0 restores that): a longer batch of prompts is prefilled in
- * pieces, a prompt longer than this split over calls. For tests, which check that pieces give the one-pass result. */
+ * pieces, a prompt longer than this split over calls; the paged loop's tokens per step (max_batched_tokens) too.
+ * For tests, which check that pieces give the one-pass result. */
 void native_set_prefill_tokens(dsarl_generator *gen, int32_t tokens);
 
 /* Continuous batching over a paged cache (native_paged.c), from the recipe's policy.generation keys. */
