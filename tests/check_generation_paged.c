@@ -9,7 +9,8 @@
  *   preempt    an arena too small for the batch preempts (recompute) and still gives the unpreempted tokens.
  *   batching   max_num_seqs 2 over sequences of different lengths: admission and retirement follow the order a
  *              hand simulation of the scheduler gives; chunked prefill mixed with decode gives the same tokens.
- *   sampler    the CPU device's sample_filtered equals host filtering + sample_tokens + logprobs_forward.
+ *   sampler    the CPU device's sample_filtered equals host filtering + sample_tokens + logprobs_forward, and an
+ *              engine on a device without the op (host filtering) draws what it draws.
  *   refusals   arenas smaller than one sequence, bad block tables, a paged cache given to forward_cached.
  * Where batch composition differs from the contiguous run (sharing, preemption, max_num_seqs, chunks) GEMM row
  * counts differ, so log-probs are bounded (relative 1e-5, as ragged batches against sequences alone) rather than
@@ -350,6 +351,34 @@ START_TEST(test_device_sampler_matches_host)
 }
 END_TEST
 
+// A device without sample_filtered (an older plugin): the engine filters on the host and draws with
+// sample_tokens, and gets the same ids and log-probs as the device op.
+START_TEST(test_host_sampling_fallback)
+{
+    loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 53);
+    dsarl_device_ops old = dsarl_cpu_device_ops;
+    old.sample_filtered = NULL;
+    ck_assert(!dsarl_device_has_sample_filtered(&old));
+    dsarl_model *m_old = NULL;
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(l.recipe), .device_ops = &old,
+                             .device = l.dev, .dsa_ops = &dsarl_dsa_reference_ops, .dsa = l.dsa, .seed = 53};
+    ck_assert_msg(l.ops->create(&mc, &m_old, &err) == 0, "%s", err.message);
+    loaded l_old = l;
+    l_old.model = m_old;
+    int32_t lens[3] = {7, 2, 5}, *tokens, *cu;
+    dsarl_token_batch prompts = make_prompts(3, lens, 23, &tokens, &cu);
+    dsarl_sampling_params sp = params(0.8f, 6, 31);
+    sp.top_k = 20, sp.top_p = 0.7f;
+    native_paged_config c = paged(4);
+    outcome on_device = generate(&l, &prompts, &sp, &c), on_host = generate(&l_old, &prompts, &sp, &c);
+    compare(&on_device, &on_host, true, "host filtering vs sample_filtered");
+    outcome_free(&on_device), outcome_free(&on_host);
+    l.ops->destroy(m_old);
+    free(tokens), free(cu);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
     loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 5);
@@ -405,6 +434,7 @@ static Suite *paged_suite(void)
     tcase_add_test(tc, test_preemption_recompute);
     tcase_add_test(tc, test_continuous_batching_order);
     tcase_add_test(tc, test_device_sampler_matches_host);
+    tcase_add_test(tc, test_host_sampling_fallback);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
     return s;
