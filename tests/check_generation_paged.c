@@ -13,8 +13,9 @@
  *              engine on a device without the op (host filtering) draws what it draws.
  *   refusals   arenas smaller than one sequence, bad block tables, a paged cache given to forward_cached.
  * Where batch composition differs from the contiguous run (sharing, preemption, max_num_seqs, chunks) GEMM row
- * counts differ, so log-probs are bounded (relative 1e-5, as ragged batches against sequences alone) rather than
- * equal; the number of bit-identical ones is printed. */
+ * counts differ (an MoE expert's GEMM has as many rows as tokens routed to it, and OpenBLAS rounds a one-row
+ * product unlike the same row in a larger one), so tokens must be equal and log-probs are bounded (relative 1e-5,
+ * as ragged batches against sequences alone); the number of bit-identical ones is printed. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
