@@ -280,12 +280,15 @@ static int sample_and_advance(sched *k, dsarl_error *err)
     if (n == 0)
         return DSARL_OK;
     int64_t V = r->V;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0, run_len; i < n; i += run_len) { // one copy per run of consecutive batch rows
+        for (run_len = 1; i + run_len < n && k->sample_rows[i + run_len] == k->sample_rows[i] + run_len; run_len++)
+            ;
         DSARL_TRY(g->dev_ops->copy(g->dev, r->dev_logits + i * V, k->step_logits + (int64_t)k->sample_rows[i] * V,
-                                   (size_t)V * sizeof(float), DSARL_COPY_DEVICE_TO_DEVICE, err));
+                                   (size_t)(run_len * V) * sizeof(float), DSARL_COPY_DEVICE_TO_DEVICE, err));
+    }
+    for (int32_t i = 0; i < n; i++)
         r->streams[i] = native_sample_stream(dsarl_sampling_sequence_offset(p) + k->sample_ids[i],
                                              r->len[k->sample_ids[i]]);
-    }
     DSARL_TRY(native_sample_rows(g, r, p, n, r->streams, err));
     for (int32_t i = 0; i < n; i++) {
         int32_t id = k->sample_ids[i], t = r->step_tokens[i];
