@@ -79,3 +79,11 @@ if(TARGET dsarl-device-cuda AND TARGET dsarl-dsa-cudnn AND TARGET dsarl-model-gl
   add_dependencies(check_glm5_cli_cuda dsarl_cli dsarl-model-glm5 dsarl-device-cuda dsarl-dsa-tilelang
                    dsarl-dsa-cudnn)
 endif()
+
+# The generation path on the GPU: the cuda sample_filtered against the CPU op, and the native engine's paged cache
+# against its contiguous cache on glm5 (cuda, tilelang). Written against the CPU op so it runs unchanged on a GPU.
+if(TARGET dsarl-device-cuda-objects AND TARGET dsarl-generation-native-objects AND TARGET dsarl-dsa-tilelang-objects)
+  dsarl_add_check_test(check_generation_cuda SOURCES check_generation_cuda.c LABELS gpu NOFORK TIMEOUT 300
+    LIBS dsarl-generation-native-objects dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects
+         dsarl-device-cuda-objects dsarl-dsa-tilelang-objects PkgConfig::JANSSON)
+endif()

@@ -33,3 +33,7 @@ set_tests_properties(grpo_cli_run PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN
 add_test(NAME grpo_cli_variants COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/grpo_variants_check.sh ${CMAKE_BINARY_DIR}
          ${PROJECT_SOURCE_DIR})
 set_tests_properties(grpo_cli_variants PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77)
+# The tiny GRPO recipe with the contiguous, paged and prefix-shared generation caches: equal metrics.
+add_test(NAME grpo_paged_cache COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_grpo_paged_cache.sh ${CMAKE_BINARY_DIR}
+         ${PROJECT_SOURCE_DIR})
+set_tests_properties(grpo_paged_cache PROPERTIES LABELS unit TIMEOUT 300)

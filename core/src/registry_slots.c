@@ -43,6 +43,7 @@ static const slot_rule model_rules[] = {
     MO(accepts, 2), MO(flops, 2), MO(train_forward, 2), MO(train_backward, 2),
     MO(reduce_gradients, 3), MO(plan, 3),
     MO(stage_forward, 4), MO(stage_backward, 4), MO(stage_transfer, 4),
+    MO(cache_token_bytes, 5), MO(paged_cache_create, 5), MO(forward_paged, 5), MO(cache_copy_block, 5),
 };
 #undef M
 #undef MO
@@ -63,6 +64,7 @@ static const slot_rule device_rules[] = {
     SLOT(dsarl_device_ops, reduce_scatter, 3, OPTIONAL), SLOT(dsarl_device_ops, all_to_all, 3, OPTIONAL),
     SLOT(dsarl_device_ops, broadcast, 3, OPTIONAL), SLOT(dsarl_device_ops, send, 3, OPTIONAL),
     SLOT(dsarl_device_ops, recv, 3, OPTIONAL),
+    SLOT(dsarl_device_ops, sample_filtered, 5, OPTIONAL),
 };
 #undef D
 

@@ -68,16 +68,57 @@ static int upload_cached_batch(glm5_pass *p, const dsarl_model_cache *c, const d
     return rc;
 }
 
+// The paged form of upload_cached_batch: the rows new tokens go to come from the block tables, the key ranges
+// index the gathered key array (sequence i at rows [first_i, first_i + context_i + new_i)), and key_rows maps
+// every gathered key to its cache row. Blocks that a call starts (a token at a block's row 0) are cleared first.
+static int upload_paged_batch(glm5_pass *p, const dsarl_model_cache *c, const dsarl_token_batch *b,
+                              const dsarl_block_tables *bt, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    int64_t T = b->n_tokens, B = b->n_sequences, K = p->n_key_rows, bs = c->block_size;
+    int32_t *host = malloc((size_t)(5 * T + B + K) * sizeof(int32_t));
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %lld cached tokens", (long long)T);
+    memcpy(host, b->tokens, (size_t)T * sizeof(int32_t));
+    int32_t *pos = host + T, *ks = host + 2 * T, *ke = host + 3 * T, *rows = host + 4 * T, *last_rows = host + 5 * T;
+    int32_t *key_rows = host + 5 * T + B, max_keys = 0, first = 0;
+    int rc = DSARL_OK;
+    for (int32_t i = 0; i < b->n_sequences; i++) {
+        const int32_t *table = bt->tables + (int64_t)i * bt->blocks_per_sequence;
+        int32_t lo = b->cu_seqlens[i], hi = b->cu_seqlens[i + 1], ctx = bt->context_lens[i], n = ctx + hi - lo;
+        for (int32_t j = 0; j < n; j++) // fits int32: glm5_paged_cache_create refuses more rows
+            key_rows[first + j] = (int32_t)(table[j / bs] * bs + j % bs);
+        for (int32_t t = lo; t < hi; t++) {
+            pos[t] = ctx + (t - lo);
+            ks[t] = first, ke[t] = first + pos[t] + 1, rows[t] = key_rows[first + pos[t]];
+            if (pos[t] % bs == 0 && rc == 0) // the sequence starts this block: its rows must be zero
+                rc = glm5_cache_clear_block((dsarl_model_cache *)c, table[pos[t] / bs], err);
+        }
+        max_keys = n > max_keys ? n : max_keys;
+        last_rows[i] = hi - 1;
+        first += n;
+    }
+    if (rc == 0)
+        rc = m->dev_ops->copy(m->dev, p->tokens, host, (size_t)(5 * T + B + K) * sizeof(int32_t),
+                              DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
+    p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = K,
+                                 .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_keys};
+    if (m->dense_attention && max_keys > p->topk_width)
+        p->topk_width = max_keys;
+    return rc;
+}
+
 // The pass body once buffers exist: layers over the new tokens, then the head on each sequence's last token.
-static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *slots, float *logits,
-                      dsarl_error *err)
+static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *slots,
+                      const dsarl_block_tables *tables, float *logits, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m), B = b->n_sequences;
     const int32_t *last_rows = p->cache_rows + T; // (B) device, uploaded with the batch
-    DSARL_TRY(upload_cached_batch(p, p->cache, b, slots, err));
+    DSARL_TRY(tables ? upload_paged_batch(p, p->cache, b, tables, err) : upload_cached_batch(p, p->cache, b, slots, err));
     if (m->shards.tp_size > 1)
         DSARL_TRY(glm5_upload_vocab_ids(p, b->tokens, err));
     // buffers sized now that the top-k width is known (dense attention widens it)
@@ -101,8 +142,13 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->tmp, m->final_norm, B, C,
                                  (float)c->rms_norm_eps, err));
     DSARL_TRY(d->gemm_f32out(m->dev, false, true, B, V, C, 1.0f, p->h_final, m->lm_head, 0.0f, p->logits, err));
-    DSARL_TRY(glm5_gather_vocab(m, logits, p->logits, B, err));
-    DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));
+    if (p->logits_device) // one vocabulary shard and one stage (glm5_forward_paged): they stay on the device
+        DSARL_TRY(d->copy(m->dev, logits, p->logits, (size_t)(B * V) * sizeof(float), DSARL_COPY_DEVICE_TO_DEVICE,
+                          err));
+    else {
+        DSARL_TRY(glm5_gather_vocab(m, logits, p->logits, B, err));
+        DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));
+    }
     return d->synchronize(m->dev, err);
 }
 
@@ -125,14 +171,10 @@ static int serve_experts(dsarl_model *m, dsarl_error *err)
     return rc;
 }
 
-int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_token_batch *b, const int32_t *slots,
-                        float *logits, dsarl_error *err)
+// One cached pass over b: through slots of a contiguous cache, or through tables of a paged one.
+static int forward_pass(dsarl_model *m, dsarl_model_cache *cache, const dsarl_token_batch *b, const int32_t *slots,
+                        const dsarl_block_tables *tables, float *logits, bool logits_device, dsarl_error *err)
 {
-    if (!cache || cache->m != m)
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached needs a cache created by this model instance");
-    if (m->shards.ep_size > 1 && b && b->n_sequences == 0 && b->n_tokens == 0)
-        return serve_experts(m, err);
-    DSARL_TRY(check_batch(cache, b, slots, err));
     const glm5_config *c = &m->cfg;
     int64_t T = b->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m), B = b->n_sequences;
     glm5_pass p;
@@ -147,6 +189,12 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
         {&p.x, T * C * e}, {&p.h_final, T * C * e}, {(void **)&p.rstd_final, T * sizeof(float)},
         {(void **)&p.logits, (glm5_stage_is_last(m) ? B * V : 0) * sizeof(float)}, {&p.head_in, stage * e}, {&p.head_out, stage * e},
         {&p.tmp, T * C * e}, {(void **)&p.tokens, (5 * T + B) * i4}};
+    p.logits_device = logits_device;
+    if (tables) { // paged: every sequence's context and new tokens gathered per layer
+        for (int32_t i = 0; i < b->n_sequences; i++)
+            p.n_key_rows += tables->context_lens[i] + b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+        plan[7].bytes = (5 * T + B + p.n_key_rows) * i4;
+    }
     int rc = DSARL_OK;
     for (size_t i = 0; rc == 0 && i < sizeof plan / sizeof plan[0]; i++)
         rc = glm5_pass_alloc(&p, plan[i].bytes, plan[i].ptr, err);
@@ -154,13 +202,92 @@ int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     if (rc == 0)
         p.positions = p.tokens + T, p.key_start = p.tokens + 2 * T, p.key_end = p.tokens + 3 * T,
         p.cache_rows = p.tokens + 4 * T;
+    if (rc == 0 && tables) {
+        p.key_rows = p.tokens + 5 * T + B;
+        rc = glm5_pass_alloc(&p, (size_t)(p.n_key_rows * (c->kv_lora_rank + c->qk_rope_head_dim)) * e, &p.key_kv, err);
+        if (rc == 0)
+            rc = glm5_pass_alloc(&p, (size_t)(p.n_key_rows * c->index_head_dim) * e, &p.key_ik, err);
+    }
     if (rc == 0) // the absorbed form's head-layout maps (kept by the model while the batch size stays)
         rc = glm5_head_maps_prepare(&p, err);
     if (rc == 0)
-        rc = run_cached(&p, b, slots, logits, err);
+        rc = run_cached(&p, b, slots, tables, logits, err);
     glm5_pass_free(&p);
+    return rc;
+}
+
+int glm5_forward_cached(dsarl_model *m, dsarl_model_cache *cache, const dsarl_token_batch *b, const int32_t *slots,
+                        float *logits, dsarl_error *err)
+{
+    if (!cache || cache->m != m)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached needs a cache created by this model instance");
+    if (cache->block_size > 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_cached got a paged cache; call forward_paged with its "
+                          "block tables");
+    if (m->shards.ep_size > 1 && b && b->n_sequences == 0 && b->n_tokens == 0)
+        return serve_experts(m, err);
+    DSARL_TRY(check_batch(cache, b, slots, err));
+    int rc = forward_pass(m, cache, b, slots, NULL, logits, false, err);
     if (rc == 0) // the slots now hold the new tokens (on failure their rows may be half-written: reset the cache)
         for (int32_t i = 0; i < b->n_sequences; i++)
             cache->lengths[slots[i]] += b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+    return rc;
+}
+
+// Checks a paged batch: a paged cache of this model, sequences of >= 1 new tokens, tables that map every row.
+static int check_paged(const dsarl_model *m, const dsarl_model_cache *c, const dsarl_token_batch *b,
+                       const dsarl_block_tables *bt, dsarl_error *err)
+{
+    if (!c || c->m != m || c->block_size < 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged needs a paged cache created by this model "
+                          "instance (paged_cache_create)");
+    if (!b || b->n_sequences < 1 || !b->cu_seqlens || !b->tokens || b->cu_seqlens[0] != 0 ||
+        b->cu_seqlens[b->n_sequences] != b->n_tokens)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged needs tokens and cu_seqlens running from 0 to "
+                          "n_tokens over at least one sequence");
+    if (!bt || bt->struct_size < sizeof(*bt) || !bt->tables || !bt->context_lens || bt->blocks_per_sequence < 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged needs block tables (tables, context_lens, "
+                          "blocks_per_sequence >= 1)");
+    int64_t keys = 0;
+    for (int32_t i = 0; i < b->n_sequences; i++) {
+        int32_t n = b->cu_seqlens[i + 1] - b->cu_seqlens[i], ctx = bt->context_lens[i];
+        if (n < 1 || ctx < 0)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged sequence %d has %d new tokens after %d "
+                              "cached ones; it needs >= 1 new and >= 0 cached", i, n, ctx);
+        int64_t blocks = ((int64_t)ctx + n + c->block_size - 1) / c->block_size;
+        if (blocks > bt->blocks_per_sequence)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged sequence %d reaches %lld blocks; its table "
+                              "has %d", i, (long long)blocks, bt->blocks_per_sequence);
+        for (int64_t j = 0; j < blocks; j++) {
+            int32_t blk = bt->tables[(int64_t)i * bt->blocks_per_sequence + j];
+            if (blk < 0 || blk >= c->n_blocks)
+                return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged sequence %d maps block %lld to %d; valid "
+                                  "blocks are [0, %d)", i, (long long)j, blk, c->n_blocks);
+        }
+        keys += ctx + n;
+    }
+    if (keys > INT32_MAX)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward_paged gathers %lld keys, more than the %d its int32 "
+                          "ranges address; take fewer sequences per call", (long long)keys, INT32_MAX);
+    return DSARL_OK;
+}
+
+int glm5_forward_paged(dsarl_model *m, dsarl_model_cache *cache, const dsarl_token_batch *b,
+                       const dsarl_block_tables *tables, float *logits, dsarl_error *err)
+{
+    if (m->shards.ep_size > 1 && b && b->n_sequences == 0 && b->n_tokens == 0)
+        return serve_experts(m, err);
+    DSARL_TRY(check_paged(m, cache, b, tables, err));
+    // one vocabulary shard on the only stage: the head's logits are already where the caller wants them
+    if (m->shards.tp_size == 1 && m->stage.size <= 1)
+        return forward_pass(m, cache, b, NULL, tables, logits, true, err);
+    size_t bytes = (size_t)b->n_sequences * (size_t)m->cfg.vocab_size * sizeof(float);
+    float *host = malloc(bytes);
+    if (!host)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %d rows of logits", b->n_sequences);
+    int rc = forward_pass(m, cache, b, NULL, tables, host, false, err);
+    if (rc == 0)
+        rc = m->dev_ops->copy(m->dev, logits, host, bytes, DSARL_COPY_HOST_TO_DEVICE, err);
+    free(host);
     return rc;
 }

@@ -227,6 +227,11 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
         if (p->cache) {
             index_keys = p->cache->ik[layer];
             DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->ik[layer], a->ik, p->cache_rows, NULL, T, dI, err));
+            if (p->key_rows) { // paged: every sequence's keys in token order, as a contiguous cache holds them
+                DSARL_TRY(d->gather_rows(m->dev, p->key_ik, p->cache->ik[layer], p->key_rows, p->n_key_rows, dI,
+                                         err));
+                index_keys = p->key_ik;
+            }
         }
         dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = index_keys,
                                        .weights = a->iw_scaled,
@@ -289,6 +294,10 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
         keys = p->cache->kv[layer];
         DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
+        if (p->key_rows) { // paged: gathered after the append, so the new tokens' own keys are in it
+            DSARL_TRY(d->gather_rows(m->dev, p->key_kv, p->cache->kv[layer], p->key_rows, p->n_key_rows, dqk, err));
+            keys = p->key_kv;
+        }
     }
     DSARL_TRY(glm5_absorb_queries(p, L, a->q, a->q_abs, p->head_in, p->head_out, err));
     DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));

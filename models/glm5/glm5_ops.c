@@ -249,7 +249,11 @@ static const dsarl_key_spec glm5_keys[] = {
     .device = glm5_device,                          \
     .stage_forward = glm5_stage_forward,            \
     .stage_backward = glm5_stage_backward,          \
-    .stage_transfer = glm5_stage_transfer
+    .stage_transfer = glm5_stage_transfer,          \
+    .cache_token_bytes = glm5_cache_token_bytes,    \
+    .paged_cache_create = glm5_paged_cache_create,  \
+    .forward_paged = glm5_forward_paged,            \
+    .cache_copy_block = glm5_cache_copy_block
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",

@@ -117,6 +117,12 @@ typedef struct glm5_pass {
                                                // (T = T_real = T_local) and the key gathers; NULL without cp
     dsarl_model_cache *cache;                  // cached inference (glm5_decode.c): keys live in the cache; else NULL
     int32_t *cache_rows;                       // (T) device: the cache row each token's keys are written to
+    // paged cache (glm5_forward_paged): each layer's keys are gathered from the blocks into one contiguous key
+    // array per call, every sequence's tokens in order, so the DSA ops see the ranges of a contiguous cache
+    int32_t *key_rows;                         // (n_key_rows) device: the cache row of each gathered key, or NULL
+    int64_t n_key_rows;
+    void *key_kv, *key_ik;                     // (n_key_rows, kv_lora + rope), (n_key_rows, index_head_dim)
+    bool logits_device;                        // the caller's logits are device memory (forward_paged)
     void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
     int n_bufs, n_host, cap_bufs, cap_host;
 } glm5_pass;

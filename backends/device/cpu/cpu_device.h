@@ -99,6 +99,11 @@ int cpu_adamw_update(dsarl_device *dev, float *master, void *weight, const void 
                      dsarl_error *err);
 int cpu_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                       float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
+/* ABI 1.5 sample_filtered (cpu_sample.c): dsarl_sampling_filter_row, then sample_tokens and logprobs_forward per
+ * row, so the draw equals the host-filtering engine's bit for bit. */
+int cpu_sample_filtered(dsarl_device *dev, int32_t *tokens, float *logprobs, float *logits, int64_t T, int64_t V,
+                        float temperature, int32_t top_k, float top_p, uint64_t seed, const uint64_t *streams,
+                        dsarl_error *err);
 
 /* Collectives on a process group (cpu_comm.c): the core's MPI host collectives. */
 int cpu_all_reduce(dsarl_device *dev, const dsarl_group *g, void *buf, int64_t n, dsarl_dtype dtype,

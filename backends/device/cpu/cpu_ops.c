@@ -50,6 +50,7 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .adamw_update = cpu_adamw_update,
     .gemm_f32out = cpu_gemm_f32out,
     .convert = cpu_convert,
+    .sample_filtered = cpu_sample_filtered,
     .all_reduce = cpu_all_reduce,
     .all_gather = cpu_all_gather,
     .reduce_scatter = cpu_reduce_scatter,

@@ -183,6 +183,10 @@ int cuda_adamw_update(dsarl_device *dev, float *master, void *weight, const void
                       int64_t step, dsarl_error *err);
 int cuda_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                        float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
+/* ABI 1.5: filter (temperature, top-k, top-p), draw and score on the GPU; streams host (T). */
+int cuda_sample_filtered(dsarl_device *dev, int32_t *tokens, float *logprobs, float *logits, int64_t T, int64_t V,
+                         float temperature, int32_t top_k, float top_p, uint64_t seed, const uint64_t *streams,
+                         dsarl_error *err);
 
 DSARL_END_DECLS
 

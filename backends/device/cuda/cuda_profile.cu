@@ -370,6 +370,14 @@ int cuda_prof_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *log
     PROFILED("sample_tokens", cuda_sample_tokens(dev, tokens, logits, T, V, temperature, seed, stream, err));
 }
 
+int cuda_prof_sample_filtered(dsarl_device *dev, int32_t *tokens, float *logprobs, float *logits, int64_t T,
+                              int64_t V, float temperature, int32_t top_k, float top_p, uint64_t seed,
+                              const uint64_t *streams, dsarl_error *err)
+{
+    PROFILED("sample_filtered", cuda_sample_filtered(dev, tokens, logprobs, logits, T, V, temperature, top_k, top_p,
+                                                     seed, streams, err));
+}
+
 int cuda_prof_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v,
                            int64_t n, float lr, float b1, float b2, float eps, float wd, float gs, int64_t step,
                            dsarl_error *err)

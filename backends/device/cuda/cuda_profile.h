@@ -77,6 +77,9 @@ int cuda_prof_sum_squares(dsarl_device *dev, float *out, const void *x, int64_t 
 int cuda_prof_scale(dsarl_device *dev, void *x, float alpha, int64_t n, dsarl_error *err);
 int cuda_prof_sample_tokens(dsarl_device *dev, int32_t *tokens, const float *logits, int64_t T, int64_t V,
                             float temperature, uint64_t seed, uint64_t stream, dsarl_error *err);
+int cuda_prof_sample_filtered(dsarl_device *dev, int32_t *tokens, float *logprobs, float *logits, int64_t T,
+                              int64_t V, float temperature, int32_t top_k, float top_p, uint64_t seed,
+                              const uint64_t *streams, dsarl_error *err);
 int cuda_prof_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v,
                            int64_t n, float lr, float b1, float b2, float eps, float wd, float gs, int64_t step,
                            dsarl_error *err);

@@ -1,45 +1,65 @@
-/* native_generator.c: batched sampling with the model's KV cache.
+/* native_generator.c: the native engine's table, its settings, and the contiguous-cache generate loop.
  *
- * One generate() call: the cache is sized for the batch (longest prompt + max_new_tokens per slot) and reset; a
+ * A model with the ABI 1.5 paged cache ops is served by the continuous-batching loop of native_paged.c (unless
+ * policy.generation.paged_kv_cache is false); this file keeps the contiguous loop for the others. One contiguous
+ * generate() call: the cache is sized for the batch (longest prompt + max_new_tokens per slot) and reset; a
  * prefill appends every prompt and yields each one's next-token logits; then each step turns those logits into the
- * sampling distribution (native_sampling.c), draws one token per running sequence on the device (Philox stream per
- * sequence and step), scores it with the device's log-softmax, and feeds only the running sequences back through
- * a one-token decode, so finished sequences cost nothing. The model's weights are read in place: the engine holds
- * the policy's own model instance. */
+ * sampling distribution and draws one token per running sequence on the device (native_sample_rows: Philox
+ * stream per sequence and step), and feeds only the running sequences back through a one-token decode, so
+ * finished sequences cost nothing. The model's weights are read in place: the engine holds the policy's own model
+ * instance. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include "native_generator.h"
+#include "native_internal.h"
 #include "native_sampling.h"
 
 /* New tokens per prefill call (prefill below): 32768 x the bench model's ~170 KB of one layer's activations per
  * token is about 6 GB. */
 #define NATIVE_PREFILL_TOKENS 32768
 
-struct dsarl_generator {
-    const dsarl_model_ops *mo;
-    dsarl_model *model;
-    const dsarl_device_ops *dev_ops;
-    dsarl_device *dev;
-    dsarl_model_cache *cache;
-    int32_t cache_slots, cache_tokens;   // what the cache was sized for (reused when a batch fits)
-    int32_t prefill_tokens;              // new tokens per prefill call (NATIVE_PREFILL_TOKENS)
-    // the last result, valid until the next generate() or destroy()
-    int32_t *cu_lengths, *tokens;
-    float *logprobs;
-    uint8_t *truncated;
-};
-
 uint64_t native_sample_stream(int64_t b, int32_t s)
 {
     return ((uint64_t)b << 32) | (uint32_t)s;
 }
 
+// The paged settings from the recipe (policy.generation.*, vLLM's engine names; null: the default).
+static int read_paged_config(const dsarl_node *root, native_paged_config *c, dsarl_error *err)
+{
+    int64_t bs = 16, bytes = 0, seqs = 0, tokens = NATIVE_PREFILL_TOKENS;
+    bool paged = true, sharing = true;
+    if (root) {
+        DSARL_TRY(dsarl_recipe_bool_or(root, "policy.generation.paged_kv_cache", true, &paged, err));
+        DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.block_size", 16, &bs, err));
+        DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.kv_cache_memory_bytes", 0, &bytes, err));
+        DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.max_num_seqs", 0, &seqs, err));
+        DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.max_num_batched_tokens", NATIVE_PREFILL_TOKENS,
+                                      &tokens, err));
+        DSARL_TRY(dsarl_recipe_bool_or(root, "policy.generation.enable_prefix_caching", true, &sharing, err));
+        if (bs < 1 || bs > 65536)
+            return dsarl_recipe_fail(root, "policy.generation.block_size", err, DSARL_E_INVALID,
+                                     "must be in [1, 65536] tokens, got %lld", (long long)bs);
+        if (bytes < 0)
+            return dsarl_recipe_fail(root, "policy.generation.kv_cache_memory_bytes", err, DSARL_E_INVALID,
+                                     "must be >= 0 (0 or null: sized for each batch), got %lld", (long long)bytes);
+        if (seqs < 0 || seqs > INT32_MAX)
+            return dsarl_recipe_fail(root, "policy.generation.max_num_seqs", err, DSARL_E_INVALID,
+                                     "must be >= 1 (0 or null: no bound), got %lld", (long long)seqs);
+        if (tokens < 1 || tokens > INT32_MAX)
+            return dsarl_recipe_fail(root, "policy.generation.max_num_batched_tokens", err, DSARL_E_INVALID,
+                                     "must be in [1, %d], got %lld", INT32_MAX, (long long)tokens);
+    }
+    *c = (native_paged_config){.enabled = paged, .block_size = (int32_t)bs, .memory_bytes = bytes,
+                               .max_num_seqs = (int32_t)seqs, .max_batched_tokens = (int32_t)tokens,
+                               .prefix_sharing = sharing};
+    return DSARL_OK;
+}
+
 int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, dsarl_model *model,
                   dsarl_generator **out, dsarl_error *err)
 {
-    (void)recipe; // sampling settings arrive per call (dsarl_sampling_params): the algorithm owns those keys
+    // sampling settings arrive per call (dsarl_sampling_params): the algorithm owns those keys; the cache's are ours
     *out = NULL;
     if (!model_ops || !model)
         return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: create needs a model instance and its ops");
@@ -49,13 +69,34 @@ int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, ds
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "generation native: model \"%s\" has no cached inference "
                           "(cache_create/forward_cached); pick a model plugin that provides it",
                           model_ops->common.name ? model_ops->common.name : "?");
+    native_paged_config paged;
+    DSARL_TRY(read_paged_config(recipe, &paged, err));
+    // a model without the ABI 1.5 paged set keeps the contiguous cache
+    paged.enabled = paged.enabled && DSARL_MODEL_HAS(model_ops, cache_token_bytes) &&
+                    DSARL_MODEL_HAS(model_ops, paged_cache_create) && DSARL_MODEL_HAS(model_ops, forward_paged) &&
+                    DSARL_MODEL_HAS(model_ops, cache_copy_block);
     dsarl_generator *g = calloc(1, sizeof(*g));
     if (!g)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory");
-    g->mo = model_ops, g->model = model, g->prefill_tokens = NATIVE_PREFILL_TOKENS;
+    g->mo = model_ops, g->model = model, g->prefill_tokens = NATIVE_PREFILL_TOKENS, g->paged = paged;
     model_ops->device(model, &g->dev_ops, &g->dev);
     *out = g;
     return DSARL_OK;
+}
+
+native_paged_config native_get_paged(const dsarl_generator *g)
+{
+    return g->paged;
+}
+
+void native_set_paged(dsarl_generator *g, native_paged_config c)
+{
+    g->paged = c;
+}
+
+const native_paged_stats *native_paged_last_stats(const dsarl_generator *g)
+{
+    return &g->stats;
 }
 
 static void free_result(dsarl_generator *g)
@@ -67,6 +108,7 @@ static void free_result(dsarl_generator *g)
 void native_set_prefill_tokens(dsarl_generator *g, int32_t tokens)
 {
     g->prefill_tokens = tokens > 0 ? tokens : NATIVE_PREFILL_TOKENS;
+    g->paged.max_batched_tokens = g->prefill_tokens; // the paged loop's step budget is the same knob
 }
 
 void native_destroy(dsarl_generator *g)
@@ -75,6 +117,9 @@ void native_destroy(dsarl_generator *g)
         return;
     if (g->cache)
         g->mo->cache_free(g->cache);
+    if (g->paged_cache)
+        g->mo->cache_free(g->paged_cache);
+    free(g->stats.admitted), free(g->stats.retired);
     free_result(g);
     free(g);
 }
@@ -92,34 +137,17 @@ static int ensure_cache(dsarl_generator *g, int32_t B, int32_t max_tokens, dsarl
     return DSARL_OK;
 }
 
-// Per-call state of one generate().
-typedef struct run {
-    int32_t B, max_new;
-    int64_t V;
-    float *logits;        // host (B, V): next-token logits of the running sequences, in `running` order
-    int32_t *order, *scratch;  // host (V) sampling work arrays
-    float *dev_logits;    // device (B, V) processed logits
-    int32_t *dev_tokens;  // device (B)
-    float *dev_logprobs;  // device (B)
-    int32_t *running;     // host (B) sequence ids still generating, ascending
-    int32_t *len;         // host (B) completion tokens so far
-    int32_t *step_tokens; // host (B) the token drawn this step, per running row
-    float *step_lp;       // host (B)
-    int32_t *cu;          // host (B + 1) decode batch
-    int32_t stop_window;  // tokens whose text can hold any stop string (its longest byte length)
-} run;
-
 static void run_free(dsarl_generator *g, run *r)
 {
     free(r->logits), free(r->order), free(r->scratch), free(r->running), free(r->len), free(r->step_tokens);
-    free(r->step_lp), free(r->cu);
+    free(r->step_lp), free(r->cu), free(r->streams);
     g->dev_ops->free(g->dev, r->dev_logits);
     g->dev_ops->free(g->dev, r->dev_tokens);
     g->dev_ops->free(g->dev, r->dev_logprobs);
 }
 
 // 1 when the newest token of sequence b completed one of the stop strings.
-static int hits_stop_string(const dsarl_generator *g, const run *r, const dsarl_sampling_params *p, int32_t b,
+int native_hits_stop_string(const dsarl_generator *g, const run *r, const dsarl_sampling_params *p, int32_t b,
                             int *hit, dsarl_error *err)
 {
     *hit = 0;
@@ -140,7 +168,7 @@ static int hits_stop_string(const dsarl_generator *g, const run *r, const dsarl_
     return rc;
 }
 
-static int is_stop_token(const dsarl_sampling_params *p, int32_t eos, int32_t tok)
+int native_is_stop_token(const dsarl_sampling_params *p, int32_t eos, int32_t tok)
 {
     if (tok == eos && eos >= 0)
         return 1;
@@ -150,28 +178,44 @@ static int is_stop_token(const dsarl_sampling_params *p, int32_t eos, int32_t to
     return 0;
 }
 
-// Draws and scores one token for each running row from r->logits; leaves them in step_tokens / step_lp.
-static int sample_step(dsarl_generator *g, run *r, const dsarl_sampling_params *p, int32_t step, int32_t n_run,
+int native_sample_rows(dsarl_generator *g, run *r, const dsarl_sampling_params *p, int32_t n, const uint64_t *streams,
                        dsarl_error *err)
 {
     const dsarl_device_ops *d = g->dev_ops;
     int64_t V = r->V;
-    for (int32_t i = 0; i < n_run; i++)
-        native_process_logits(r->logits + i * V, V, p->temperature, p->top_k, p->top_p, r->order, r->scratch);
-    DSARL_TRY(d->copy(g->dev, r->dev_logits, r->logits, (size_t)(n_run * V) * sizeof(float),
-                      DSARL_COPY_HOST_TO_DEVICE, err));
-    // the processed logits already carry the temperature: draw from softmax(them), or argmax when greedy
-    float draw_temperature = p->temperature > 0.0f ? 1.0f : 0.0f;
-    for (int32_t i = 0; i < n_run; i++)
-        DSARL_TRY(d->sample_tokens(g->dev, r->dev_tokens + i, r->dev_logits + i * V, 1, V, draw_temperature, p->seed,
-                                   native_sample_stream(dsarl_sampling_sequence_offset(p) + r->running[i], step),
-                                   err));
-    DSARL_TRY(d->logprobs_forward(g->dev, r->dev_logprobs, r->dev_logits, r->dev_tokens, n_run, V, err));
-    DSARL_TRY(d->copy(g->dev, r->step_tokens, r->dev_tokens, (size_t)n_run * sizeof(int32_t),
+    if (dsarl_device_has_sample_filtered(d)) // filtered and drawn on the device: only ids and log-probs come back
+        DSARL_TRY(d->sample_filtered(g->dev, r->dev_tokens, r->dev_logprobs, r->dev_logits, n, V, p->temperature,
+                                     p->top_k, p->top_p, p->seed, streams, err));
+    else {
+        DSARL_TRY(d->copy(g->dev, r->logits, r->dev_logits, (size_t)(n * V) * sizeof(float),
+                          DSARL_COPY_DEVICE_TO_HOST, err));
+        for (int32_t i = 0; i < n; i++)
+            native_process_logits(r->logits + i * V, V, p->temperature, p->top_k, p->top_p, r->order, r->scratch);
+        DSARL_TRY(d->copy(g->dev, r->dev_logits, r->logits, (size_t)(n * V) * sizeof(float),
+                          DSARL_COPY_HOST_TO_DEVICE, err));
+        // the processed logits already carry the temperature: draw from softmax(them), or argmax when greedy
+        float draw_temperature = p->temperature > 0.0f ? 1.0f : 0.0f;
+        for (int32_t i = 0; i < n; i++)
+            DSARL_TRY(d->sample_tokens(g->dev, r->dev_tokens + i, r->dev_logits + i * V, 1, V, draw_temperature,
+                                       p->seed, streams[i], err));
+        DSARL_TRY(d->logprobs_forward(g->dev, r->dev_logprobs, r->dev_logits, r->dev_tokens, n, V, err));
+    }
+    DSARL_TRY(d->copy(g->dev, r->step_tokens, r->dev_tokens, (size_t)n * sizeof(int32_t),
                       DSARL_COPY_DEVICE_TO_HOST, err));
-    DSARL_TRY(d->copy(g->dev, r->step_lp, r->dev_logprobs, (size_t)n_run * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
+    DSARL_TRY(d->copy(g->dev, r->step_lp, r->dev_logprobs, (size_t)n * sizeof(float), DSARL_COPY_DEVICE_TO_HOST,
                       err));
     return d->synchronize(g->dev, err);
+}
+
+// Draws and scores one token for each running row from r->logits (host, from forward_cached).
+static int sample_step(dsarl_generator *g, run *r, const dsarl_sampling_params *p, int32_t step, int32_t n_run,
+                       dsarl_error *err)
+{
+    DSARL_TRY(g->dev_ops->copy(g->dev, r->dev_logits, r->logits, (size_t)(n_run * r->V) * sizeof(float),
+                               DSARL_COPY_HOST_TO_DEVICE, err));
+    for (int32_t i = 0; i < n_run; i++)
+        r->streams[i] = native_sample_stream(dsarl_sampling_sequence_offset(p) + r->running[i], step);
+    return native_sample_rows(g, r, p, n_run, r->streams, err);
 }
 
 /* Prefill in calls of at most g->prefill_tokens new tokens: whole prompts packed while they fit, a longer one
@@ -254,9 +298,9 @@ static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *pr
             g->tokens[(int64_t)b * r->max_new + r->len[b]] = t;
             g->logprobs[(int64_t)b * r->max_new + r->len[b]] = r->step_lp[i];
             r->len[b]++;
-            int stop = is_stop_token(p, eos, t), hit = 0;
+            int stop = native_is_stop_token(p, eos, t), hit = 0;
             if (!stop && p->n_stop_strings > 0)
-                DSARL_TRY(hits_stop_string(g, r, p, b, &hit, err));
+                DSARL_TRY(native_hits_stop_string(g, r, p, b, &hit, err));
             if (stop || hit)
                 continue;
             if (r->len[b] == r->max_new) {
@@ -340,9 +384,10 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
     r.step_tokens = calloc(Bn, sizeof(int32_t));
     r.step_lp = calloc(Bn, sizeof(float));
     r.cu = calloc(Bn + 1, sizeof(int32_t));
+    r.streams = calloc(Bn, sizeof(uint64_t));
     int rc = DSARL_OK;
     if (!g->cu_lengths || !g->tokens || !g->logprobs || !g->truncated || !r.logits || !r.order || !r.scratch ||
-        !r.running || !r.len || !r.step_tokens || !r.step_lp || !r.cu)
+        !r.running || !r.len || !r.step_tokens || !r.step_lp || !r.cu || !r.streams)
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory for %d sequences of up to %d new "
                         "tokens", B, r.max_new);
     if (rc == 0)
@@ -351,10 +396,14 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
         rc = g->dev_ops->alloc(g->dev, Bn * sizeof(int32_t), (void **)&r.dev_tokens, err);
     if (rc == 0)
         rc = g->dev_ops->alloc(g->dev, Bn * sizeof(float), (void **)&r.dev_logprobs, err);
-    if (rc == 0)
-        rc = ensure_cache(g, (int32_t)Bn, longest + r.max_new, err);
-    if (rc == 0)
-        rc = generate_loop(g, &r, prompts, p, err);
+    if (rc == 0 && g->paged.enabled)
+        rc = native_generate_paged(g, &r, prompts, p, err);
+    else {
+        if (rc == 0)
+            rc = ensure_cache(g, (int32_t)Bn, longest + r.max_new, err);
+        if (rc == 0)
+            rc = generate_loop(g, &r, prompts, p, err);
+    }
     if (rc == 0)
         pack_result(g, &r, result);
     else
@@ -363,11 +412,26 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
     return rc;
 }
 
+static const dsarl_key_spec native_keys[] = {
+    {"policy.generation.paged_kv_cache", DSARL_KEY_BOOL, "true",
+     "paged KV cache with continuous batching (false: one contiguous slot per sequence, all run to the end)", 0},
+    {"policy.generation.block_size", DSARL_KEY_INT, "16", "tokens per KV cache block (vLLM's block_size)", 0},
+    {"policy.generation.kv_cache_memory_bytes", DSARL_KEY_INT, "null",
+     "device bytes of the paged KV cache arena; null: sized so a batch never preempts", DSARL_KEY_NULLABLE},
+    {"policy.generation.max_num_seqs", DSARL_KEY_INT, "null", "sequences decoding at once; null: no bound",
+     DSARL_KEY_NULLABLE},
+    {"policy.generation.max_num_batched_tokens", DSARL_KEY_INT, "null",
+     "tokens per forward step, decode and prefill chunks together; null: 32768", DSARL_KEY_NULLABLE},
+    {"policy.generation.enable_prefix_caching", DSARL_KEY_BOOL, "true",
+     "equal prompts (GRPO's generations of one prompt) share one prefill, copy-on-write", 0},
+};
+
 const dsarl_generation_ops native_generation_ops = {
-    .common = DSARL_OPS_COMMON_KEYS_RANKED(dsarl_generation_ops, DSARL_KIND_GENERATION, "native",
-                                           "KV cache of MLA latents + indexer keys; prefill/decode through the "
-                                           "training DSA ops; temperature/top-k/top-p, stop ids/strings, per-token "
-                                           "log-probs", NULL, 0, DSARL_RANK_PRIMARY),
+    .common = DSARL_OPS_COMMON_RANKED(dsarl_generation_ops, DSARL_KIND_GENERATION, "native",
+                                      "paged KV cache of MLA latents + indexer keys, continuous batching, shared "
+                                      "prompt prefill; prefill/decode through the training DSA ops; "
+                                      "temperature/top-k/top-p on the device, stop ids/strings, per-token log-probs",
+                                      native_keys, DSARL_RANK_PRIMARY),
     .create = native_create,
     .destroy = native_destroy,
     .generate = native_generate,

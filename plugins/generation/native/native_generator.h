@@ -2,6 +2,7 @@
 #ifndef DSARL_NATIVE_GENERATOR_H
 #define DSARL_NATIVE_GENERATOR_H
 
+#include <stdbool.h>
 #include "dsarl/ops/generation.h"
 
 /* The registered table. */
@@ -15,8 +16,42 @@ int native_generate(dsarl_generator *gen, const dsarl_token_batch *prompts, cons
                     dsarl_generation_result *result, dsarl_error *err);
 
 /* New tokens per prefill call (32768 unless set; <= 0 restores that): a longer batch of prompts is prefilled in
- * pieces, a prompt longer than this split over calls. For tests, which check that pieces give the one-pass result. */
+ * pieces, a prompt longer than this split over calls; the paged loop's tokens per step (max_batched_tokens) too.
+ * For tests, which check that pieces give the one-pass result. */
 void native_set_prefill_tokens(dsarl_generator *gen, int32_t tokens);
+
+/* Continuous batching over a paged cache (native_paged.c), from the recipe's policy.generation keys. */
+typedef struct native_paged_config {
+    bool enabled;               // the model has the ABI 1.5 paged ops and no recipe turned it off
+    int32_t block_size;         // tokens per block (policy.generation.block_size)
+    int64_t memory_bytes;       // arena bytes (policy.generation.kv_cache_memory_bytes); 0: sized for the batch
+    int32_t max_num_seqs;       // sequences running at once (policy.generation.max_num_seqs); 0: no bound
+    int32_t max_batched_tokens; // tokens per forward step (policy.generation.max_num_batched_tokens)
+    bool prefix_sharing;        // equal prompts share one prefill (policy.generation.enable_prefix_caching)
+} native_paged_config;
+
+/* What the last paged generate() did (tests count prefill work and preemptions through it). Orders list sequence
+ * ids, a sequence admitted again after a preemption once more. */
+typedef struct native_paged_stats {
+    int64_t forward_calls;      // forward_paged calls
+    int64_t tokens_computed;    // tokens through the model, every call together
+    int64_t prompt_tokens_computed; // of them, prompt tokens (a shared prefill counts once)
+    int64_t preemptions;        // sequences evicted (recomputed later) when blocks ran out
+    int64_t mixed_steps;        // forward calls holding both decode tokens and prompt chunks
+    int32_t blocks;             // blocks in the arena
+    int32_t peak_blocks_used;
+    int32_t *admitted;          // (n_admitted) sequence ids in admission order
+    int32_t n_admitted;
+    int32_t *retired;           // (n_retired) sequence ids in the order they finished
+    int32_t n_retired;
+} native_paged_stats;
+
+/* The engine's paged settings (tests set them directly); enabled without the model's paged ops is refused at the
+ * next generate(). */
+native_paged_config native_get_paged(const dsarl_generator *gen);
+void native_set_paged(dsarl_generator *gen, native_paged_config config);
+/* The last paged generate()'s statistics, valid until the next generate() or destroy(). */
+const native_paged_stats *native_paged_last_stats(const dsarl_generator *gen);
 
 /* The Philox stream (dsarl/rng.h) that draws the token of sequence b (its index in the whole batch: the call's
  * sequence_offset plus its row) at completion step s: independent of which other sequences are in the batch or

@@ -1,6 +1,6 @@
 /* dsarl/ops/device.h: layer-level primitives on one kind of processor (kind DSARL_KIND_DEVICE). SDK tier: plugin
  * ABI (docs/sdk.md). Every function slot of ABI 1.0 and 1.1 is MANDATORY (a table leaving one NULL is refused at
- * registration, naming the slot); the 1.2 slots are optional, each says what 0/NULL means.
+ * registration, naming the slot); the 1.2 and later slots are optional, each says what 0/NULL means.
  *
  * Granularity follows llm.c: each entry is a whole layer primitive (with its backward where training needs one),
  * never a per-element call, so a model composes them once and a device plugin implements them once. All pointers
@@ -209,7 +209,19 @@ typedef struct dsarl_device_ops {
      * device where runtime.device is absent or auto. NULL: available whenever it is loaded. */
     bool (*available)(char *why, size_t why_size);
 
-    void *reserved[3];
+    /* --- ABI 1.5 (took a reserved slot, so the table kept its size) ---------------------------------------- */
+    /* ABI 1.5, optional (NULL: the engine filters on the host and draws with sample_tokens). One draw per row from
+     * the sampling distribution of logits (T,V) float32, rewritten in place into its logits by
+     * dsarl_sampling_filter_row's rules (dsarl/sampling.h: / temperature, top-k, top-p); row t uses the Philox
+     * stream (seed, streams[t]) (streams host (T)) exactly as sample_tokens row 0 of stream streams[t] does.
+     * tokens (T) int32 and logprobs (T) float32 (log-softmax of the filtered row at the drawn id, as
+     * logprobs_forward) are device memory: only they need to come back. temperature <= 0: the argmax of the raw
+     * row (ties: the lowest id), scored under softmax(raw row). */
+    int (*sample_filtered)(dsarl_device *dev, int32_t *tokens, float *logprobs, float *logits, int64_t T, int64_t V,
+                           float temperature, int32_t top_k, float top_p, uint64_t seed, const uint64_t *streams,
+                           dsarl_error *err);
+
+    void *reserved[2];
 
     /* --- ABI 1.3: collectives on a process group (dsarl/comm.h), on device memory ---------------------------- */
     /* Optional as a set: a device without them runs single-process layouts only (a layout with any group larger
@@ -238,6 +250,13 @@ typedef struct dsarl_device_ops {
     int (*recv)(dsarl_device *dev, const dsarl_group *group, void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
                 dsarl_error *err);
 } dsarl_device_ops;
+
+/* Whether a device ops table (any 1.x) has the ABI 1.5 device-side sampler. */
+static inline bool dsarl_device_has_sample_filtered(const dsarl_device_ops *ops)
+{
+    return ops->common.struct_size >= offsetof(dsarl_device_ops, sample_filtered) + sizeof(ops->sample_filtered) &&
+           ops->sample_filtered != NULL;
+}
 
 /* Whether a device ops table (any 1.x) fills the ABI 1.3 collective set. */
 static inline bool dsarl_device_has_collectives(const dsarl_device_ops *ops)

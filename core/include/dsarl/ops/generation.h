@@ -84,7 +84,8 @@ typedef struct dsarl_generation_ops {
     void (*destroy)(dsarl_generator *gen);
 
     /* Samples completions for prompts (a packed batch of non-empty prompts, host memory). The KV cache is sized
-     * from the batch (longest prompt + max_new_tokens per sequence) and kept for later calls that fit. */
+     * from the batch (longest prompt + max_new_tokens per sequence, or the engine's own memory setting for a paged
+     * cache) and kept for later calls that fit. */
     int (*generate)(dsarl_generator *gen, const dsarl_token_batch *prompts, const dsarl_sampling_params *params,
                     dsarl_generation_result *result, dsarl_error *err);
 

@@ -147,6 +147,16 @@ typedef struct dsarl_model_plan {
     char summary[256];                  /* one line on the model's shape */
 } dsarl_model_plan;
 
+/* ABI 1.5: where the sequences of one forward_paged call keep their tokens in a paged cache (host memory). Token j
+ * of sequence i lives in row j % block_size of block tables[i * blocks_per_sequence + j / block_size]; a block may
+ * appear in several tables (a shared prompt prefix) as long as no two sequences of a call write the same row. */
+typedef struct dsarl_block_tables {
+    uint32_t struct_size;
+    int32_t blocks_per_sequence; /* row stride of tables (>= the blocks any sequence of the call reaches) */
+    const int32_t *tables;       /* (B, blocks_per_sequence) block ids in [0, n_blocks) */
+    const int32_t *context_lens; /* (B) tokens sequence i already holds: its new tokens are written after them */
+} dsarl_block_tables;
+
 typedef struct dsarl_model_ops {
     dsarl_ops_common common;
 
@@ -294,7 +304,31 @@ typedef struct dsarl_model_ops {
      * the neighbour makes the matching transfer (even stages send first, odd stages receive first). */
     int (*stage_transfer)(dsarl_model *model, const dsarl_stage_transfer *t, dsarl_error *err);
 
-    void *reserved[1];
+    /* --- ABI 1.5, optional as a set (check with DSARL_MODEL_HAS; cache_token_bytes took the last reserved slot,
+     * the others grew the table): paged caches for continuous batching. A paged
+     * cache is one arena of n_blocks blocks of block_size token rows (the MLA latent and the indexer keys of every
+     * layer this rank holds); the engine owns the block tables and decides which sequence writes which block. The
+     * contiguous cache_create/forward_cached above stay as they were.
+     * ------------------------------------------------------------------------------------------------------ */
+    /* Device bytes one cached token takes on this rank (every layer it holds: latent + rope key, indexer keys):
+     * the engine divides its memory budget by block_size x this to size the arena. */
+    int64_t (*cache_token_bytes)(const dsarl_model *model);
+    /* Allocates a paged cache of n_blocks blocks of block_size tokens, once, up front. Freed with cache_free;
+     * cache_reset, forward_cached and cache_length do not apply to it (they refuse it). */
+    int (*paged_cache_create)(dsarl_model *model, int32_t n_blocks, int32_t block_size, dsarl_model_cache **out,
+                              dsarl_error *err);
+    /* As forward_cached, through block tables: sequence i's new tokens (>= 1) are appended after
+     * tables->context_lens[i] tokens, into the rows its table names (the caller maps enough blocks), and attend
+     * over tokens [0, context_lens[i] + new) of its own table. Logits (B, V) float32 are DEVICE memory, so an
+     * engine sampling on the device copies back only the drawn ids. Same arithmetic as forward_cached: a batch
+     * equals its contiguous run bit for bit on a device whose ops do not depend on row addresses. */
+    int (*forward_paged)(dsarl_model *model, dsarl_model_cache *cache, const dsarl_token_batch *batch,
+                         const dsarl_block_tables *tables, float *logits, dsarl_error *err);
+    /* Copy-on-write of a shared block: block dst takes the first rows token rows of block src (every layer) and
+     * the rest of dst is cleared, ready for its new owner's next tokens. */
+    int (*cache_copy_block)(dsarl_model_cache *cache, int32_t src, int32_t dst, int32_t rows, dsarl_error *err);
+
+    void *reserved[4];
 } dsarl_model_ops;
 
 /* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */
