@@ -94,13 +94,26 @@ static void teardown(void)
     recipe = NULL;
 }
 
+// What the MTP loss counts and divides by (the model op mtp_loss between forward and backward); NULL, 0: defaults.
+static const float *mtp_mask;
+static double mtp_norm;
+
+// One training forward, then the MTP loss's weighing; returns the MTP loss.
+static double forward_weighed(float *lp)
+{
+    ck_assert_msg(ops->train_forward(model, &batch, targets, lp, &err) == 0, "%s", err.message);
+    float mtp = -1.0f;
+    ck_assert_int_eq(ops->mtp_loss(model, mtp_mask, mtp_norm, &mtp), DEPTHS);
+    ck_assert_float_eq(mtp, model->mtp_loss);
+    return mtp;
+}
+
 // The training loss sum_t dlp[t] logprobs[t] + the MTP loss, from one training forward.
 static double train_loss(const float *dlp)
 {
     float lp[T];
-    ck_assert_msg(ops->train_forward(model, &batch, targets, lp, &err) == 0, "%s", err.message);
+    double s = forward_weighed(lp);
     glm5_train_release(model);
-    double s = model->mtp_loss;
     for (int t = 0; t < T; t++)
         s += (double)dlp[t] * lp[t];
     return s;
@@ -119,7 +132,9 @@ typedef struct fd_stats {
 static void fd_check(const float *dlp, bool (*pick)(const glm5_param *), int per_tensor, fd_stats *st)
 {
     ck_assert_int_eq(ops->zero_grad(model, &err), 0);
-    ck_assert_msg(ops->backward(model, &batch, targets, dlp, NULL, &err) == 0, "%s", err.message);
+    float lp0[T];
+    forward_weighed(lp0);
+    ck_assert_msg(ops->train_backward(model, dlp, NULL, &err) == 0, "%s", err.message);
     float *grads = malloc((size_t)model->n_weights * sizeof(float));
     memcpy(grads, model->grads, (size_t)model->n_weights * sizeof(float)); // float32 storage on the cpu device
     for (int64_t i = 0; i < model->n_params; i++) {
@@ -189,6 +204,22 @@ START_TEST(test_mtp_gradients_of_its_parameters)
 }
 END_TEST
 
+/* The caller's token mask and normalisation (GRPO: the response tokens, divided by the slice's count): the gradient
+ * follows the loss they define. */
+START_TEST(test_mtp_gradients_with_caller_mask_and_norm)
+{
+    static const float mask[T] = {0, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1};
+    mtp_mask = mask, mtp_norm = 23.0;
+    fd_stats st = {0};
+    fd_check(dlogprobs, pick_mtp, 2, &st);
+    fprintf(stderr, "MTP parameters (mask, norm 23): %d checked, %d skipped at kinks, worst %.3g (%s)\n", st.checked,
+            st.skipped, st.worst, st.worst_name);
+    mtp_mask = NULL, mtp_norm = 0.0;
+    ck_assert_msg(st.failed == 0, "%d elements disagree; worst %s", st.failed, st.worst_name);
+    ck_assert_int_gt(st.checked, 4 * st.skipped);
+}
+END_TEST
+
 /* With the LM loss off, the MTP loss alone trains the trunk, through hnorm(h_final): every trunk parameter's gradient
  * (embedding, layers, final norm, LM head) matches the differences of the MTP loss. */
 START_TEST(test_mtp_gradients_reach_trunk_through_hidden_states)
@@ -236,32 +267,11 @@ static void rmsnorm(double *y, const double *x, const float *w, double eps)
         y[c] = w[c] * x[c] * r;
 }
 
-/* The MTP loss by hand: with o_proj and every down projection of the MTP blocks zeroed, each block is the identity
- * (both residual branches add 0), and with eh_proj's hidden half zeroed, depth k's logits at position i are
- * shared_head.norm(eh_proj[:, :C] enorm(embed(t_{i+k}))) lm_head^T: the loss, 0.3 / 2 * sum_k mean over the
- * positions with a target at i + k, is then a host computation from five tensors. */
-START_TEST(test_mtp_loss_by_hand)
+/* The MTP loss by hand, from five tensors (see test_mtp_loss_by_hand): 0.3 / 2 * sum over depths of the cross
+ * entropy summed over the counted positions, divided by norm (0: by their count). */
+static double loss_by_hand(const float *mask, double norm)
 {
     char name[96];
-    for (int k = 0; k < DEPTHS; k++) {
-        const char *zeroed[] = {"self_attn.o_proj.weight", "mlp.experts.down_proj", "mlp.shared_experts.down_proj.weight"};
-        for (size_t z = 0; z < 3; z++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", 3 + k, zeroed[z]);
-            const glm5_param *p = glm5_model_find_param(model, name);
-            ck_assert_ptr_nonnull(p);
-            float *v = calloc((size_t)p->numel, sizeof(float));
-            set_param(name, v);
-            free(v);
-        }
-        snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", 3 + k);
-        float *eh = param(name);
-        for (int r = 0; r < C; r++)
-            for (int c = C; c < 2 * C; c++)
-                eh[r * 2 * C + c] = 0.0f;
-        set_param(name, eh);
-        free(eh);
-    }
-    double got = train_loss(zeros);
     float *embed = param("model.embed_tokens.weight"), *head = param("lm_head.weight");
     double eps = model->cfg.rms_norm_eps, want = 0;
     for (int k = 0; k < DEPTHS; k++) {
@@ -276,7 +286,7 @@ START_TEST(test_mtp_loss_by_hand)
         for (int s = 0; s < 2; s++)
             for (int i = cu[s]; i < cu[s + 1]; i++) {
                 int j = i + k + 1; // depth k + 1 reads t_j and predicts t_{j+1} = targets[j]
-                if (j >= cu[s + 1] || targets[j] < 0)
+                if (j >= cu[s + 1] || targets[j] < 0 || (mask && mask[j] == 0.0f))
                     continue;
                 double e[C], en[C], x[C], h[C], z[V];
                 for (int c = 0; c < C; c++)
@@ -300,12 +310,48 @@ START_TEST(test_mtp_loss_by_hand)
                 sum += top + log(lse) - z[targets[j]];
                 scored++;
             }
-        ck_assert_int_eq(scored, k == 0 ? 7 : 5); // each sequence's last target is ignored
-        want += 0.3 / DEPTHS * sum / scored;
+        if (!mask) // each sequence's last target is ignored
+            ck_assert_int_eq(scored, k == 0 ? 7 : 5);
+        want += 0.3 / DEPTHS * sum / (norm > 0 ? norm : scored);
         free(enorm), free(hnorm), free(eh);
     }
     free(embed), free(head);
+    return want;
+}
+
+/* The MTP loss by hand: with o_proj and every down projection of the MTP blocks zeroed, each block is the identity
+ * (both residual branches add 0), and with eh_proj's hidden half zeroed, depth k's logits at position i are
+ * shared_head.norm(eh_proj[:, :C] enorm(embed(t_{i+k}))) lm_head^T. By default each depth's mean over the positions
+ * with a target at i + k; with the caller's mask and count, their weighing. */
+START_TEST(test_mtp_loss_by_hand)
+{
+    char name[96];
+    for (int k = 0; k < DEPTHS; k++) {
+        const char *zeroed[] = {"self_attn.o_proj.weight", "mlp.experts.down_proj", "mlp.shared_experts.down_proj.weight"};
+        for (size_t z = 0; z < 3; z++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", 3 + k, zeroed[z]);
+            const glm5_param *p = glm5_model_find_param(model, name);
+            ck_assert_ptr_nonnull(p);
+            float *v = calloc((size_t)p->numel, sizeof(float));
+            set_param(name, v);
+            free(v);
+        }
+        snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", 3 + k);
+        float *eh = param(name);
+        for (int r = 0; r < C; r++)
+            for (int c = C; c < 2 * C; c++)
+                eh[r * 2 * C + c] = 0.0f;
+        set_param(name, eh);
+        free(eh);
+    }
+    double got = train_loss(zeros), want = loss_by_hand(NULL, 0.0);
     fprintf(stderr, "MTP loss %.7g, by hand %.7g\n", got, want);
+    ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want), "MTP loss %.7g, by hand %.7g", got, want);
+    static const float mask[T] = {1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 1};
+    mtp_mask = mask, mtp_norm = 17.0;
+    got = train_loss(zeros), want = loss_by_hand(mask, 17.0);
+    mtp_mask = NULL, mtp_norm = 0.0;
+    fprintf(stderr, "MTP loss (mask, norm 17) %.7g, by hand %.7g\n", got, want);
     ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want), "MTP loss %.7g, by hand %.7g", got, want);
 }
 END_TEST
@@ -423,6 +469,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_mtp_gradients_of_its_parameters);
+    tcase_add_test(tc, test_mtp_gradients_with_caller_mask_and_norm);
     tcase_add_test(tc, test_mtp_gradients_reach_trunk_through_hidden_states);
     tcase_add_test(tc, test_mtp_loss_by_hand);
     tcase_add_test(tc, test_mtp_refusals);

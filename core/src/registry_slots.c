@@ -43,6 +43,7 @@ static const slot_rule model_rules[] = {
     MO(accepts, 2), MO(flops, 2), MO(train_forward, 2), MO(train_backward, 2),
     MO(reduce_gradients, 3), MO(plan, 3),
     MO(stage_forward, 4), MO(stage_backward, 4), MO(stage_transfer, 4),
+    MO(mtp_loss, 5),
 };
 #undef M
 #undef MO

@@ -6,8 +6,11 @@
  *   h^k = shared_head.norm(x),  logits_k = h^k lm_head^T            the trunk's embedding and LM head, shared
  * with h^0 = the trunk's final-norm output h_final (the hidden state serving engines feed their MTP draft layer).
  * The loss, added to the caller's (Megatron's mtp_loss_scaling_factor / mtp_num_layers per depth):
- *   L_mtp = scale / D * sum_k mean over scored positions i of -log p_k(t_{i+k+1} | i)
- * where i is scored when t_{i+k+1} exists inside its sequence and its target is not ignored (targets[i+k] >= 0).
+ *   L_mtp = scale / D * sum_k (sum over scored positions i of -log p_k(t_{i+k+1} | i)) / N_k
+ * where i is scored when t_{i+k+1} exists inside its sequence, its target is not ignored (targets[i+k] >= 0) and
+ * the caller's token mask, when it gives one, counts position i+k (Megatron rolls the loss mask likewise); N_k is
+ * the caller's normalisation (its global token count, so that microbatches and data-parallel ranks add up to
+ * one mean, as Megatron's per-token loss does) or else depth k's scored positions of the pass.
  * Its gradient reaches the depths' weights, the shared embedding and LM head, and through hnorm h_final and the
  * trunk. A position past its sequence's end reads token 0 and is never scored; attention is causal inside each
  * sequence, so no scored position sees it and its gradient is exactly zero. */
@@ -18,16 +21,17 @@
 struct glm5_mtp {
     int32_t depths;
     int32_t *ids, *targets;             // (D, T) device: t_{i+k} (0 past the end), t_{i+k+1} (-1: not scored)
-    int64_t *scored;                    // host (D): scored positions of each depth
+    int32_t *host_targets;              // host (D, T): the targets of mt->targets
+    float *host_lp;                     // host (D, T): the forward's log-probs
+    float *weight;                      // host (D, T): d L_mtp / d (-log p_k) of each position (0: not scored)
+    float *host_dlp;                    // host (T): one depth's d L_mtp / d log p_k
     float *logprobs;                    // (D, T) device: the forward's log-probs, then the backward's dlogprobs
-    float *host;                        // host (T)
     float *logits;                      // (head_rows, V) the depths' own: the trunk's stay for its backward
     void **emb, **cat, **x, **out;      // per depth: (T,C) embedding rows, (T,2C) [enorm | hnorm], (T,C) the
                                         // block's stream (its output after the forward), (T,C) h^k
     float **rstd_e, **rstd_h, **rstd_o; // per depth (T)
     glm5_layer_acts *acts;              // (D)
     void *scratch, *dmain, *dout, *dcarry, *dcat; // (T,C) x 4, (T,2C)
-    double loss;
 };
 
 int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *par, const char *where,
@@ -75,6 +79,7 @@ static int upload_shifted(glm5_pass *p, struct glm5_mtp *mt, const int32_t *targ
     int32_t *tokens, *host;
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)T * sizeof(int32_t), (void **)&tokens, err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(2 * D * T) * sizeof(int32_t), (void **)&host, err));
+    mt->host_targets = host + D * T;
     DSARL_TRY(m->dev_ops->copy(m->dev, tokens, p->tokens, (size_t)T * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST,
                                err));
     const int32_t *cu = p->batch.host_cu_seqlens;
@@ -85,7 +90,6 @@ static int upload_shifted(glm5_pass *p, struct glm5_mtp *mt, const int32_t *targ
                 bool inside = j < cu[s + 1];
                 host[k * T + i] = inside ? tokens[j] : 0;
                 host[(D + k) * T + i] = inside ? targets[j] : -1;
-                mt->scored[k] += inside && targets[j] >= 0;
             }
     return m->dev_ops->copy(m->dev, mt->ids, host, (size_t)(2 * D * T) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE,
                             err);
@@ -147,13 +151,33 @@ static int depth_forward(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_err
         rc = glm5_head_logprobs(p, lp, mt->targets + k * T, err);
     head_end(p, s);
     DSARL_TRY(rc);
-    DSARL_TRY(d->copy(m->dev, mt->host, lp, (size_t)T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err));
-    double sum = 0.0; // ignored targets give log-prob 0
-    for (int64_t i = 0; i < T; i++)
-        sum -= mt->host[i];
-    if (mt->scored[k] > 0)
-        mt->loss += m->mtp_loss_scale / (double)mt->depths * sum / (double)mt->scored[k];
-    return DSARL_OK;
+    return d->copy(m->dev, mt->host_lp + k * T, lp, (size_t)T * sizeof(float), DSARL_COPY_DEVICE_TO_HOST, err);
+}
+
+int glm5_mtp_weigh(glm5_pass *p, const float *mask, double norm_tokens, float *loss)
+{
+    struct glm5_mtp *mt = p->mtp;
+    int64_t T = p->T;
+    double total = 0.0, per_depth = p->m->mtp_loss_scale / (double)mt->depths;
+    for (int32_t k = 0; k < mt->depths; k++) {
+        const int32_t *tgt = mt->host_targets + k * T;
+        float *w = mt->weight + k * T;
+        int64_t scored = 0;
+        for (int64_t i = 0; i < T; i++) { // the target tgt[i] is the caller's at position i + k + 1 (glm5_pass.h)
+            w[i] = tgt[i] >= 0 && (!mask || mask[i + k + 1] > 0.0f) ? 1.0f : 0.0f;
+            scored += w[i] > 0.0f;
+        }
+        double n = norm_tokens > 0.0 ? norm_tokens : (double)scored, sum = 0.0;
+        for (int64_t i = 0; i < T && n > 0.0; i++) {
+            w[i] = (float)(w[i] * per_depth / n);
+            sum -= (double)w[i] * mt->host_lp[k * T + i];
+        }
+        total += sum;
+    }
+    p->m->mtp_loss = (float)total;
+    if (loss)
+        *loss = (float)total;
+    return mt->depths;
 }
 
 int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
@@ -169,8 +193,9 @@ int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
     struct glm5_mtp *mt;
     DSARL_TRY(glm5_pass_host_alloc(p, sizeof *mt, (void **)&mt, err));
     mt->depths = D;
-    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)D * sizeof(int64_t), (void **)&mt->scored, err));
-    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)T * f, (void **)&mt->host, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(D * T) * f, (void **)&mt->host_lp, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(D * T) * f, (void **)&mt->weight, err));
+    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)T * f, (void **)&mt->host_dlp, err));
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * D * T) * sizeof(int32_t), (void **)&mt->ids, err));
     mt->targets = mt->ids + D * T;
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(D * T) * f, (void **)&mt->logprobs, err));
@@ -193,25 +218,21 @@ int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
     p->mtp = mt;
     for (int32_t k = 0; k < D; k++)
         DSARL_TRY(depth_forward(p, mt, k, err));
-    m->mtp_loss = (float)mt->loss;
+    glm5_mtp_weigh(p, NULL, 0.0, NULL); // each depth's own mean until the caller says otherwise
     return DSARL_OK;
 }
 
-// d loss / d logprobs of depth k into its log-prob row: -scale / (D * scored) at the scored positions.
-static int upload_dlogprobs(glm5_pass *p, struct glm5_mtp *mt, int32_t k, const int32_t *host_targets,
-                            dsarl_error *err)
+// d L_mtp / d logprobs of depth k (minus its weights) into its log-prob row.
+static int upload_dlogprobs(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_error *err)
 {
-    dsarl_model *m = p->m;
     int64_t T = p->T;
-    float w = mt->scored[k] > 0 ? -m->mtp_loss_scale / (float)mt->depths / (float)mt->scored[k] : 0.0f;
     for (int64_t i = 0; i < T; i++)
-        mt->host[i] = host_targets[i] >= 0 ? w : 0.0f;
-    return m->dev_ops->copy(m->dev, mt->logprobs + k * T, mt->host, (size_t)T * sizeof(float),
-                            DSARL_COPY_HOST_TO_DEVICE, err);
+        mt->host_dlp[i] = -mt->weight[k * T + i];
+    return p->m->dev_ops->copy(p->m->dev, mt->logprobs + k * T, mt->host_dlp, (size_t)T * sizeof(float),
+                               DSARL_COPY_HOST_TO_DEVICE, err);
 }
 
-static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, int32_t k, const int32_t *tgt,
-                          dsarl_error *err)
+static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, int32_t k, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
@@ -219,7 +240,7 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
     int32_t layer = m->cfg.num_hidden_layers + k;
     const glm5_layer *L = &m->layers[layer];
     // the head: dout = d L_mtp / d h^k (lm_head's gradient accumulates); g's targets and dlogprobs swapped to ours
-    DSARL_TRY(upload_dlogprobs(p, mt, k, tgt, err));
+    DSARL_TRY(upload_dlogprobs(p, mt, k, err));
     int32_t *targets = g->targets;
     float *dlogprobs = g->dlogprobs;
     g->targets = mt->targets + k * T, g->dlogprobs = mt->logprobs + k * T;
@@ -257,15 +278,10 @@ int glm5_mtp_backward(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     struct glm5_mtp *mt = p->mtp;
-    int64_t T = p->T, D = mt->depths;
-    size_t bytes = (size_t)(T * m->cfg.hidden_size) * m->elem;
+    size_t bytes = (size_t)(p->T * m->cfg.hidden_size) * m->elem;
     // the depths use g's residual-stream buffers: h_final's gradient from the LM head waits in dmain meanwhile
     DSARL_TRY(m->dev_ops->copy(m->dev, mt->dmain, g->dh, bytes, DSARL_COPY_DEVICE_TO_DEVICE, err));
-    int32_t *host;
-    DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(D * T) * sizeof(int32_t), (void **)&host, err));
-    DSARL_TRY(m->dev_ops->copy(m->dev, host, mt->targets, (size_t)(D * T) * sizeof(int32_t),
-                               DSARL_COPY_DEVICE_TO_HOST, err));
-    for (int32_t k = (int32_t)D - 1; k >= 0; k--)
-        DSARL_TRY(depth_backward(p, g, mt, k, host + k * T, err));
+    for (int32_t k = mt->depths - 1; k >= 0; k--)
+        DSARL_TRY(depth_backward(p, g, mt, k, err));
     return m->dev_ops->copy(m->dev, g->dh, mt->dmain, bytes, DSARL_COPY_DEVICE_TO_DEVICE, err);
 }

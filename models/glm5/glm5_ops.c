@@ -3,6 +3,7 @@
 #include "dsarl/log.h"
 #include "glm5_cache.h"
 #include "glm5_ops.h"
+#include "glm5_pass.h"
 
 /* glm5_optim.c: the data-parallel gradient reduction (ABI 1.3 slot reduce_gradients). */
 int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err);
@@ -60,6 +61,14 @@ static int read_attention_form(const dsarl_node *recipe, const dsarl_dsa_ops *ds
                                  "auto or absorbed with it",
                                  dsa->common.name ? dsa->common.name : "(unnamed)");
     return DSARL_OK;
+}
+
+static int32_t glm5_mtp_loss(dsarl_model *m, const float *mask, double norm_tokens, float *loss)
+{
+    if (m->train && m->train->p.mtp) // a pending training pass: its backward adds the loss weighed so
+        return glm5_mtp_weigh(&m->train->p, mask, norm_tokens, loss);
+    *loss = m->cfg.mtp_layers > 0 ? m->mtp_loss : 0.0f;
+    return m->cfg.mtp_layers;
 }
 
 int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err)
@@ -219,6 +228,11 @@ static const dsarl_key_spec glm5_keys[] = {
      .doc = "keep only each layer's input in training and recompute the layer in the backward pass"},
     {.path = "policy.logprob_chunk_size", .type = DSARL_KEY_INT, .default_value = NULL, .flags = DSARL_KEY_NULLABLE,
      .doc = "LM-head logits and their log-softmax this many tokens at a time (null: the whole pass); tp 1 only"},
+    {.path = "policy.megatron_cfg.mtp_num_layers", .type = DSARL_KEY_INT, .default_value = "0",
+     .flags = DSARL_KEY_NULLABLE, .doc = "MTP depths of the checkpoint to train (num_nextn_predict_layers at most; 0 or "
+     "null: off, the MTP tensors are carried through saves unchanged); data parallelism only"},
+    {.path = "policy.megatron_cfg.mtp_loss_scaling_factor", .type = DSARL_KEY_FLOAT, .default_value = "0.1",
+     .doc = "weight of the MTP loss added to the training loss (divided by mtp_num_layers per depth)"},
 };
 
 /* The slots both families share (everything but create and the config-only count), so the two tables cannot
@@ -253,7 +267,8 @@ static const dsarl_key_spec glm5_keys[] = {
     .device = glm5_device,                          \
     .stage_forward = glm5_stage_forward,            \
     .stage_backward = glm5_stage_backward,          \
-    .stage_transfer = glm5_stage_transfer
+    .stage_transfer = glm5_stage_transfer,          \
+    .mtp_loss = glm5_mtp_loss
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",

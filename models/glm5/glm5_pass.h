@@ -321,6 +321,10 @@ int glm5_layer_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *
  * glm5_mtp_backward: inside the head's backward, once g->dh holds h_final's gradient from the LM head: adds the MTP
  *   loss's gradient to it (the depths', embedding's and LM head's weight gradients accumulate). */
 int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err);
+/* Before the backward: what the MTP loss counts and divides by (the model op mtp_loss, dsarl/ops/model.h; mask
+ * (T) may be NULL, norm_tokens 0: each depth's own mean); m->mtp_loss and *loss (may be NULL) = the loss. Returns
+ * the depths. */
+int glm5_mtp_weigh(glm5_pass *p, const float *mask, double norm_tokens, float *loss);
 int glm5_mtp_backward(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err);
 
 /* Backward of glm5_moe_forward from dy (T,C): expert and router weight gradients accumulated, dh2 (T,C)

@@ -294,7 +294,15 @@ typedef struct dsarl_model_ops {
      * the neighbour makes the matching transfer (even stages send first, odd stages receive first). */
     int (*stage_transfer)(dsarl_model *model, const dsarl_stage_transfer *t, dsarl_error *err);
 
-    void *reserved[1];
+    /* --- ABI 1.5, optional (took the reserved slot, so the table kept its size) ---------------------------------- */
+    /* Multi-token prediction (policy.megatron_cfg.mtp_num_layers): returns the MTP depths the model trains (0:
+     * none, nothing else happens). Between a train_forward and its train_backward it sets how that backward adds
+     * the MTP loss to the caller's: depth k's prediction at position i counts when mask (T, may be NULL: every
+     * position whose target is not ignored) counts position i + k, whose target is the token it predicts, and each
+     * depth's summed cross entropy is divided by norm_tokens (> 0: the count the caller's loss divides by, e.g.
+     * the global number of valid tokens; 0: the depth's counted positions of the pass). *loss = that MTP loss
+     * (mtp_loss_scaling_factor / depths times the sum over depths); without a pending pass, the last pass's. */
+    int32_t (*mtp_loss)(dsarl_model *model, const float *mask, double norm_tokens, float *loss);
 } dsarl_model_ops;
 
 /* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */
