@@ -462,6 +462,80 @@ START_TEST(test_mtp_saves)
 }
 END_TEST
 
+// The gradient (float32 storage on the cpu device) of parameter name of m.
+static const float *grad_of(const dsarl_model *m, const char *name)
+{
+    const glm5_param *p = glm5_model_find_param(m, name);
+    ck_assert_msg(p != NULL, "no parameter %s", name);
+    return (const float *)m->grads + p->offset;
+}
+
+/* A checkpoint whose depths carry their own embed_tokens / shared_head.head (as DeepSeek-V3 releases do), here
+ * copies of the trunk's: the depths train the copies, with the loss of the shared layout; the copies' gradients are
+ * the shares the shared tensors got from the depths (the LM loss off, the trunk's LM head gets none). */
+START_TEST(test_mtp_own_embedding_and_head)
+{
+    char src[128], own[128], path[192], cmd[512];
+    snprintf(src, sizeof src, "%s/src", tmp);
+    snprintf(own, sizeof own, "%s/own", tmp);
+    ck_assert_msg(glm5_save_hf(model, src, &err) == 0, "%s", err.message);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/config.json' '%s/'", own, src, own);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    dsarl_safetensors_file *f = NULL;
+    ck_assert_int_eq(dsarl_safetensors_open(path, &f, &err), 0);
+    size_t n = dsarl_safetensors_count(f);
+    dsarl_safetensors_entry *e = calloc(n + 2 * DEPTHS, sizeof *e);
+    char names[2 * DEPTHS][96];
+    for (size_t i = 0; i < n; i++) {
+        e[i].name = dsarl_safetensors_name(f, i);
+        ck_assert_int_eq(dsarl_safetensors_get(f, e[i].name, &e[i].tensor, &err), 0);
+    }
+    for (int k = 0; k < 2 * DEPTHS; k++) {
+        snprintf(names[k], sizeof names[k], "model.layers.%d.%s", 3 + k / 2,
+                 k % 2 ? "shared_head.head.weight" : "embed_tokens.weight");
+        e[n + k].name = names[k];
+        ck_assert_int_eq(dsarl_safetensors_get(f, k % 2 ? "lm_head.weight" : "model.embed_tokens.weight",
+                                               &e[n + k].tensor, &err), 0);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", own);
+    ck_assert_msg(dsarl_safetensors_write(path, e, n + 2 * DEPTHS, NULL, 0, &err) == 0, "%s", err.message);
+    free(e);
+    dsarl_safetensors_close(f);
+    dsarl_model *shared = NULL, *copies = NULL;
+    ck_assert_msg(create(DEPTHS, DEPTHS, src, NULL, &shared) == 0, "%s", err.message);
+    ck_assert_msg(create(DEPTHS, DEPTHS, own, NULL, &copies) == 0, "%s", err.message);
+    ck_assert(!shared->cfg.mtp_own_head && copies->cfg.mtp_own_head && copies->cfg.mtp_own_embed);
+    ck_assert_int_eq(copies->n_params, shared->n_params + 2 * DEPTHS);
+    ck_assert_int_eq((int)copies->extra.n, 0);
+    float lp[T];
+    dsarl_model *both[2] = {shared, copies};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(ops->zero_grad(both[i], &err), 0);
+        ck_assert_msg(ops->train_forward(both[i], &batch, targets, lp, &err) == 0, "%s", err.message);
+        ck_assert_msg(ops->train_backward(both[i], zeros, NULL, &err) == 0, "%s", err.message);
+    }
+    ck_assert_float_eq_tol(copies->mtp_loss, shared->mtp_loss, 1e-6f * shared->mtp_loss);
+    const char *trunk[2] = {"lm_head.weight", "model.embed_tokens.weight"};
+    for (int kind = 0; kind < 2; kind++) {
+        const float *want = grad_of(shared, trunk[kind]), *rest = grad_of(copies, trunk[kind]);
+        const float *g3 = grad_of(copies, names[1 - kind]), *g4 = grad_of(copies, names[3 - kind]);
+        double mx = 0, worst = 0;
+        for (int64_t j = 0; j < V * C; j++) {
+            mx = fmax(mx, fabs(want[j]));
+            worst = fmax(worst, fabs((double)rest[j] + g3[j] + g4[j] - want[j]));
+            if (kind == 0)
+                ck_assert_msg(rest[j] == 0.0f, "the trunk's LM head got an MTP gradient");
+        }
+        ck_assert_double_gt(mx, 0.0);
+        ck_assert_msg(worst <= 1e-5 * mx, "%s: the copies' gradients differ from the shared one by %g (of %g)",
+                      trunk[kind], worst, mx);
+    }
+    ops->destroy(shared);
+    ops->destroy(copies);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("glm5_mtp");
@@ -474,6 +548,7 @@ int main(void)
     tcase_add_test(tc, test_mtp_loss_by_hand);
     tcase_add_test(tc, test_mtp_refusals);
     tcase_add_test(tc, test_mtp_saves);
+    tcase_add_test(tc, test_mtp_own_embedding_and_head);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -31,6 +31,8 @@ typedef struct glm5_config {
     int32_t num_nextn_predict_layers; // MTP layers in the checkpoint (saves carry the ones not built)
     int32_t mtp_layers;               // MTP depths built and trained (policy.megatron_cfg.mtp_num_layers), 0: off;
                                       // layer num_hidden_layers + k is depth k + 1 (glm5_mtp.c)
+    bool mtp_own_embed, mtp_own_head;  // the trained depths have their own embed_tokens / shared_head.head copies
+                                      // (DeepSeek-V3 releases), else they share the trunk's (GLM-5)
     // derived scalars
     int64_t qk_head_dim;       // nope + rope
     double softmax_scale;      // qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim

@@ -365,6 +365,28 @@ static int list_files(load_state *s, const char *dir, hf_dir *d, dsarl_error *er
     return rc;
 }
 
+int glm5_hf_has_key(const char *dir, const char *key, bool *has, dsarl_error *err)
+{
+    char *single = dsarl_path_join(dir, "model.safetensors"), *index = dsarl_path_join(dir, "model.safetensors.index.json");
+    int rc = (!single || !index) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory") : DSARL_OK;
+    *has = false;
+    if (rc == 0 && dsarl_path_exists(single)) {
+        dsarl_safetensors_file *f = NULL;
+        rc = dsarl_safetensors_open(single, &f, err);
+        *has = rc == 0 && dsarl_safetensors_has(f, key);
+        dsarl_safetensors_close(f);
+    } else if (rc == 0 && dsarl_path_exists(index)) {
+        json_t *root = NULL, *map = NULL;
+        rc = dsarl_json_load_file(index, &root, err);
+        if (rc == 0)
+            rc = dsarl_json_get_object(root, "weight_map", index, &map, err);
+        *has = rc == 0 && json_object_get(map, key) != NULL;
+        json_decref(root);
+    } // no weights at all: the load names what is missing
+    free(single), free(index);
+    return rc;
+}
+
 void glm5_extra_free(glm5_extra *x)
 {
     for (size_t i = 0; i < x->n_files; i++)

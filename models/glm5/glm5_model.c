@@ -60,6 +60,8 @@ static void bind_pointers(dsarl_model *m)
             {"hnorm.weight", &L->hnorm},
             {"eh_proj.weight", &L->eh_proj},
             {"shared_head.norm.weight", &L->head_norm},
+            {"embed_tokens.weight", &L->mtp_embed},
+            {"shared_head.head.weight", &L->mtp_head},
         };
         for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
             if (!strcmp(s, map[k].key))

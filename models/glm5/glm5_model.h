@@ -82,6 +82,7 @@ typedef struct glm5_layer {
     float *router_bias32;                  /* (E) float32 copy the router reads (== router_bias on f32 storage) */
     void *experts_gate_up, *experts_down;  /* (E, 2*moe_inter, C), (E, C, moe_inter) */
     void *enorm, *hnorm, *eh_proj, *head_norm; /* MTP depths only: (C), (C), (C, 2C), shared_head.norm (C) */
+    void *mtp_embed, *mtp_head;            /* an MTP depth's own embed_tokens / shared_head.head (V, C), or NULL */
 } glm5_layer;
 
 /* What the last glm5_load_hf_weights read on this rank: the bytes of its tensor slices (in the file's dtype),
@@ -262,10 +263,14 @@ void glm5_stage_release(dsarl_model *m);
 bool glm5_stage_key_elsewhere(const dsarl_model *m, const char *key);
 
 /* Reads policy.megatron_cfg.mtp_num_layers (null or 0: off) and mtp_loss_scaling_factor (default 0.1) from recipe
- * (NULL: off) and turns MTP training on in cfg (glm5_config_enable_mtp); *scale = the factor. Refuses, in one
- * sentence naming the key, a layout other than data parallelism (tp, pp, cp or ep > 1). glm5_mtp.c. */
-int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *parallel, const char *where,
-                       float *scale, dsarl_error *err);
+ * (NULL: off) and turns MTP training on in cfg (glm5_config_enable_mtp), with the depths' own embedding and LM-head
+ * copies when model_dir (NULL: a recipe's random model) has them; *scale = the factor. Refuses, in one sentence
+ * naming the key, a layout other than data parallelism (tp, pp, cp or ep > 1). glm5_mtp.c. */
+int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *parallel,
+                       const char *model_dir, float *scale, dsarl_error *err);
+
+/* *has = whether the Hugging Face directory dir lists tensor key (its model.safetensors header or index). */
+int glm5_hf_has_key(const char *dir, const char *key, bool *has, dsarl_error *err);
 
 /* Frees the instance and its device memory. */
 void glm5_model_free(dsarl_model *model);

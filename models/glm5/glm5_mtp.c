@@ -4,7 +4,8 @@
  *   x   = [enorm(embed(t_{i+k})) | hnorm(h^{k-1}_i)] eh_proj^T     (T, 2C) -> (T, C)
  *   x   = block_k(x)                                               a decoder layer like the trunk's (DSA + MoE)
  *   h^k = shared_head.norm(x),  logits_k = h^k lm_head^T            the trunk's embedding and LM head, shared
- * with h^0 = the trunk's final-norm output h_final (the hidden state serving engines feed their MTP draft layer).
+ * with h^0 = the trunk's final-norm output h_final (the hidden state serving engines feed their MTP draft layer);
+ * a checkpoint whose depths have their own embed_tokens / shared_head.head (DeepSeek-V3) trains those instead.
  * The loss, added to the caller's (Megatron's mtp_loss_scaling_factor / mtp_num_layers per depth):
  *   L_mtp = scale / D * sum_k (sum over scored positions i of -log p_k(t_{i+k+1} | i)) / N_k
  * where i is scored when t_{i+k+1} exists inside its sequence, its target is not ignored (targets[i+k] >= 0) and
@@ -34,9 +35,10 @@ struct glm5_mtp {
     void *scratch, *dmain, *dout, *dcarry, *dcat; // (T,C) x 4, (T,2C)
 };
 
-int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *par, const char *where,
+int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *par, const char *model_dir,
                        float *scale, dsarl_error *err)
 {
+    const char *where = model_dir ? model_dir : "policy.model_config";
     int64_t layers = 0;
     double factor = 0.1; // Megatron's default
     *scale = 0.0f;
@@ -59,6 +61,13 @@ int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_p
                               "parallelism only, but policy.megatron_cfg.%s is %d; set it to 1 or mtp_num_layers to 0",
                               (long long)layers, layout[i].key, layout[i].size);
     *scale = (float)factor;
+    // DeepSeek-V3 releases give each depth copies of the embedding and LM head (trained as its own); GLM-5 shares
+    char key[96];
+    for (int pass = 0; model_dir && pass < 2; pass++) {
+        snprintf(key, sizeof key, "model.layers.%d.%s", cfg->num_hidden_layers,
+                 pass ? "shared_head.head.weight" : "embed_tokens.weight");
+        DSARL_TRY(glm5_hf_has_key(model_dir, key, pass ? &cfg->mtp_own_head : &cfg->mtp_own_embed, err));
+    }
     return DSARL_OK;
 }
 
@@ -95,24 +104,32 @@ static int upload_shifted(glm5_pass *p, struct glm5_mtp *mt, const int32_t *targ
                             err);
 }
 
-// The LM head on h (T,C) with the depths' logits buffer, no logit factor (the MTP loss is a plain cross entropy):
-// the swapped pass fields, restored by head_end.
+// The LM head (the depth's own copy, if it has one) on h (T,C) with the depths' logits buffer, no logit factor (the
+// MTP loss is a plain cross entropy): the swapped fields, restored by head_end.
 typedef struct head_swap {
-    void *h_final;
+    void *h_final, *lm_head;
     float *logits;
     float logit_scale;
 } head_swap;
 
-static head_swap head_begin(glm5_pass *p, struct glm5_mtp *mt, void *h)
+static head_swap head_begin(glm5_pass *p, struct glm5_mtp *mt, const glm5_layer *L, void *h)
 {
-    head_swap s = {p->h_final, p->logits, p->logit_scale};
+    head_swap s = {p->h_final, p->m->lm_head, p->logits, p->logit_scale};
     p->h_final = h, p->logits = mt->logits, p->logit_scale = 1.0f;
+    if (L->mtp_head)
+        p->m->lm_head = L->mtp_head;
     return s;
 }
 
 static void head_end(glm5_pass *p, head_swap s)
 {
-    p->h_final = s.h_final, p->logits = s.logits, p->logit_scale = s.logit_scale;
+    p->h_final = s.h_final, p->m->lm_head = s.lm_head, p->logits = s.logits, p->logit_scale = s.logit_scale;
+}
+
+// The embedding depth L reads: its own copy, or the trunk's.
+static void *depth_embed(const dsarl_model *m, const glm5_layer *L)
+{
+    return L->mtp_embed ? L->mtp_embed : m->embed;
 }
 
 // y (T,C) = rmsnorm(x) written into the (T, 2C) concatenation at column `col`, through scratch.
@@ -132,7 +149,8 @@ static int depth_forward(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_err
     int32_t layer = m->cfg.num_hidden_layers + k;
     const glm5_layer *L = &m->layers[layer];
     const void *h_prev = k == 0 ? p->h_final : mt->out[k - 1];
-    DSARL_TRY(d->embedding_forward(m->dev, mt->emb[k], mt->ids + k * T, m->embed, T, C, m->cfg.vocab_size, err));
+    DSARL_TRY(d->embedding_forward(m->dev, mt->emb[k], mt->ids + k * T, depth_embed(m, L), T, C, m->cfg.vocab_size,
+                                   err));
     DSARL_TRY(norm_into_cat(m, mt, mt->cat[k], 0, mt->rstd_e[k], mt->emb[k], L->enorm, T, err));
     DSARL_TRY(norm_into_cat(m, mt, mt->cat[k], C, mt->rstd_h[k], h_prev, L->hnorm, T, err));
     DSARL_TRY(glm5_linear(m, mt->x[k], mt->cat[k], L->eh_proj, T, 2 * C, C, err));
@@ -145,7 +163,7 @@ static int depth_forward(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_err
     DSARL_TRY(d->rmsnorm_forward(m->dev, mt->out[k], mt->rstd_o[k], mt->x[k], L->head_norm, T, C,
                                  (float)m->cfg.rms_norm_eps, err));
     float *lp = mt->logprobs + k * T;
-    head_swap s = head_begin(p, mt, mt->out[k]);
+    head_swap s = head_begin(p, mt, L, mt->out[k]);
     rc = p->head_rows >= T ? glm5_head_chunk_logits(p, 0, T, err) : DSARL_OK;
     if (rc == 0)
         rc = glm5_head_logprobs(p, lp, mt->targets + k * T, err);
@@ -244,7 +262,7 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
     int32_t *targets = g->targets;
     float *dlogprobs = g->dlogprobs;
     g->targets = mt->targets + k * T, g->dlogprobs = mt->logprobs + k * T;
-    head_swap s = head_begin(p, mt, mt->out[k]);
+    head_swap s = head_begin(p, mt, L, mt->out[k]);
     // the logits again, but for the last depth's, still in mt->logits (a chunked head recomputes its own)
     int rc = p->head_rows >= T && k + 1 < mt->depths ? glm5_head_chunk_logits(p, 0, T, err) : DSARL_OK;
     if (rc == 0)
@@ -264,7 +282,7 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
     DSARL_TRY(d->copy_2d(m->dev, mt->dout, C, mt->dcat, 2 * C, T, C, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->enorm), mt->dout, mt->emb[k], L->enorm,
                                   mt->rstd_e[k], T, C, err));
-    DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dtmp, mt->ids + k * T, T, C, err));
+    DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, depth_embed(m, L)), g->dtmp, mt->ids + k * T, T, C, err));
     DSARL_TRY(d->copy_2d(m->dev, mt->dout, C, glm5_at(m, mt->dcat, C), 2 * C, T, C, err));
     const void *h_prev = k == 0 ? p->h_final : mt->out[k - 1];
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->hnorm), mt->dout, h_prev, L->hnorm,

@@ -76,8 +76,7 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
     glm5_config cfg;
     DSARL_TRY(glm5_family_config(family, config, &cfg, err));
     float mtp_scale = 0.0f;
-    DSARL_TRY(glm5_mtp_configure(&cfg, config->recipe, config->parallel,
-                                 config->model_dir ? config->model_dir : "policy.model_config", &mtp_scale, err));
+    DSARL_TRY(glm5_mtp_configure(&cfg, config->recipe, config->parallel, config->model_dir, &mtp_scale, err));
     dsarl_model *m = NULL;
     DSARL_TRY(glm5_model_alloc_staged(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
                                       config->parallel, config->recipe, &m, err));

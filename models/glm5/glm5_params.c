@@ -96,6 +96,11 @@ int glm5_param_specs(const glm5_config *c, const glm5_shards *shards, glm5_param
             rc |= add(&l, shards, i, "hnorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
             rc |= add(&l, shards, i, "eh_proj.weight", GLM5_SHARD_REPLICATED, true, 2, C, 2 * C, 0, err);
             rc |= add(&l, shards, i, "shared_head.norm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+            if (c->mtp_own_embed)
+                rc |= add(&l, shards, i, "embed_tokens.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
+            if (c->mtp_own_head)
+                rc |= add(&l, shards, i, "shared_head.head.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0,
+                          err);
         }
         rc |= add(&l, shards, i, "input_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
         rc |= add(&l, shards, i, "self_attn.q_a_proj.weight", GLM5_SHARD_REPLICATED, true, 2, c->q_lora_rank, C, 0, err);
