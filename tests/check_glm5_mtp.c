@@ -462,6 +462,41 @@ START_TEST(test_mtp_saves)
 }
 END_TEST
 
+/* The LM head in chunks of rows (policy.logprob_chunk_size), activation recompute and the headwise attention form
+ * change how the pass computes, not what: the MTP loss and every gradient equal the default pass's. */
+START_TEST(test_mtp_same_under_chunks_recompute_and_headwise)
+{
+    float lp[T];
+    size_t bytes = (size_t)model->n_weights * sizeof(float);
+    float *want = malloc(bytes);
+    double want_loss = 0;
+    for (int variant = 0; variant < 4; variant++) {
+        model->logprob_chunk = variant == 1 ? 4 : 0;
+        model->activation_recompute = variant == 2;
+        model->attention_form = variant == 3 ? GLM5_FORM_HEADWISE : GLM5_FORM_AUTO;
+        ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+        ck_assert_msg(ops->train_forward(model, &batch, targets, lp, &err) == 0, "%s", err.message);
+        ck_assert_msg(ops->train_backward(model, dlogprobs, NULL, &err) == 0, "%s", err.message);
+        if (variant == 0) {
+            memcpy(want, model->grads, bytes), want_loss = model->mtp_loss;
+            continue;
+        }
+        ck_assert_msg(fabs(model->mtp_loss - want_loss) <= 1e-6 * want_loss, "variant %d: MTP loss %.8g, want %.8g",
+                      variant, (double)model->mtp_loss, want_loss);
+        for (int64_t i = 0; i < model->n_params; i++) {
+            const glm5_param *p = &model->params[i];
+            const float *g = (const float *)model->grads + p->offset, *w = want + p->offset;
+            double mx = 0, worst = 0;
+            for (int64_t j = 0; j < p->numel; j++)
+                mx = fmax(mx, fabs(w[j])), worst = fmax(worst, fabs(g[j] - w[j]));
+            ck_assert_msg(worst <= 1e-4 * mx + 1e-7, "variant %d: %s differs by %g (of %g)", variant, p->name, worst,
+                          mx);
+        }
+    }
+    free(want);
+}
+END_TEST
+
 // The gradient (float32 storage on the cpu device) of parameter name of m.
 static const float *grad_of(const dsarl_model *m, const char *name)
 {
@@ -547,6 +582,7 @@ int main(void)
     tcase_add_test(tc, test_mtp_gradients_reach_trunk_through_hidden_states);
     tcase_add_test(tc, test_mtp_loss_by_hand);
     tcase_add_test(tc, test_mtp_refusals);
+    tcase_add_test(tc, test_mtp_same_under_chunks_recompute_and_headwise);
     tcase_add_test(tc, test_mtp_saves);
     tcase_add_test(tc, test_mtp_own_embedding_and_head);
     suite_add_tcase(s, tc);
