@@ -363,19 +363,22 @@ static void expect_refusal(int nextn, int mtp, const dsarl_parallel *par, int co
     ck_assert_ptr_null(m);
     ck_assert_int_eq(err.code, code);
     ck_assert_msg(strstr(err.message, text) != NULL, "message: %s", err.message);
+    ck_assert_msg(strstr(err.message, "mtp.yaml:") && strstr(err.message, "policy.megatron_cfg.mtp_num_layers"),
+                  "the key's place: %s", err.message);
+    fprintf(stderr, "refused: %s\n", err.message);
 }
 
 START_TEST(test_mtp_refusals)
 {
-    expect_refusal(0, 1, NULL, DSARL_E_UNSUPPORTED, "has no MTP layer (num_nextn_predict_layers 0)");
+    expect_refusal(0, 1, NULL, DSARL_E_INVALID, "has no MTP layer (num_nextn_predict_layers 0)");
     expect_refusal(2, 3, NULL, DSARL_E_INVALID, "has only 2 MTP layer(s)");
     expect_refusal(2, -1, NULL, DSARL_E_INVALID, "mtp_num_layers must be >= 0");
     dsarl_parallel par = DSARL_PARALLEL_SINGLE;
     par.tp_size = 2;
-    expect_refusal(2, 1, &par, DSARL_E_UNSUPPORTED, "policy.megatron_cfg.tensor_model_parallel_size is 2");
+    expect_refusal(2, 1, &par, DSARL_E_INVALID, "policy.megatron_cfg.tensor_model_parallel_size is 2");
     par = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
     par.pp_size = 2;
-    expect_refusal(2, 1, &par, DSARL_E_UNSUPPORTED, "policy.megatron_cfg.pipeline_model_parallel_size is 2");
+    expect_refusal(2, 1, &par, DSARL_E_INVALID, "policy.megatron_cfg.pipeline_model_parallel_size is 2");
     // off by default: a checkpoint with MTP layers builds none of them
     dsarl_model *m = NULL;
     ck_assert_int_eq(create(2, 0, NULL, NULL, &m), 0);

@@ -301,7 +301,7 @@ int glm5_config_enable_mtp(glm5_config *cfg, int64_t layers, const char *where, 
         return DSARL_FAIL(err, DSARL_E_INVALID, "policy.megatron_cfg.mtp_num_layers must be >= 0 (0 or null: MTP "
                           "off), got %lld", (long long)layers);
     if (cfg->num_nextn_predict_layers == 0)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.megatron_cfg.mtp_num_layers is %lld, but %s has no MTP "
+        return DSARL_FAIL(err, DSARL_E_INVALID, "policy.megatron_cfg.mtp_num_layers is %lld, but %s has no MTP "
                           "layer (num_nextn_predict_layers 0); set mtp_num_layers to 0", (long long)layers, where);
     if (layers > cfg->num_nextn_predict_layers)
         return DSARL_FAIL(err, DSARL_E_INVALID, "policy.megatron_cfg.mtp_num_layers is %lld, but %s has only %d MTP "

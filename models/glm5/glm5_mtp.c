@@ -35,6 +35,8 @@ struct glm5_mtp {
     void *scratch, *dmain, *dout, *dcarry, *dcat; // (T,C) x 4, (T,2C)
 };
 
+#define MTP_KEY "policy.megatron_cfg.mtp_num_layers"
+
 int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *par, const char *model_dir,
                        float *scale, dsarl_error *err)
 {
@@ -44,22 +46,33 @@ int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_p
     *scale = 0.0f;
     if (!recipe)
         return DSARL_OK;
-    DSARL_TRY(dsarl_recipe_int_or(recipe, "policy.megatron_cfg.mtp_num_layers", 0, &layers, err));
+    DSARL_TRY(dsarl_recipe_int_or(recipe, MTP_KEY, 0, &layers, err));
     if (layers == 0)
         return DSARL_OK;
+    if (layers < 0)
+        return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "must be >= 0 (0 or null: MTP off), got %lld",
+                                 (long long)layers);
     DSARL_TRY(dsarl_recipe_double_or(recipe, "policy.megatron_cfg.mtp_loss_scaling_factor", 0.1, &factor, err));
     if (!(factor >= 0.0 && factor <= 1e6))
         return dsarl_recipe_fail(recipe, "policy.megatron_cfg.mtp_loss_scaling_factor", err, DSARL_E_INVALID,
                                  "must be in [0, 1e6] (the MTP loss's weight beside the main loss), got %g", factor);
-    DSARL_TRY(glm5_config_enable_mtp(cfg, layers, where, err));
     struct { const char *key; int32_t size; } layout[] = {
         {"tensor_model_parallel_size", par ? par->tp_size : 1}, {"pipeline_model_parallel_size", par ? par->pp_size : 1},
         {"context_parallel_size", par ? par->cp_size : 1}, {"expert_model_parallel_size", par ? par->ep_size : 1}};
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++)
         if (layout[i].size > 1)
-            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.megatron_cfg.mtp_num_layers %lld trains MTP under data "
-                              "parallelism only, but policy.megatron_cfg.%s is %d; set it to 1 or mtp_num_layers to 0",
-                              (long long)layers, layout[i].key, layout[i].size);
+            return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "trains MTP under data parallelism "
+                                     "only, but policy.megatron_cfg.%s is %d; set it to 1 or mtp_num_layers to 0",
+                                     layout[i].key, layout[i].size);
+    // what the checkpoint has, named with the key's place in the recipe (glm5_config_enable_mtp checks it again)
+    if (cfg->num_nextn_predict_layers == 0)
+        return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "is %lld, but %s has no MTP layer "
+                                 "(num_nextn_predict_layers 0); set it to 0", (long long)layers, where);
+    if (layers > cfg->num_nextn_predict_layers)
+        return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "is %lld, but %s has only %d MTP layer(s) "
+                                 "(num_nextn_predict_layers); pick 1..%d", (long long)layers, where,
+                                 cfg->num_nextn_predict_layers, cfg->num_nextn_predict_layers);
+    DSARL_TRY(glm5_config_enable_mtp(cfg, layers, where, err));
     *scale = (float)factor;
     // DeepSeek-V3 releases give each depth copies of the embedding and LM head (trained as its own); GLM-5 shares
     char key[96];
