@@ -577,6 +577,8 @@ static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         DSARL_TRY(glm5_linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
         DSARL_TRY(glm5_linear_dinput(m, dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
     } else { // whole or chunk by chunk (glm5_head.c)
+        if (p->mtp && p->head_rows >= T) // the MTP depths' logits took the buffer: the trunk's again
+            DSARL_TRY(glm5_head_chunk_logits(p, 0, T, err));
         DSARL_TRY(glm5_head_backward(p, g, dh, err));
     }
     DSARL_TRY(glm5_sp_reduce(p, g->dh, dh, C, err));

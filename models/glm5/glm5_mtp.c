@@ -27,7 +27,6 @@ struct glm5_mtp {
     float *weight;                      // host (D, T): d L_mtp / d (-log p_k) of each position (0: not scored)
     float *host_dlp;                    // host (T): one depth's d L_mtp / d log p_k
     float *logprobs;                    // (D, T) device: the forward's log-probs, then the backward's dlogprobs
-    float *logits;                      // (head_rows, V) the depths' own: the trunk's stay for its backward
     void **emb, **cat, **x, **out;      // per depth: (T,C) embedding rows, (T,2C) [enorm | hnorm], (T,C) the
                                         // block's stream (its output after the forward), (T,C) h^k
     float **rstd_e, **rstd_h, **rstd_o; // per depth (T)
@@ -117,18 +116,18 @@ static int upload_shifted(glm5_pass *p, struct glm5_mtp *mt, const int32_t *targ
                             err);
 }
 
-// The LM head (the depth's own copy, if it has one) on h (T,C) with the depths' logits buffer, no logit factor (the
-// MTP loss is a plain cross entropy): the swapped fields, restored by head_end.
+// The LM head (the depth's own copy, if it has one) on h (T,C), no logit factor (the MTP loss is a plain cross
+// entropy), in the pass's logits buffer (the trunk's backward computes its logits again, glm5_backward.c): the
+// swapped fields, restored by head_end.
 typedef struct head_swap {
     void *h_final, *lm_head;
-    float *logits;
     float logit_scale;
 } head_swap;
 
-static head_swap head_begin(glm5_pass *p, struct glm5_mtp *mt, const glm5_layer *L, void *h)
+static head_swap head_begin(glm5_pass *p, const glm5_layer *L, void *h)
 {
-    head_swap s = {p->h_final, p->m->lm_head, p->logits, p->logit_scale};
-    p->h_final = h, p->logits = mt->logits, p->logit_scale = 1.0f;
+    head_swap s = {p->h_final, p->m->lm_head, p->logit_scale};
+    p->h_final = h, p->logit_scale = 1.0f;
     if (L->mtp_head)
         p->m->lm_head = L->mtp_head;
     return s;
@@ -136,7 +135,7 @@ static head_swap head_begin(glm5_pass *p, struct glm5_mtp *mt, const glm5_layer 
 
 static void head_end(glm5_pass *p, head_swap s)
 {
-    p->h_final = s.h_final, p->m->lm_head = s.lm_head, p->logits = s.logits, p->logit_scale = s.logit_scale;
+    p->h_final = s.h_final, p->m->lm_head = s.lm_head, p->logit_scale = s.logit_scale;
 }
 
 // The embedding depth L reads: its own copy, or the trunk's.
@@ -176,7 +175,7 @@ static int depth_forward(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_err
     DSARL_TRY(d->rmsnorm_forward(m->dev, mt->out[k], mt->rstd_o[k], mt->x[k], L->head_norm, T, C,
                                  (float)m->cfg.rms_norm_eps, err));
     float *lp = mt->logprobs + k * T;
-    head_swap s = head_begin(p, mt, L, mt->out[k]);
+    head_swap s = head_begin(p, L, mt->out[k]);
     rc = p->head_rows >= T ? glm5_head_chunk_logits(p, 0, T, err) : DSARL_OK;
     if (rc == 0)
         rc = glm5_head_logprobs(p, lp, mt->targets + k * T, err);
@@ -216,7 +215,7 @@ int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
     dsarl_model *m = p->m;
     const glm5_config *c = &m->cfg;
     int32_t D = c->mtp_layers;
-    int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m);
+    int64_t T = p->T, C = c->hidden_size;
     size_t e = m->elem, f = sizeof(float);
     if (p->cp || p->sp || p->T != p->T_real || m->stage.size > 1)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: MTP training runs in one model replica per process (no "
@@ -230,7 +229,6 @@ int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * D * T) * sizeof(int32_t), (void **)&mt->ids, err));
     mt->targets = mt->ids + D * T;
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(D * T) * f, (void **)&mt->logprobs, err));
-    DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->head_rows * V) * f, (void **)&mt->logits, err));
     DSARL_TRY(per_depth(p, D, &mt->emb, (size_t)(T * C) * e, err));
     DSARL_TRY(per_depth(p, D, &mt->cat, (size_t)(2 * T * C) * e, err));
     DSARL_TRY(per_depth(p, D, &mt->x, (size_t)(T * C) * e, err));
@@ -275,9 +273,9 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
     int32_t *targets = g->targets;
     float *dlogprobs = g->dlogprobs;
     g->targets = mt->targets + k * T, g->dlogprobs = mt->logprobs + k * T;
-    head_swap s = head_begin(p, mt, L, mt->out[k]);
-    // the logits again, but for the last depth's, still in mt->logits (a chunked head recomputes its own)
-    int rc = p->head_rows >= T && k + 1 < mt->depths ? glm5_head_chunk_logits(p, 0, T, err) : DSARL_OK;
+    head_swap s = head_begin(p, L, mt->out[k]);
+    // the depth's logits again (a chunked head computes its own chunks)
+    int rc = p->head_rows >= T ? glm5_head_chunk_logits(p, 0, T, err) : DSARL_OK;
     if (rc == 0)
         rc = glm5_head_backward(p, g, mt->dout, err);
     head_end(p, s);
