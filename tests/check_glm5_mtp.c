@@ -377,6 +377,9 @@ START_TEST(test_mtp_refusals)
     par.tp_size = 2;
     expect_refusal(2, 1, &par, DSARL_E_INVALID, "policy.megatron_cfg.tensor_model_parallel_size is 2");
     par = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
+    par.cp_size = 2;
+    expect_refusal(2, 1, &par, DSARL_E_INVALID, "policy.megatron_cfg.context_parallel_size is 2");
+    par = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
     par.pp_size = 2;
     expect_refusal(2, 1, &par, DSARL_E_INVALID, "policy.megatron_cfg.pipeline_model_parallel_size is 2");
     // off by default: a checkpoint with MTP layers builds none of them

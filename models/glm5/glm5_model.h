@@ -265,7 +265,7 @@ bool glm5_stage_key_elsewhere(const dsarl_model *m, const char *key);
 /* Reads policy.megatron_cfg.mtp_num_layers (null or 0: off) and mtp_loss_scaling_factor (default 0.1) from recipe
  * (NULL: off) and turns MTP training on in cfg (glm5_config_enable_mtp), with the depths' own embedding and LM-head
  * copies when model_dir (NULL: a recipe's random model) has them; *scale = the factor. Refuses, in one sentence
- * naming the key, a layout other than data parallelism (tp, pp, cp or ep > 1). glm5_mtp.c. */
+ * naming the key, a layout with tp, pp or cp > 1 (data and expert parallelism run it). glm5_mtp.c. */
 int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *parallel,
                        const char *model_dir, float *scale, dsarl_error *err);
 

@@ -55,14 +55,16 @@ int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_p
     if (!(factor >= 0.0 && factor <= 1e6))
         return dsarl_recipe_fail(recipe, "policy.megatron_cfg.mtp_loss_scaling_factor", err, DSARL_E_INVALID,
                                  "must be in [0, 1e6] (the MTP loss's weight beside the main loss), got %g", factor);
+    // expert parallelism runs the depths' MoE blocks as the trunk's; the row splits of tp/cp and the stages of pp
+    // would need the depths' own (not written)
     struct { const char *key; int32_t size; } layout[] = {
         {"tensor_model_parallel_size", par ? par->tp_size : 1}, {"pipeline_model_parallel_size", par ? par->pp_size : 1},
-        {"context_parallel_size", par ? par->cp_size : 1}, {"expert_model_parallel_size", par ? par->ep_size : 1}};
+        {"context_parallel_size", par ? par->cp_size : 1}};
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++)
         if (layout[i].size > 1)
-            return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "trains MTP under data parallelism "
-                                     "only, but policy.megatron_cfg.%s is %d; set it to 1 or mtp_num_layers to 0",
-                                     layout[i].key, layout[i].size);
+            return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "trains MTP under data and expert "
+                                     "parallelism only, but policy.megatron_cfg.%s is %d; set it to 1 or "
+                                     "mtp_num_layers to 0", layout[i].key, layout[i].size);
     // what the checkpoint has, named with the key's place in the recipe (glm5_config_enable_mtp checks it again)
     if (cfg->num_nextn_predict_layers == 0)
         return dsarl_recipe_fail(recipe, MTP_KEY, err, DSARL_E_INVALID, "is %lld, but %s has no MTP layer "
@@ -218,8 +220,8 @@ int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
     int64_t T = p->T, C = c->hidden_size;
     size_t e = m->elem, f = sizeof(float);
     if (p->cp || p->sp || p->T != p->T_real || m->stage.size > 1)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: MTP training runs in one model replica per process (no "
-                          "tp, pp, cp or ep)");
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: MTP training runs under data and expert parallelism "
+                          "only (no tp, pp or cp)");
     struct glm5_mtp *mt;
     DSARL_TRY(glm5_pass_host_alloc(p, sizeof *mt, (void **)&mt, err));
     mt->depths = D;

@@ -315,7 +315,7 @@ void glm5_train_free(glm5_train *tr);
  * is > 0 (g->idloss uploaded). Uses g->dh, dh2, dtmp as scratch. */
 int glm5_layer_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, int32_t i, dsarl_error *err);
 
-/* Multi-token prediction in training (glm5_mtp.c), one process only (glm5_mtp_check_layout).
+/* Multi-token prediction in training (glm5_mtp.c), under data and expert parallelism (glm5_mtp_configure).
  * glm5_mtp_forward: after the trunk's log-probs (p->h_final kept), every MTP depth's forward and loss from the
  *   caller's targets (T) host, m->mtp_loss = the loss; p->mtp keeps them for the backward.
  * glm5_mtp_backward: inside the head's backward, once g->dh holds h_final's gradient from the LM head: adds the MTP
