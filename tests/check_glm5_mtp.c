@@ -392,6 +392,35 @@ START_TEST(test_mtp_refusals)
 }
 END_TEST
 
+// Model FLOPs of the training pass over the batch with `mtp` depths trained (the config only, nothing built).
+static dsarl_model_flops flops_with(int mtp)
+{
+    char text[2048];
+    snprintf(text, sizeof text, RECIPE_MODEL, DEPTHS, mtp);
+    dsarl_recipe *r = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string(text, "flops.yaml", &r, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(r)};
+    dsarl_model_flops f = {.struct_size = sizeof f};
+    ck_assert_msg(ops->flops(&mc, &batch, &f, &err) == 0, "%s", err.message);
+    dsarl_recipe_free(r);
+    return f;
+}
+
+/* Each trained depth adds the same FLOPs (a block, eh_proj and an LM-head pass): at least eh_proj's and the head's
+ * 2 x (2C x C + V x C) per token forward, and no more than the whole one-process model's. */
+START_TEST(test_mtp_flops)
+{
+    dsarl_model_flops off = flops_with(0), one = flops_with(1), two = flops_with(2);
+    double d1 = one.forward - off.forward, d2 = two.forward - off.forward;
+    ck_assert_msg(fabs(d2 - 2 * d1) <= 1e-9 * d2, "depth FLOPs %g and %g", d1, d2);
+    ck_assert_double_ge(d1, 2.0 * T * (2.0 * C * C + (double)V * C));
+    ck_assert_double_lt(d1, off.forward);
+    ck_assert_double_gt(two.backward - off.backward, 0.0);
+    ck_assert_ptr_nonnull(strstr(two.summary, "MTP"));
+}
+END_TEST
+
 // Two optimizer steps of the LM + MTP loss on m, then a save into dir.
 static void train_and_save(dsarl_model *m, const char *dir)
 {
@@ -591,6 +620,7 @@ int main(void)
     tcase_add_test(tc, test_mtp_same_under_chunks_recompute_and_headwise);
     tcase_add_test(tc, test_mtp_saves);
     tcase_add_test(tc, test_mtp_own_embedding_and_head);
+    tcase_add_test(tc, test_mtp_flops);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
