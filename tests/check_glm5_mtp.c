@@ -10,6 +10,7 @@
 #include <string.h>
 #include "cpu_device.h"
 #include "dsa_reference.h"
+#include "glm5_fd.h"
 #include "glm5_ops.h"
 #include "glm5_pass.h"
 #include "recipe_internal.h"
@@ -121,15 +122,11 @@ static double train_loss(const float *dlp)
 
 static bool is_mtp(const glm5_param *p) { return p->layer >= model->cfg.num_hidden_layers; }
 
-typedef struct fd_stats {
-    int checked, skipped, failed;
-    double worst;
-    char worst_name[128];
-} fd_stats;
+static double fd_loss(void *dlp) { return train_loss(dlp); }
 
-// Central differences at h and h/2 on `per_tensor` elements of the tensors `pick` selects against the gradient of
-// one backward from dlp; an element whose two quotients disagree sits on a routing or top-k kink and is skipped.
-static void fd_check(const float *dlp, bool (*pick)(const glm5_param *), int per_tensor, fd_stats *st)
+// The gradient of one training pass from dlp (the MTP loss weighed as mtp_mask, mtp_norm say) against central
+// differences of train_loss (glm5_fd.h) on `per_tensor` elements of the tensors `pick` selects.
+static void fd_check(const float *dlp, bool (*pick)(const glm5_param *), int per_tensor, glm5_fd_stats *st)
 {
     ck_assert_int_eq(ops->zero_grad(model, &err), 0);
     float lp0[T];
@@ -137,48 +134,7 @@ static void fd_check(const float *dlp, bool (*pick)(const glm5_param *), int per
     ck_assert_msg(ops->train_backward(model, dlp, NULL, &err) == 0, "%s", err.message);
     float *grads = malloc((size_t)model->n_weights * sizeof(float));
     memcpy(grads, model->grads, (size_t)model->n_weights * sizeof(float)); // float32 storage on the cpu device
-    for (int64_t i = 0; i < model->n_params; i++) {
-        const glm5_param *p = &model->params[i];
-        if (!p->trainable || !pick(p))
-            continue;
-        float *w = malloc((size_t)p->numel * sizeof(float)), *g = grads + p->offset;
-        ck_assert_int_eq(ops->read_parameter(model, i, w, NULL, &err), 0);
-        double gmax = 0;
-        for (int64_t j = 0; j < p->numel; j++)
-            gmax = fmax(gmax, fabs(g[j]));
-        for (int s = 0; s < per_tensor && s < p->numel; s++) {
-            int64_t j = (int64_t)((uint64_t)(s * 2654435761u + (uint64_t)i * 40503u) % (uint64_t)p->numel);
-            float saved = w[j];
-            double fd[2];
-            for (int k = 0; k < 2; k++) {
-                float h = k ? 5e-3f : 1e-2f;
-                w[j] = saved + h;
-                ck_assert_int_eq(ops->write_parameter(model, i, w, &err), 0);
-                double lp = train_loss(dlp);
-                w[j] = saved - h;
-                ck_assert_int_eq(ops->write_parameter(model, i, w, &err), 0);
-                double lm = train_loss(dlp);
-                fd[k] = (lp - lm) / (2.0 * h);
-            }
-            w[j] = saved;
-            ck_assert_int_eq(ops->write_parameter(model, i, w, &err), 0);
-            double scale = fmax(gmax, 1e-3);
-            if (fabs(fd[0] - fd[1]) > 0.05 * scale) {
-                st->skipped++;
-                continue;
-            }
-            double e = fabs(fd[1] - g[j]) / scale;
-            st->checked++;
-            if (e > st->worst) {
-                st->worst = e;
-                snprintf(st->worst_name, sizeof st->worst_name, "%s[%lld] fd %.5g analytic %.5g", p->name,
-                         (long long)j, fd[1], g[j]);
-            }
-            if (e > 2e-2)
-                st->failed++;
-        }
-        free(w);
-    }
+    glm5_fd_check(ops, model, grads, pick, per_tensor, fd_loss, (void *)dlp, st);
     free(grads);
 }
 
@@ -195,7 +151,7 @@ START_TEST(test_mtp_gradients_with_lm_loss)
     ck_assert_int_eq(n_mtp, DEPTHS * (4 + 21));
     double loss = train_loss(zeros);
     ck_assert_msg(loss > 0.3 * 0.5 && loss < 0.3 * 2 * log((double)V), "MTP loss %g", loss);
-    fd_stats st = {0};
+    glm5_fd_stats st = {0};
     fd_check(dlogprobs, pick_all, 3, &st); // the trunk's too: its LM-head logits are computed again for its backward
     fprintf(stderr, "every parameter (LM + MTP loss): %d checked, %d skipped at kinks, worst %.3g (%s)\n", st.checked,
             st.skipped, st.worst, st.worst_name);
@@ -210,7 +166,7 @@ START_TEST(test_mtp_gradients_with_caller_mask_and_norm)
 {
     static const float mask[T] = {0, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1};
     mtp_mask = mask, mtp_norm = 23.0;
-    fd_stats st = {0};
+    glm5_fd_stats st = {0};
     fd_check(dlogprobs, pick_mtp, 2, &st);
     fprintf(stderr, "MTP parameters (mask, norm 23): %d checked, %d skipped at kinks, worst %.3g (%s)\n", st.checked,
             st.skipped, st.worst, st.worst_name);
@@ -224,7 +180,7 @@ END_TEST
  * (embedding, layers, final norm, LM head) matches the differences of the MTP loss. */
 START_TEST(test_mtp_gradients_reach_trunk_through_hidden_states)
 {
-    fd_stats st = {0};
+    glm5_fd_stats st = {0};
     fd_check(zeros, pick_all, 2, &st);
     fprintf(stderr, "every parameter (MTP loss only): %d checked, %d skipped at kinks, worst %.3g (%s)\n", st.checked,
             st.skipped, st.worst, st.worst_name);
