@@ -1,12 +1,13 @@
 /* check_glm5_cuda.c: the glm_moe_dsa model on the cuda device with the tilelang DSA backend against the same model
  * on the cpu device with the reference backend: logits, per-token log-probs, the indexer KL loss and every
  * parameter gradient, on a small GLM-5.2-shaped config (dense + MoE layers with grouped routing, a full and an
- * IndexShare-shared indexer layer, index_topk below the sequence lengths), same weights on both.
+ * IndexShare-shared indexer layer, index_topk below the sequence lengths, one trained MTP depth), same weights on
+ * both.
  *
  * Two cases. float32 storage (runtime.cuda_storage_dtype=f32): every cuda and tilelang kernel on the same math as
  * the CPU, so the differences left are fp32 summation order: logits and log-probs |diff| / max |cpu| <= 1e-4 on
  * every token,
- * each gradient tensor ||cuda - cpu|| / ||cpu|| <= 1e-3, the indexer loss relative 1e-3.
+ * each gradient tensor ||cuda - cpu|| / ||cpu|| <= 1e-3, the indexer and MTP losses relative 1e-3.
  * bf16 storage (the default): weights are rounded to bf16 values on both devices first (so the CPU runs fp32 math
  * on the very weights the GPU holds), then activations, gradients and the gradient buffer are bf16 on the GPU
  * while router/LM logits, router bias, indexer head weights, norm statistics and losses stay float32 (gemm_f32out,
@@ -47,8 +48,8 @@ static const char *recipe_model =
     "    kv_lora_rank: 32\n    qk_nope_head_dim: 16\n    qk_rope_head_dim: 16\n    v_head_dim: 24\n"
     "    n_routed_experts: 16\n    num_experts_per_tok: 4\n    n_group: 4\n    topk_group: 2\n    index_topk: 8\n"
     "    index_head_dim: 32\n    index_n_heads: 4\n    first_k_dense_replace: 1\n    index_topk_pattern: FSF\n"
-    "    n_shared_experts: 1\n    initializer_range: 0.1\n"
-    "  megatron_cfg:\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.1\n";
+    "    n_shared_experts: 1\n    initializer_range: 0.1\n    num_nextn_predict_layers: 1\n"
+    "  megatron_cfg:\n    mtp_num_layers: 1\n    model_overrides:\n      dsa_indexer_loss_coeff: 0.1\n";
 
 enum { T = 40 };
 static const dsarl_model_ops *ops = &glm5_2_model_ops;
@@ -221,6 +222,13 @@ START_TEST(test_gradients)
     printf("check_glm5_cuda [%s storage]: indexer loss cpu %.6g cuda %.6g rel err %.2e (tol %.0e)\n", mode, il_cpu,
            il_gpu, il_err, tol_iloss);
     ck_assert_msg(il_cpu > 0.0f && il_err <= tol_iloss, "indexer loss differs");
+    float mtp_cpu = 0.0f, mtp_gpu = 0.0f; // the MTP depth's loss, which the backward added (model op mtp_loss)
+    ck_assert_int_eq(ops->mtp_loss(cpu_model, NULL, 0.0, &mtp_cpu), 1);
+    ck_assert_int_eq(ops->mtp_loss(gpu_model, NULL, 0.0, &mtp_gpu), 1);
+    double mtp_err = fabs((double)mtp_gpu - mtp_cpu) / fmax(fabs(mtp_cpu), 1e-30);
+    printf("check_glm5_cuda [%s storage]: MTP loss cpu %.6g cuda %.6g rel err %.2e (tol %.0e)\n", mode, mtp_cpu,
+           mtp_gpu, mtp_err, tol_iloss);
+    ck_assert_msg(mtp_cpu > 0.0f && mtp_err <= tol_iloss, "MTP loss differs");
     int64_t n = ops->parameter_tensors(cpu_model);
     double worst = 0.0, diff_all = 0.0, norm_all = 0.0;
     char worst_name[128] = "";

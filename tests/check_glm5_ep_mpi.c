@@ -299,6 +299,35 @@ static void check_model(const char *text, const dsarl_model_ops *ops, int salt, 
     unload(&one);
 }
 
+/* A trained MTP depth (a MoE block of its own) under EP: the training log-probs and every gradient, the depth's
+ * experts' included, as one process's. */
+START_TEST(test_mtp_ep)
+{
+    size_t n = strlen(recipe_52) + 128;
+    char *text = malloc(n);
+    snprintf(text, n, "%s    num_nextn_predict_layers: 1\n  megatron_cfg:\n    mtp_num_layers: 1\n", recipe_52);
+    loaded ep, one;
+    OK(load(text, &glm5_2_model_ops, &par, &ep));
+    OK(load(text, &glm5_2_model_ops, NULL, &one));
+    ck_assert_int_eq(ep.m->cfg.mtp_layers, 1);
+    if (par.world_rank == 0)
+        fprintf(stderr, "GLM-5.2 with an MTP depth, EP%d x EDP%d:\n", par.ep_size, par.edp_size);
+    check_grads(&ep, &one, 5, false);
+    // the MTP loss of this rank's batch (the EP model's last pass) against one process's training forward of it
+    float mine = 0, want = 0, lp[MAX_T];
+    rank_batch rb;
+    batch_of(5, par.world_rank, ep.ops->vocab_size(ep.m), &rb);
+    ck_assert_int_eq(ep.ops->mtp_loss(ep.m, NULL, 0.0, &mine), 1);
+    OK(one.ops->train_forward(one.m, &rb.b, rb.targets, lp, &err));
+    ck_assert_int_eq(one.ops->mtp_loss(one.m, NULL, 0.0, &want), 1);
+    ck_assert_msg(mine > 0 && fabsf(mine - want) <= 1e-5f * want, "rank %d: MTP loss %g, one process %g",
+                  par.world_rank, (double)mine, (double)want);
+    unload(&ep);
+    unload(&one);
+    free(text);
+}
+END_TEST
+
 START_TEST(test_glm52_ep)
 {
     check_model(recipe_52, &glm5_2_model_ops, 1, "GLM-5.2, 8 experts");
@@ -453,6 +482,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("ep");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_glm52_ep);
+    tcase_add_test(tc, test_mtp_ep);
     tcase_add_test(tc, test_glm51_ep);
     tcase_add_test(tc, test_recompute_ep);
     tcase_add_test(tc, test_idle_owner);

@@ -4,7 +4,7 @@
  * only the indexer weights (and matches finite differences of the loss), while the LM loss never reaches them.
  *
  * Hard choices (indexer top-k, expert choice) make the loss piecewise smooth; an element whose difference
- * quotients at h and h/2 disagree sits on a kink and is skipped (counted, and required to be rare). */
+ * quotients at h and h/2 disagree sits on a kink and is skipped (counted, and required to be rare; glm5_fd.h). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 #include "cpu_device.h"
 #include "dsa_reference.h"
+#include "glm5_fd.h"
 #include "glm5_ops.h"
 #include "recipe_internal.h"
 
@@ -96,85 +97,32 @@ static double loss(int indexer)
 
 static int is_indexer(const char *name) { return strstr(name, ".indexer.") != NULL; }
 
-typedef struct fd_stats {
-    int checked, skipped, failed;
-    double worst;
-    char worst_name[128];
-} fd_stats;
+static int fd_indexer; // the loss the differences take: 1 the indexer loss, 0 the LM loss
+static double fd_loss(void *user)
+{
+    (void)user;
+    return loss(fd_indexer);
+}
+
+static bool pick_all(const glm5_param *p) { (void)p; return true; }
+static bool pick_indexer(const glm5_param *p) { return is_indexer(p->name); }
 
 // Central differences on up to `per_tensor` elements of every selected tensor against the analytic gradient.
-static void fd_check(int indexer_loss, int only_indexer, int per_tensor, fd_stats *st)
+static void fd_check(int indexer_loss, int only_indexer, int per_tensor, glm5_fd_stats *st)
 {
-    int64_t n = ops->parameter_tensors(model);
-    float *grads[256];
-    ck_assert_int_le(n, 256);
     ck_assert_int_eq(ops->zero_grad(model, &err), 0);
     float zeros[T] = {0};
     ck_assert_int_eq(ops->backward(model, &batch, targets, indexer_loss ? zeros : dlogprobs, NULL, &err), 0);
-    for (int64_t i = 0; i < n; i++) {
-        const char *name;
-        int32_t ndim;
-        int64_t shape[3];
-        int trainable;
-        ck_assert_int_eq(ops->parameter_info(model, i, &name, &ndim, shape, &trainable, &err), 0);
-        int64_t numel = shape[0] * (ndim > 1 ? shape[1] : 1) * (ndim > 2 ? shape[2] : 1);
-        grads[i] = malloc((size_t)numel * sizeof(float));
-        ck_assert_int_eq(ops->read_parameter(model, i, NULL, grads[i], &err), 0);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const char *name;
-        int32_t ndim;
-        int64_t shape[3];
-        int trainable;
-        ck_assert_int_eq(ops->parameter_info(model, i, &name, &ndim, shape, &trainable, &err), 0);
-        if (!trainable || (only_indexer && !is_indexer(name)))
-            continue;
-        int64_t numel = shape[0] * (ndim > 1 ? shape[1] : 1) * (ndim > 2 ? shape[2] : 1);
-        float *w = malloc((size_t)numel * sizeof(float));
-        ck_assert_int_eq(ops->read_parameter(model, i, w, NULL, &err), 0);
-        double gmax = 0;
-        for (int64_t j = 0; j < numel; j++)
-            gmax = fmax(gmax, fabs(grads[i][j]));
-        for (int s = 0; s < per_tensor && s < numel; s++) {
-            int64_t j = (int64_t)((uint64_t)(s * 2654435761u + (uint64_t)i * 40503u) % (uint64_t)numel);
-            float saved = w[j];
-            double fd[2];
-            for (int k = 0; k < 2; k++) {
-                float h = k ? 5e-3f : 1e-2f;
-                w[j] = saved + h;
-                ck_assert_int_eq(ops->write_parameter(model, i, w, &err), 0);
-                double lp = loss(indexer_loss);
-                w[j] = saved - h;
-                ck_assert_int_eq(ops->write_parameter(model, i, w, &err), 0);
-                double lm = loss(indexer_loss);
-                fd[k] = (lp - lm) / (2.0 * h);
-            }
-            w[j] = saved;
-            ck_assert_int_eq(ops->write_parameter(model, i, w, &err), 0);
-            double scale = fmax(gmax, 1e-3);
-            if (fabs(fd[0] - fd[1]) > 0.05 * scale) { // a top-k or routing choice flipped inside the step
-                st->skipped++;
-                continue;
-            }
-            double e = fabs(fd[1] - grads[i][j]) / scale;
-            st->checked++;
-            if (e > st->worst) {
-                st->worst = e;
-                snprintf(st->worst_name, sizeof st->worst_name, "%s[%lld] fd %.5g analytic %.5g", name, (long long)j,
-                         fd[1], grads[i][j]);
-            }
-            if (e > 2e-2)
-                st->failed++;
-        }
-        free(w);
-    }
-    for (int64_t i = 0; i < n; i++)
-        free(grads[i]);
+    float *grads = malloc((size_t)model->n_weights * sizeof(float)); // float32 storage on the cpu device
+    memcpy(grads, model->grads, (size_t)model->n_weights * sizeof(float));
+    fd_indexer = indexer_loss;
+    glm5_fd_check(ops, model, grads, only_indexer ? pick_indexer : pick_all, per_tensor, fd_loss, NULL, st);
+    free(grads);
 }
 
 START_TEST(test_lm_gradients_every_parameter)
 {
-    fd_stats st = {0};
+    glm5_fd_stats st = {0};
     fd_check(0, 0, 4, &st);
     fprintf(stderr, "LM loss: %d elements checked, %d skipped at kinks, worst relative error %.3g (%s)\n",
             st.checked, st.skipped, st.worst, st.worst_name);
@@ -235,7 +183,7 @@ static void indexer_loss_only_reaches_indexer(int sparse)
     }
     free(with);
     // (2) finite differences of the indexer loss for the indexer weights
-    fd_stats st = {0};
+    glm5_fd_stats st = {0};
     fd_check(1, 1, 6, &st);
     fprintf(stderr, "indexer loss (%s): %d checked, %d skipped, worst %.3g (%s)\n", sparse ? "sparse" : "dense",
             st.checked, st.skipped, st.worst, st.worst_name);
@@ -281,7 +229,7 @@ START_TEST(test_tempered_logits_and_gradients)
         double want = targets[t] < 0 ? 0.0 : scale * plain[t * 48 + targets[t]] - log(z);
         ck_assert_double_eq_tol(lp[t], want, 1e-5);
     }
-    fd_stats st = {0};
+    glm5_fd_stats st = {0};
     fd_check(0, 0, 2, &st);
     batch.logit_scale = 0.0f;
     fprintf(stderr, "tempered LM loss: %d elements checked, %d skipped at kinks, worst relative error %.3g (%s)\n",

@@ -20,6 +20,9 @@ endif()
 if(TARGET dsarl-glm5-objects AND TARGET dsarl-dsa-reference-objects)
   dsarl_add_check_test(check_glm5_grad SOURCES check_glm5_grad.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
+  # multi-token prediction in training: finite differences, a hand-computed loss, refusals, saves
+  dsarl_add_check_test(check_glm5_mtp SOURCES check_glm5_mtp.c
+    LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
   dsarl_add_check_test(check_glm5_train SOURCES check_glm5_train.c
     LIBS dsarl-glm5-objects dsarl-device-cpu-objects dsarl-dsa-reference-objects PkgConfig::JANSSON LABELS unit)
   dsarl_add_check_test(check_selection SOURCES check_selection.c

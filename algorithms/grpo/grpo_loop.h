@@ -114,6 +114,7 @@ typedef struct packed_batch {
 typedef struct step_stats {
     grpo_loss_metrics loss;
     double grad_norm, lr, indexer_loss;
+    double mtp_loss; /* the model's multi-token-prediction loss (summed like indexer_loss), 0 without MTP */
     int64_t n_slices;
 } step_stats;
 

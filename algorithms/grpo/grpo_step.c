@@ -261,6 +261,10 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
             rc = grpo_set_metric(tr, rows[i].name, rows[i].v, err);
         if (rc == DSARL_OK)
             rc = variant_metrics(tr, &rs, &p, m, k, err);
+        float last_mtp;
+        const dsarl_model_ops *mops = tr->ctx->model_ops;
+        if (rc == DSARL_OK && DSARL_MODEL_HAS(mops, mtp_loss) && mops->mtp_loss(tr->model, NULL, 0.0, &last_mtp) > 0)
+            rc = grpo_set_metric(tr, "train/mtp_loss", st.mtp_loss / k, err); // a model that trains MTP layers
         if (tr->verifier_failures)
             dsarl_log(DSARL_LOG_WARN, "step %" PRId64 ": the verifier failed on %" PRId64 " responses (scored 0)",
                       tr->step, tr->verifier_failures);

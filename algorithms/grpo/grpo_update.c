@@ -58,23 +58,23 @@ int grpo_logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, fl
 
 /* The slice's loss metrics summed over the data-parallel ranks (extrema as min / max): every term is normalised
  * by the slice's global counts, so the sum is the one-process value. */
-static int reduce_loss_metrics(const trainer *tr, grpo_loss_metrics *m, float *indexer, dsarl_error *err)
+static int reduce_loss_metrics(const trainer *tr, grpo_loss_metrics *m, float *indexer, float *mtp, dsarl_error *err)
 {
     const dsarl_group *g = grpo_dp_group(tr);
     if (dsarl_group_size(g) <= 1)
         return DSARL_OK;
     enum { N = sizeof(grpo_loss_metrics) / sizeof(double) };
     _Static_assert(sizeof(grpo_loss_metrics) == N * sizeof(double), "grpo_loss_metrics holds doubles only");
-    double sum[N + 1], lo[N], hi[N];
+    double sum[N + 2], lo[N], hi[N];
     memcpy(sum, m, sizeof *m);
     memcpy(lo, m, sizeof *m);
     memcpy(hi, m, sizeof *m);
-    sum[N] = *indexer;
-    DSARL_TRY(dsarl_group_all_reduce_host(g, sum, N + 1, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err));
+    sum[N] = *indexer, sum[N + 1] = *mtp;
+    DSARL_TRY(dsarl_group_all_reduce_host(g, sum, N + 2, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err));
     DSARL_TRY(dsarl_group_all_reduce_host(g, lo, N, DSARL_DTYPE_F64, DSARL_REDUCE_MIN, err));
     DSARL_TRY(dsarl_group_all_reduce_host(g, hi, N, DSARL_DTYPE_F64, DSARL_REDUCE_MAX, err));
     memcpy(m, sum, sizeof *m);
-    *indexer = (float)sum[N];
+    *indexer = (float)sum[N], *mtp = (float)sum[N + 1];
 #define PICK(field, from) memcpy(&m->field, (const char *)(from) + offsetof(grpo_loss_metrics, field), sizeof(double))
     PICK(probs_ratio_min, lo);
     PICK(probs_ratio_clamped_min, lo);
@@ -121,9 +121,9 @@ static int microbatch_loss(void *user, int32_t i, dsarl_train_microbatch *mb, ds
 
 /* This rank's microbatches of sequences [lo, hi) in steps of mbs: current log-probs, the loss and its per-token
  * gradient, backward into the gradients (dsarl_trainer_train_microbatches: the 1F1B schedule under pipeline
- * parallelism). The indexer losses are summed into *indexer_loss. */
+ * parallelism). The indexer and MTP losses are summed into *indexer_loss and *mtp_loss. */
 static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, const double valid[3],
-                       grpo_loss_metrics *m, float *indexer_loss, dsarl_error *err)
+                       grpo_loss_metrics *m, float *indexer_loss, float *mtp_loss, dsarl_error *err)
 {
     int64_t mbs = tr->opt.micro_batch, n = hi > lo ? (hi - lo + mbs - 1) / mbs : 0;
     int64_t *first = malloc(sizeof(int64_t) * (size_t)(n + 1));
@@ -146,8 +146,10 @@ static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, con
         b[i] = (dsarl_token_batch){.struct_size = sizeof b[i], .n_tokens = p->cu[s1] - base,
                                    .n_sequences = (int32_t)(s1 - s0), .tokens = p->tokens + base, .cu_seqlens = cu[i],
                                    .logit_scale = 1.0f / tr->opt.temperature};
+        // an MTP loss (models that train MTP layers) counts the tokens the policy loss counts, normalised alike
         mb[i] = (dsarl_train_microbatch){.struct_size = sizeof mb[i], .batch = &b[i], .targets = p->targets + base,
-                                         .logprobs = p->lp_theta + base, .dlogprobs = p->grad + base};
+                                         .logprobs = p->lp_theta + base, .dlogprobs = p->grad + base,
+                                         .token_mask = p->mask + base, .norm_tokens = valid[0]};
     }
     slice_loss sl = {.tr = tr, .p = p, .valid_toks = valid[0], .valid_seqs = valid[1],
                      .valid_positive_toks = valid[2], .first_seq = first,
@@ -156,7 +158,7 @@ static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, con
         rc = dsarl_trainer_train_microbatches(tr->ctx->model_ops, tr->model, tr->ctx->parallel, mb, (int32_t)n,
                                               microbatch_loss, &sl, &tr->passes, err);
     for (int64_t i = 0; rc == 0 && i < n; i++)
-        *indexer_loss += mb[i].indexer_loss;
+        *indexer_loss += mb[i].indexer_loss, *mtp_loss += mb[i].mtp_loss;
     for (int64_t i = 0; cu && i < n; i++)
         free(cu[i]);
     free(first), free(cu), free(b), free(mb);
@@ -171,6 +173,7 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
     grpo_loss_metrics_init(&st->loss);
     st->grad_norm = 0.0;
     st->indexer_loss = 0.0;
+    st->mtp_loss = 0.0;
     st->n_slices = 0;
     for (int64_t g0 = 0; g0 < p->B; g0 += gbs) {
         int64_t g1 = g0 + gbs < p->B ? g0 + gbs : p->B;
@@ -185,13 +188,13 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
         DSARL_TRY(ops->zero_grad(tr->model, err));
         grpo_loss_metrics slice;
         grpo_loss_metrics_init(&slice);
-        float indexer = 0.0f;
+        float indexer = 0.0f, mtp = 0.0f;
         /* this rank's share of the slice; the valid counts above count the WHOLE slice (every rank holds
          * the gathered batch), so the summed gradients are the one-process gradient */
         int64_t lo, hi;
         rank_share(tr, g0, g1, &lo, &hi);
-        DSARL_TRY(train_share(tr, p, lo, hi, valid, &slice, &indexer, err));
-        DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, err));
+        DSARL_TRY(train_share(tr, p, lo, hi, valid, &slice, &indexer, &mtp, err));
+        DSARL_TRY(reduce_loss_metrics(tr, &slice, &indexer, &mtp, err));
         double norm;
         double lr = dsarl_lr_at(&tr->cfg.lr_schedule, ops->optimizer_steps ? ops->optimizer_steps(tr->model) : 0);
         bool skipped; // a non-finite loss or norm: no update, reported by the guard (ends the run when repeated)
@@ -202,6 +205,7 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
         st->grad_norm += norm;
         st->lr = lr;
         st->indexer_loss += indexer;
+        st->mtp_loss += mtp;
         st->n_slices++;
     }
     return DSARL_OK;

@@ -388,7 +388,7 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
                         ") in this batch; raise it", tr->cfg.max_seq_len);
     if (rc == 0)
         rc = ops->zero_grad(tr->model, err);
-    double indexer_loss = 0;
+    double indexer_loss = 0, mtp_loss = 0;
     dsarl_pass_counts passes = {0, 0};
     // this rank's share: whole microbatches (check_parallel), the same ones the one-process run makes
     int64_t lo, hi;
@@ -404,8 +404,10 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
         rc = pack(samples + lo + i * mb, mb, &pk[i], err);
         bs[i] = as_batch(&pk[i]);
         // the log-probs come back in values, and the loss overwrites them with their gradient
+        // an MTP loss (models that train MTP layers) over the answer tokens, divided by their count like the NLL
         mbs[i] = (dsarl_train_microbatch){.struct_size = sizeof mbs[i], .batch = &bs[i], .targets = pk[i].targets,
-                                          .logprobs = pk[i].values, .dlogprobs = pk[i].values};
+                                          .logprobs = pk[i].values, .dlogprobs = pk[i].values,
+                                          .norm_tokens = (double)n_answer};
     }
     step_nll an = {.n_answer = n_answer, .nll = 0};
     if (rc == 0)
@@ -413,22 +415,24 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
                                               &an, &passes, err);
     nll = an.nll;
     for (int64_t i = 0; rc == 0 && i < n_mb; i++)
-        indexer_loss += mbs[i].indexer_loss * (double)mb / (double)gb;
+        indexer_loss += mbs[i].indexer_loss * (double)mb / (double)gb,
+        mtp_loss += mbs[i].mtp_loss; // each a share of the step's mean
     for (int64_t i = 0; pk && i < n_mb; i++)
         packed_free(&pk[i]);
     free(pk), free(bs), free(mbs);
     // the summed NLL, indexer loss and pass counts of every rank's share; failures first, so no rank is left
     // waiting in the optimizer step's reduction of a peer that gave up
-    double sums[5] = {nll, indexer_loss, (double)passes.forward_tokens, (double)passes.train_pass_tokens, rc != 0};
+    double sums[6] = {nll, indexer_loss, (double)passes.forward_tokens, (double)passes.train_pass_tokens, rc != 0,
+                      mtp_loss};
     if (dsarl_group_size(dp_group(tr)) > 1) {
         dsarl_error e;
-        if (dsarl_group_all_reduce_host(dp_group(tr), sums, 5, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, &e) < 0 && !rc)
+        if (dsarl_group_all_reduce_host(dp_group(tr), sums, 6, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, &e) < 0 && !rc)
             rc = DSARL_FAIL(err, e.code, "%s", e.message);
         if (rc == 0 && sums[4] > 0)
             rc = DSARL_FAIL(err, DSARL_E_INVALID, "sft: another data-parallel rank failed its microbatches (its log "
                             "names why)");
     }
-    nll = sums[0], indexer_loss = sums[1];
+    nll = sums[0], indexer_loss = sums[1], mtp_loss = sums[5];
     passes.forward_tokens = (int64_t)sums[2], passes.train_pass_tokens = (int64_t)sums[3];
     double norm = 0;
     double lr = dsarl_lr_at(&tr->cfg.lr_schedule, tr->step);
@@ -450,6 +454,9 @@ static int train_step(sft_trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/lr", lr, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/num_answer_tokens", n_answer, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/indexer_loss", indexer_loss, err));
+    float last_mtp;
+    if (DSARL_MODEL_HAS(ops, mtp_loss) && ops->mtp_loss(tr->model, NULL, 0.0, &last_mtp) > 0) // trains MTP layers
+        DSARL_TRY(dsarl_metrics_set(tr->log, "train/mtp_loss", mtp_loss, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/forward_tokens", (double)passes.forward_tokens, err));
     DSARL_TRY(dsarl_metrics_set(tr->log, "train/train_pass_tokens", (double)passes.train_pass_tokens, err));
     return DSARL_OK;

@@ -6,10 +6,17 @@
  * of its input) to the send of its input gradient, at most P - s at a time. Each point-to-point step is one
  * dsarl_model_ops.stage_transfer pairing what Megatron pairs (a forward send with the next stage's gradient, a
  * gradient send with the previous stage's next input), so the two ends of a link always meet. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsarl/trainer.h"
+
+// A microbatch struct of an ABI 1.5 caller has room for the MTP loss (1.4 ones end before it).
+static bool has_mtp_loss(const dsarl_train_microbatch *mb)
+{
+    return mb->struct_size >= offsetof(dsarl_train_microbatch, mtp_loss) + sizeof mb->mtp_loss;
+}
 
 // One microbatch after another: forward, loss, backward.
 static int run_in_order(const dsarl_model_ops *ops, dsarl_model *model, dsarl_train_microbatch *mbs, int32_t n,
@@ -19,6 +26,10 @@ static int run_in_order(const dsarl_model_ops *ops, dsarl_model *model, dsarl_tr
         dsarl_train_microbatch *mb = &mbs[i];
         DSARL_TRY(dsarl_trainer_train_forward(ops, model, mb->batch, mb->targets, mb->logprobs, counts, err));
         DSARL_TRY(loss(user, i, mb, err));
+        float mtp = 0.0f; // the caller's normalisation of the MTP loss, before the backward adds it
+        if (has_mtp_loss(mb) && DSARL_MODEL_HAS(ops, mtp_loss) &&
+            ops->mtp_loss(model, mb->token_mask, mb->norm_tokens, &mtp) > 0)
+            mb->mtp_loss = mtp;
         DSARL_TRY(dsarl_trainer_train_backward(ops, model, mb->batch, mb->targets, mb->dlogprobs,
                                                &mb->indexer_loss, err));
     }
@@ -134,11 +145,15 @@ int dsarl_trainer_train_microbatches(const dsarl_model_ops *ops, dsarl_model *mo
         return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_trainer_train_microbatches: needs n >= 0 microbatches and a "
                           "loss callback");
     for (int32_t i = 0; i < n; i++)
-        if (mbs[i].struct_size < sizeof mbs[i] || !mbs[i].batch || !mbs[i].logprobs || !mbs[i].dlogprobs)
+        if (mbs[i].struct_size < offsetof(dsarl_train_microbatch, mtp_loss) || !mbs[i].batch || !mbs[i].logprobs ||
+            !mbs[i].dlogprobs)
             return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl_trainer_train_microbatches: microbatch %d needs an ABI "
                               "1.4 struct with a batch, log-prob and gradient buffers", i);
-    for (int32_t i = 0; i < n; i++)
+    for (int32_t i = 0; i < n; i++) {
         mbs[i].indexer_loss = 0.0f;
+        if (has_mtp_loss(&mbs[i]))
+            mbs[i].mtp_loss = 0.0f;
+    }
     bool pipelined = par && DSARL_PARALLEL_HAS_GROUPS(par) && par->pp_size > 1 && par->pp &&
                      DSARL_MODEL_HAS(ops, stage_forward) && DSARL_MODEL_HAS(ops, stage_backward) &&
                      DSARL_MODEL_HAS(ops, stage_transfer);

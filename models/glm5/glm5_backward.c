@@ -45,7 +45,7 @@ static int alloc_grad_bufs(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     struct { void **ptr; size_t bytes; } plan[] = {
         {(void **)&g->dlogits, p->head_rows * V * f}, {(void **)&g->drouter, Ts * E * f},
         {(void **)&g->dscale, R * f}, {(void **)&g->droute_w, N * f}, {(void **)&g->iw_grad, T * nI * f},
-        {(void **)&g->ilosses, c->num_hidden_layers * T * f}, {(void **)&g->idloss, T * f},
+        {(void **)&g->ilosses, glm5_built_layers(c) * T * f}, {(void **)&g->idloss, T * f},
         {&g->dx, Ts * C * e}, {&g->dh, Ts * C * e}, {&g->dh2, Ts * C * e}, {&g->dtmp, Ts * C * e},
         {&g->dattn, T * H * c->v_head_dim * e}, {&g->dout_latent, abs_rows * kvr * e},
         {&g->dq_abs, abs_rows * dqk * e}, {&g->dk_heads, hw_rows * qk * e}, {&g->dv_heads, hw_rows * c->v_head_dim * e},
@@ -533,7 +533,7 @@ static int upload_constant(dsarl_model *m, float *dst, float value, int64_t real
 static int sum_indexer_losses(dsarl_model *m, const glm5_grad_bufs *g, int64_t T, int64_t real, double *loss,
                               dsarl_error *err)
 {
-    int64_t L = m->cfg.num_hidden_layers;
+    int64_t L = glm5_built_layers(&m->cfg); // the MTP blocks' indexers too
     float *host = malloc((size_t)(L * T) * sizeof(float));
     if (!host)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory in the indexer loss");
@@ -577,11 +577,41 @@ static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         DSARL_TRY(glm5_linear_dweight(m, m->lm_head, dlogits, p->h_final, T, C, V, err));
         DSARL_TRY(glm5_linear_dinput(m, dh, dlogits, m->lm_head, T, C, V, 0.0f, err));
     } else { // whole or chunk by chunk (glm5_head.c)
+        if (p->mtp && p->head_rows >= T) // the MTP depths' logits took the buffer: the trunk's again
+            DSARL_TRY(glm5_head_chunk_logits(p, 0, T, err));
         DSARL_TRY(glm5_head_backward(p, g, dh, err));
     }
     DSARL_TRY(glm5_sp_reduce(p, g->dh, dh, C, err));
+    if (p->mtp) // the MTP depths read h_final too: their gradient joins the head's before the final norm's
+        DSARL_TRY(glm5_mtp_backward(p, g, err));
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, Ts, C, err));
+    return DSARL_OK;
+}
+
+int glm5_layer_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, int32_t i, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    const glm5_layer *L = &m->layers[i];
+    int64_t Ts = p->T_sp, C = m->cfg.hidden_size;
+    // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid)); the residual stream's gradients are this rank's rows
+    DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(Ts * C) * m->elem, err));
+    if (m->cfg.mlp_sparse[i])
+        DSARL_TRY(moe_backward(p, g, a, L, g->dx, g->dh2, err));
+    else
+        DSARL_TRY(mlp_backward_tp(p, g, g->dh2, g->dx, a->h2_full, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down,
+                                  L->mlp_inner, err));
+    DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->post_attention_norm), g->dh2, a->x_mid,
+                                  L->post_attention_norm, a->rstd2, Ts, C, err));
+    DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
+    // attention branch: x_mid = x_in + attn(rmsnorm(x_in))
+    DSARL_TRY(attention_backward(p, g, a, L, g->dx, g->dh, err));
+    DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->input_norm), g->dh, a->x_in, L->input_norm,
+                                  a->rstd1, Ts, C, err));
+    DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
+    if (L->idx_wq_b && m->indexer_loss_coeff > 0.0f)
+        DSARL_TRY(indexer_loss_layer(p, g, a, L, err));
     return DSARL_OK;
 }
 
@@ -592,41 +622,24 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size;
-    if (glm5_stage_is_last(m))
-        DSARL_TRY(head_backward(m, p, g, dlogprobs, err));
-    else // the residual stream's gradient from the next pipeline stage
-        DSARL_TRY(glm5_stage_grad_input(p, g->dx, err));
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
     if (indexer_loss && p->cp) // the mean over the caller's tokens: coeff / T_caller at this rank's real rows
         DSARL_TRY(glm5_cp_upload_real(p, g->idloss, m->indexer_loss_coeff / (float)p->cp->T_caller, err));
     else if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full
-        // layer; 0 at the pad rows of a padded pass
+        // layer (the MTP blocks' too, whose backward runs inside the head's); 0 at the pad rows of a padded pass
         DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
+    if (glm5_stage_is_last(m))
+        DSARL_TRY(head_backward(m, p, g, dlogprobs, err));
+    else // the residual stream's gradient from the next pipeline stage
+        DSARL_TRY(glm5_stage_grad_input(p, g->dx, err));
     for (int32_t i = m->stage.end - 1; i >= m->stage.first; i--) {
-        const glm5_layer *L = &m->layers[i];
         glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i - m->stage.first];
         if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
             DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(Ts * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
             DSARL_TRY(glm5_layer_forward(p, a, i, i > m->stage.first ? p->topk_saved[i - 1] : p->stage_topk, err));
         }
-        // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid)); the residual stream's gradients are this rank's rows
-        DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(Ts * C) * m->elem, err));
-        if (c->mlp_sparse[i])
-            DSARL_TRY(moe_backward(p, g, a, L, g->dx, g->dh2, err));
-        else
-            DSARL_TRY(mlp_backward_tp(p, g, g->dh2, g->dx, a->h2_full, a->gate_up, a->act, L->mlp_gate_up,
-                                      L->mlp_down, L->mlp_inner, err));
-        DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->post_attention_norm), g->dh2, a->x_mid,
-                                      L->post_attention_norm, a->rstd2, Ts, C, err));
-        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
-        // attention branch: x_mid = x_in + attn(rmsnorm(x_in))
-        DSARL_TRY(attention_backward(p, g, a, L, g->dx, g->dh, err));
-        DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->input_norm), g->dh, a->x_in, L->input_norm,
-                                      a->rstd1, Ts, C, err));
-        DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
-        if (L->idx_wq_b && indexer_loss)
-            DSARL_TRY(indexer_loss_layer(p, g, a, L, err));
+        DSARL_TRY(glm5_layer_backward(p, g, a, i, err));
     }
     if (!glm5_stage_is_first(m)) {
         DSARL_TRY(glm5_stage_grad_output(p, g->dx, err));
@@ -757,7 +770,10 @@ int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *target
         return caller_logprobs(&tr->p, &tr->g, targets, logprobs, err);
     const int32_t *all_targets = targets;
     DSARL_TRY(upload_targets(&tr->p, &tr->g, targets, &all_targets, err));
-    return glm5_stage_is_last(m) ? pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err) : DSARL_OK;
+    if (!glm5_stage_is_last(m))
+        return DSARL_OK;
+    DSARL_TRY(pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err));
+    return m->cfg.mtp_layers > 0 ? glm5_mtp_forward(&tr->p, targets, err) : DSARL_OK;
 }
 
 int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err)

@@ -286,9 +286,32 @@ int glm5_config_from_json(glm5_config *cfg, const json_t *root, const char *wher
         else
             cfg->attention_scaling = yarn_get_mscale(cfg->rope_factor, 1.0);
     }
-    if (cfg->num_nextn_predict_layers > 0)
-        dsarl_log(DSARL_LOG_INFO, "%s: %d MTP layer(s) are not built or trained; saves carry their tensors "
-                  "unchanged", where, cfg->num_nextn_predict_layers);
+    if (cfg->num_nextn_predict_layers < 0 || cfg->num_nextn_predict_layers > GLM5_MAX_LAYERS - cfg->num_hidden_layers)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "%s: key 'num_nextn_predict_layers' must be in [0, %d], got %d", where,
+                          GLM5_MAX_LAYERS - cfg->num_hidden_layers, cfg->num_nextn_predict_layers);
+    cfg->mtp_layers = 0;
+    return DSARL_OK;
+}
+
+int glm5_config_enable_mtp(glm5_config *cfg, int64_t layers, const char *where, dsarl_error *err)
+{
+    if (layers == 0)
+        return DSARL_OK;
+    if (layers < 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "policy.megatron_cfg.mtp_num_layers must be >= 0 (0 or null: MTP "
+                          "off), got %lld", (long long)layers);
+    if (cfg->num_nextn_predict_layers == 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "policy.megatron_cfg.mtp_num_layers is %lld, but %s has no MTP "
+                          "layer (num_nextn_predict_layers 0); set mtp_num_layers to 0", (long long)layers, where);
+    if (layers > cfg->num_nextn_predict_layers)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "policy.megatron_cfg.mtp_num_layers is %lld, but %s has only %d MTP "
+                          "layer(s) (num_nextn_predict_layers); pick 1..%d", (long long)layers, where,
+                          cfg->num_nextn_predict_layers, cfg->num_nextn_predict_layers);
+    cfg->mtp_layers = (int32_t)layers;
+    for (int32_t i = cfg->num_hidden_layers; i < glm5_built_layers(cfg); i++) {
+        cfg->indexer_full[i] = 1; // an MTP block always computes its own top-k
+        cfg->mlp_sparse[i] = i >= cfg->first_k_dense_replace;
+    }
     return DSARL_OK;
 }
 
@@ -403,6 +426,7 @@ int glm5_config_to_json(const glm5_config *cfg, json_t **out, dsarl_error *err)
     SETI(qk_nope_head_dim); SETI(qk_rope_head_dim); SETI(v_head_dim); SETI(n_routed_experts);
     SETI(n_shared_experts); SETI(num_experts_per_tok); SETI(n_group); SETI(topk_group); SETI(index_topk);
     SETI(index_head_dim); SETI(index_n_heads); SETI(max_position_embeddings); SETI(first_k_dense_replace);
+    SETI(num_nextn_predict_layers);
 #undef SETI
     json_object_set_new(o, "num_key_value_heads", json_integer(cfg->num_attention_heads));
     json_object_set_new(o, "norm_topk_prob", json_boolean(cfg->norm_topk_prob));

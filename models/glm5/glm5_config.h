@@ -28,12 +28,27 @@ typedef struct glm5_config {
     // derived, per layer: indexer_full[i] (1 = "full", 0 = "shared"), mlp_sparse[i] (1 = MoE, 0 = dense MLP)
     unsigned char indexer_full[GLM5_MAX_LAYERS], mlp_sparse[GLM5_MAX_LAYERS];
     int32_t first_k_dense_replace;
-    int32_t num_nextn_predict_layers; // MTP layers in the checkpoint (not built; saves carry them)
+    int32_t num_nextn_predict_layers; // MTP layers in the checkpoint (saves carry the ones not built)
+    int32_t mtp_layers;               // MTP depths built and trained (policy.megatron_cfg.mtp_num_layers), 0: off;
+                                      // layer num_hidden_layers + k is depth k + 1 (glm5_mtp.c)
+    bool mtp_own_embed, mtp_own_head;  // the trained depths have their own embed_tokens / shared_head.head copies
+                                      // (DeepSeek-V3 releases), else they share the trunk's (GLM-5)
     // derived scalars
     int64_t qk_head_dim;       // nope + rope
     double softmax_scale;      // qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim
     double attention_scaling;  // cos/sin multiplier of the rotary embedding (1 for "default")
 } glm5_config;
+
+/* Decoder blocks the model builds: the trunk's layers, then the MTP depths' blocks. */
+static inline int32_t glm5_built_layers(const glm5_config *cfg)
+{
+    return cfg->num_hidden_layers + cfg->mtp_layers;
+}
+
+/* Turns on training of the first `layers` MTP depths (policy.megatron_cfg.mtp_num_layers; 0 leaves cfg as it is):
+ * each depth's block is a full-indexer DSA layer whose MLP follows first_k_dense_replace like the trunk's. Refuses,
+ * in one sentence naming `where`, a checkpoint without MTP layers or fewer than asked for. */
+int glm5_config_enable_mtp(glm5_config *cfg, int64_t layers, const char *where, dsarl_error *err);
 
 /* Fills cfg from an HF config object (config.json or the recipe's inline map); `where` prefixes errors
  * ("DIR/config.json"). Refuses unknown indexer types, a shared first layer, and unsupported options. */

@@ -11,7 +11,10 @@
  *                                    indexer scores over every causal key, on the layers that run it
  *   backward = 4 * N_lm * T + 2 * L * 2 * H * (d_qk + d_v) * sum_t sel(t)
  *                                    twice the LM and attention matmuls; the indexer is not differentiated by the LM
- *                                    loss (its KL loss is not counted) */
+ *                                    loss (its KL loss is not counted)
+ * Trained MTP depths (policy.megatron_cfg.mtp_num_layers, glm5_mtp.c) count as D more full layers in L and L_full,
+ * their eh_proj and block weights in N_lm, and one more LM-head pass each (the shared head's V x C again, or their
+ * own copy's). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,8 @@
 static const char formula[] =
     "FLOPs/step = 6*N_lm*T + 2*N_idx*T + 3*L*2*H*(d_qk+d_v)*sum_t min(pos+1, index_topk) + L_full*2*nI*dI*sum_t "
     "(pos+1)  (N_lm: matmul weights per token, top_k of the routed experts, embedding excluded; N_idx: indexer "
-    "projections; L_full: layers running their indexer)";
+    "projections; L_full: layers running their indexer; trained MTP depths add their blocks to L and L_full, their "
+    "weights and one LM-head pass each to N_lm)";
 
 // sum over the queries of one sequence of len tokens of min(position + 1, cap) (cap <= 0: no cap).
 static double causal_pairs(int64_t len, int64_t cap)
@@ -36,6 +40,8 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
 {
     glm5_config cfg;
     DSARL_TRY(glm5_family_config(family, config, &cfg, err));
+    float mtp_scale;
+    DSARL_TRY(glm5_mtp_configure(&cfg, config->recipe, config->parallel, config->model_dir, &mtp_scale, err));
     glm5_param *specs = NULL;
     int64_t n_params = 0, n_weights = 0;
     DSARL_TRY(glm5_param_specs(&cfg, NULL, &specs, &n_params, &n_weights, err));
@@ -44,8 +50,8 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
         const glm5_param *p = &specs[i];
         if (strcmp(p->name, "model.embed_tokens.weight") == 0)
             embed = (double)p->numel;
-        if (!p->trainable || p->ndim < 2 || strcmp(p->name, "model.embed_tokens.weight") == 0)
-            continue; // norms, biases, buffers and the embedding lookup: no matmul
+        if (!p->trainable || p->ndim < 2 || strstr(p->name, "embed_tokens.weight"))
+            continue; // norms, biases, buffers and the embedding lookups (an MTP depth's copy too): no matmul
         if (strstr(p->name, ".indexer."))
             idx += (double)p->numel;
         else if (strstr(p->name, ".mlp.experts.") && p->ndim == 3)
@@ -54,15 +60,17 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
             lm += (double)p->numel;
     }
     free(specs);
+    if (!cfg.mtp_own_head) // every MTP depth passes through the shared LM head once more
+        lm += (double)cfg.mtp_layers * (double)cfg.vocab_size * (double)cfg.hidden_size;
+    double layers = (double)glm5_built_layers(&cfg), full = (double)(glm5_config_full_layers(&cfg) + cfg.mtp_layers);
     double T = (double)batch->n_tokens, sel = 0.0, causal = 0.0;
     for (int32_t b = 0; b < batch->n_sequences; b++) {
         int64_t len = batch->cu_seqlens[b + 1] - batch->cu_seqlens[b];
         sel += causal_pairs(len, cfg.index_topk);
         causal += causal_pairs(len, 0);
     }
-    double attn = (double)cfg.num_hidden_layers * 2.0 * cfg.num_attention_heads *
-                  (double)(cfg.qk_head_dim + cfg.v_head_dim) * sel;
-    double scores = (double)glm5_config_full_layers(&cfg) * 2.0 * cfg.index_n_heads * cfg.index_head_dim * causal;
+    double attn = layers * 2.0 * cfg.num_attention_heads * (double)(cfg.qk_head_dim + cfg.v_head_dim) * sel;
+    double scores = full * 2.0 * cfg.index_n_heads * cfg.index_head_dim * causal;
     out->forward = 2.0 * lm * T + 2.0 * idx * T + attn + scores;
     out->backward = 4.0 * lm * T + 2.0 * attn;
     out->formula = formula;
@@ -71,10 +79,11 @@ static int flops_family(glm5_family family, const dsarl_model_config *config, co
         out->indexer_params = (int64_t)idx;
         out->embedding_params = (int64_t)embed;
         snprintf(out->summary, sizeof out->summary, "%" PRId64 " layers (%" PRId64 " running their indexer), %" PRId64
-                 " heads x (%" PRId64 " + %" PRId64 "), top %" PRId64 " of %" PRId64 " experts, index_topk %" PRId64,
-                 (int64_t)cfg.num_hidden_layers, (int64_t)glm5_config_full_layers(&cfg),
+                 " heads x (%" PRId64 " + %" PRId64 "), top %" PRId64 " of %" PRId64 " experts, index_topk %" PRId64
+                 "%s", (int64_t)layers, (int64_t)full,
                  (int64_t)cfg.num_attention_heads, (int64_t)cfg.qk_head_dim, (int64_t)cfg.v_head_dim,
-                 (int64_t)cfg.num_experts_per_tok, (int64_t)cfg.n_routed_experts, (int64_t)cfg.index_topk);
+                 (int64_t)cfg.num_experts_per_tok, (int64_t)cfg.n_routed_experts, (int64_t)cfg.index_topk,
+                 cfg.mtp_layers > 0 ? " (MTP depths included)" : "");
     }
     return DSARL_OK;
 }

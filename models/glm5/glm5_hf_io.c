@@ -1,6 +1,7 @@
 /* glm5_hf_io.c: Hugging Face directories: config.json + model.safetensors (or a sharded index), per-expert or
  * fused 3-D expert keys, float32/bfloat16/float16 tensors and block-scaled FP8 weights (dequantized on load,
- * glm5_fp8.c); MTP layer keys are not built but carried unchanged from load to save (glm5_extra).
+ * glm5_fp8.c); keys of MTP layers the model does not build (all of them unless policy.megatron_cfg.mtp_num_layers
+ * trains some) are carried unchanged from load to save (glm5_extra).
  *
  * Under tensor/expert parallelism a rank holds slices (glm5_model.h): the loader opens only the files the index
  * names for keys it needs and copies only its slices out of the mapping (a row split is one byte range, a column
@@ -100,7 +101,7 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
     key_target t = {.spec = find_spec(m, key), .slot = -1};
     int layer = -1, expert = -1, used = 0;
     char proj[16];
-    if (sscanf(key, "model.layers.%d.%n", &layer, &used) == 1 && layer >= m->cfg.num_hidden_layers) {
+    if (sscanf(key, "model.layers.%d.%n", &layer, &used) == 1 && layer >= glm5_built_layers(&m->cfg)) {
         t.mtp = 1;
         t.needed = dsarl_group_rank(world_group(m)) == 0; // the rank that writes saves keeps them
         return t;
@@ -118,7 +119,7 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
         return t;
     }
     if (sscanf(key, "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight%n", &layer, &expert, proj, &used) == 3 &&
-        key[used] == '\0' && layer >= 0 && layer < m->cfg.num_hidden_layers && expert >= 0 &&
+        key[used] == '\0' && layer >= 0 && layer < glm5_built_layers(&m->cfg) && expert >= 0 &&
         expert < m->cfg.n_routed_experts) {
         char fused[96];
         int64_t C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
@@ -139,6 +140,12 @@ static key_target resolve_key(const dsarl_model *m, const char *key)
             t.offset = local * C * I, t.shape[0] = C, t.shape[1] = I, t.slot = expert * 3 + 2;
         else
             t.spec = -1, t.needed = 0;
+    }
+    if (t.spec < 0 && sscanf(key, "model.layers.%d.", &layer) == 1 && layer >= m->cfg.num_hidden_layers) {
+        // a tensor of a trained MTP depth that the model does not build (a copy of the embedding or LM head, as
+        // DeepSeek-V3 releases ship): carried unchanged like the untrained depths'
+        t.mtp = 1;
+        t.needed = dsarl_group_rank(world_group(m)) == 0;
     }
     return t;
 }
@@ -358,6 +365,28 @@ static int list_files(load_state *s, const char *dir, hf_dir *d, dsarl_error *er
     return rc;
 }
 
+int glm5_hf_has_key(const char *dir, const char *key, bool *has, dsarl_error *err)
+{
+    char *single = dsarl_path_join(dir, "model.safetensors"), *index = dsarl_path_join(dir, "model.safetensors.index.json");
+    int rc = (!single || !index) ? DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory") : DSARL_OK;
+    *has = false;
+    if (rc == 0 && dsarl_path_exists(single)) {
+        dsarl_safetensors_file *f = NULL;
+        rc = dsarl_safetensors_open(single, &f, err);
+        *has = rc == 0 && dsarl_safetensors_has(f, key);
+        dsarl_safetensors_close(f);
+    } else if (rc == 0 && dsarl_path_exists(index)) {
+        json_t *root = NULL, *map = NULL;
+        rc = dsarl_json_load_file(index, &root, err);
+        if (rc == 0)
+            rc = dsarl_json_get_object(root, "weight_map", index, &map, err);
+        *has = rc == 0 && json_object_get(map, key) != NULL;
+        json_decref(root);
+    } // no weights at all: the load names what is missing
+    free(single), free(index);
+    return rc;
+}
+
 void glm5_extra_free(glm5_extra *x)
 {
     for (size_t i = 0; i < x->n_files; i++)
@@ -461,8 +490,9 @@ int glm5_load_hf_weights(dsarl_model *m, const char *dir, dsarl_error *err)
     m->hf_read = s.read;
     rc = agree(m, rc, err);
     if (rc == 0 && s.mtp_keys)
-        dsarl_log(DSARL_LOG_INFO, "%s: %lld MTP tensor(s) of layers >= %d are not trained; every save writes them "
-                  "back unchanged", dir, (long long)s.mtp_keys, m->cfg.num_hidden_layers);
+        dsarl_log(DSARL_LOG_INFO, "%s: %lld MTP tensor(s) of layers >= %d are not trained (%d MTP depth(s) "
+                  "built); every save writes them back unchanged", dir, (long long)s.mtp_keys,
+                  m->cfg.num_hidden_layers, m->cfg.mtp_layers);
     if (rc == 0 && s.fp8)
         dsarl_log(DSARL_LOG_INFO, "%s: FP8 weights dequantized to %s (blocks of %lld x %lld); saves write them "
                   "unquantized", dir, dsarl_dtype_name(m->storage), (long long)s.fp8_block[0],

@@ -56,6 +56,12 @@ static void bind_pointers(dsarl_model *m)
             {"mlp.gate.e_score_correction_bias", &L->router_bias},
             {"mlp.experts.gate_up_proj", &L->experts_gate_up},
             {"mlp.experts.down_proj", &L->experts_down},
+            {"enorm.weight", &L->enorm},
+            {"hnorm.weight", &L->hnorm},
+            {"eh_proj.weight", &L->eh_proj},
+            {"shared_head.norm.weight", &L->head_norm},
+            {"embed_tokens.weight", &L->mtp_embed},
+            {"shared_head.head.weight", &L->mtp_head},
         };
         for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
             if (!strcmp(s, map[k].key))
@@ -65,7 +71,7 @@ static void bind_pointers(dsarl_model *m)
     }
     if (m->cfg.tie_word_embeddings)
         m->lm_head = m->embed;
-    for (int32_t i = 0; i < m->cfg.num_hidden_layers; i++) {
+    for (int32_t i = 0; i < glm5_built_layers(&m->cfg); i++) {
         glm5_layer *L = &m->layers[i];
         if (L->router_bias)
             L->router_bias32 = m->router_bias32 ? m->router_bias32 + (int64_t)i * m->cfg.n_routed_experts
@@ -138,13 +144,13 @@ int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_
     int rc = glm5_param_specs(cfg, &m->shards, &m->params, &m->n_params, &m->n_weights, err);
     if (rc == 0 && stage.size > 1) // only this stage's parameters take device memory
         glm5_stage_filter_specs(cfg, &stage, m->params, &m->n_params, &m->n_weights);
-    if (rc == 0 && !(m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(glm5_layer))))
+    if (rc == 0 && !(m->layers = calloc((size_t)glm5_built_layers(cfg), sizeof(glm5_layer))))
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory creating the layer table");
     if (rc == 0)
         rc = dev_ops->alloc(dev, (size_t)m->n_weights * m->elem, &m->weights, err);
     if (rc == 0)
         rc = dev_ops->zero(dev, m->weights, (size_t)m->n_weights * m->elem, err);
-    size_t bias_bytes = (size_t)cfg->num_hidden_layers * (size_t)cfg->n_routed_experts * sizeof(float);
+    size_t bias_bytes = (size_t)glm5_built_layers(cfg) * (size_t)cfg->n_routed_experts * sizeof(float);
     if (rc == 0 && m->storage != DSARL_DTYPE_F32 && bias_bytes > 0)
         rc = dev_ops->alloc(dev, bias_bytes, (void **)&m->router_bias32, err);
     if (m->router_bias32 && rc == 0)

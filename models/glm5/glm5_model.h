@@ -81,6 +81,8 @@ typedef struct glm5_layer {
     void *router, *router_bias;            /* (E, C), (E) */
     float *router_bias32;                  /* (E) float32 copy the router reads (== router_bias on f32 storage) */
     void *experts_gate_up, *experts_down;  /* (E, 2*moe_inter, C), (E, C, moe_inter) */
+    void *enorm, *hnorm, *eh_proj, *head_norm; /* MTP depths only: (C), (C), (C, 2C), shared_head.norm (C) */
+    void *mtp_embed, *mtp_head;            /* an MTP depth's own embed_tokens / shared_head.head (V, C), or NULL */
 } glm5_layer;
 
 /* What the last glm5_load_hf_weights read on this rank: the bytes of its tensor slices (in the file's dtype),
@@ -127,7 +129,9 @@ struct dsarl_model {
     int64_t logprob_chunk;       /* policy.logprob_chunk_size: LM-head rows at a time (glm5_head.c), 0: all */
     bool launch_bound;           /* device calls cost far more than small GEMMs (DSARL_DEVICE_CAP_LAUNCH_BOUND):
                                   * small expert groups are padded into one batched GEMM (glm5_moe_pad) */
-    glm5_layer *layers;
+    float mtp_loss_scale;        /* policy.megatron_cfg.mtp_loss_scaling_factor (cfg.mtp_layers > 0) */
+    float mtp_loss;              /* the MTP loss of the last training pass (glm5_mtp.c), 0 with MTP off */
+    glm5_layer *layers;          /* (glm5_built_layers) the trunk's, then the MTP depths' blocks */
     void *embed, *final_norm, *lm_head;
     float *inv_freq;             /* device (rope_dim/2) */
     float *router_bias32;        /* device (layers, E) float32 router biases when storage is not float32, else NULL:
@@ -257,6 +261,16 @@ void glm5_stage_release(dsarl_model *m);
 
 /* Whether checkpoint key names a tensor of the model that another pipeline stage holds. */
 bool glm5_stage_key_elsewhere(const dsarl_model *m, const char *key);
+
+/* Reads policy.megatron_cfg.mtp_num_layers (null or 0: off) and mtp_loss_scaling_factor (default 0.1) from recipe
+ * (NULL: off) and turns MTP training on in cfg (glm5_config_enable_mtp), with the depths' own embedding and LM-head
+ * copies when model_dir (NULL: a recipe's random model) has them; *scale = the factor. Refuses, in one sentence
+ * naming the key, a layout with tp, pp or cp > 1 (data and expert parallelism run it). glm5_mtp.c. */
+int glm5_mtp_configure(glm5_config *cfg, const dsarl_node *recipe, const dsarl_parallel *parallel,
+                       const char *model_dir, float *scale, dsarl_error *err);
+
+/* *has = whether the Hugging Face directory dir lists tensor key (its model.safetensors header or index). */
+int glm5_hf_has_key(const char *dir, const char *key, bool *has, dsarl_error *err);
 
 /* Frees the instance and its device memory. */
 void glm5_model_free(dsarl_model *model);

@@ -3,6 +3,7 @@
 #include "dsarl/log.h"
 #include "glm5_cache.h"
 #include "glm5_ops.h"
+#include "glm5_pass.h"
 
 /* glm5_optim.c: the data-parallel gradient reduction (ABI 1.3 slot reduce_gradients). */
 int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err);
@@ -62,10 +63,20 @@ static int read_attention_form(const dsarl_node *recipe, const dsarl_dsa_ops *ds
     return DSARL_OK;
 }
 
+static int32_t glm5_mtp_loss(dsarl_model *m, const float *mask, double norm_tokens, float *loss)
+{
+    if (m->train && m->train->p.mtp) // a pending training pass: its backward adds the loss weighed so
+        return glm5_mtp_weigh(&m->train->p, mask, norm_tokens, loss);
+    *loss = m->cfg.mtp_layers > 0 ? m->mtp_loss : 0.0f;
+    return m->cfg.mtp_layers;
+}
+
 int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsarl_model **out, dsarl_error *err)
 {
     glm5_config cfg;
     DSARL_TRY(glm5_family_config(family, config, &cfg, err));
+    float mtp_scale = 0.0f;
+    DSARL_TRY(glm5_mtp_configure(&cfg, config->recipe, config->parallel, config->model_dir, &mtp_scale, err));
     dsarl_model *m = NULL;
     DSARL_TRY(glm5_model_alloc_staged(&cfg, config->device_ops, config->device, config->dsa_ops, config->dsa,
                                       config->parallel, config->recipe, &m, err));
@@ -111,6 +122,7 @@ int glm5_create_family(glm5_family family, const dsarl_model_config *config, dsa
         rc = dsarl_recipe_fail(config->recipe, "policy.logprob_chunk_size", err, DSARL_E_INVALID,
                                "must be null or > 0 (tokens of LM-head logits at once), got %lld", (long long)chunk);
     m->logprob_chunk = chunk;
+    m->mtp_loss_scale = mtp_scale;
     m->indexer_loss_coeff = (float)coeff;
     m->indexer_sparse_loss = sparse;
     if (rc) {
@@ -215,6 +227,11 @@ static const dsarl_key_spec glm5_keys[] = {
      .doc = "keep only each layer's input in training and recompute the layer in the backward pass"},
     {.path = "policy.logprob_chunk_size", .type = DSARL_KEY_INT, .default_value = NULL, .flags = DSARL_KEY_NULLABLE,
      .doc = "LM-head logits and their log-softmax this many tokens at a time (null: the whole pass); tp 1 only"},
+    {.path = "policy.megatron_cfg.mtp_num_layers", .type = DSARL_KEY_INT, .default_value = "0",
+     .flags = DSARL_KEY_NULLABLE, .doc = "MTP depths of the checkpoint to train (num_nextn_predict_layers at most; 0 or "
+     "null: off, the MTP tensors are carried through saves unchanged); data parallelism only"},
+    {.path = "policy.megatron_cfg.mtp_loss_scaling_factor", .type = DSARL_KEY_FLOAT, .default_value = "0.1",
+     .doc = "weight of the MTP loss added to the training loss (divided by mtp_num_layers per depth)"},
 };
 
 /* The slots both families share (everything but create and the config-only count), so the two tables cannot
@@ -253,7 +270,8 @@ static const dsarl_key_spec glm5_keys[] = {
     .cache_token_bytes = glm5_cache_token_bytes,    \
     .paged_cache_create = glm5_paged_cache_create,  \
     .forward_paged = glm5_forward_paged,            \
-    .cache_copy_block = glm5_cache_copy_block
+    .cache_copy_block = glm5_cache_copy_block,      \
+    .mtp_loss = glm5_mtp_loss
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",

@@ -84,7 +84,24 @@ int glm5_param_specs(const glm5_config *c, const glm5_shards *shards, glm5_param
         shards = &whole;
     int64_t C = c->hidden_size, H = c->num_attention_heads, E = c->n_routed_experts;
     int rc = add(&l, shards, -1, "model.embed_tokens.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
-    for (int32_t i = 0; i < c->num_hidden_layers && rc == 0; i++) {
+    for (int32_t i = 0; i < glm5_built_layers(c) && rc == 0; i++) {
+        if (i == c->num_hidden_layers) { // the trunk's head first: the MTP depths' tensors come last
+            rc |= add(&l, shards, -1, "model.norm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+            if (!c->tie_word_embeddings)
+                rc |= add(&l, shards, -1, "lm_head.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
+        }
+        if (i >= c->num_hidden_layers) { // an MTP depth: [enorm(embedding) | hnorm(hidden)] eh_proj^T, its block,
+            // and shared_head.norm before the trunk's LM head (glm5_mtp.c)
+            rc |= add(&l, shards, i, "enorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+            rc |= add(&l, shards, i, "hnorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+            rc |= add(&l, shards, i, "eh_proj.weight", GLM5_SHARD_REPLICATED, true, 2, C, 2 * C, 0, err);
+            rc |= add(&l, shards, i, "shared_head.norm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
+            if (c->mtp_own_embed)
+                rc |= add(&l, shards, i, "embed_tokens.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
+            if (c->mtp_own_head)
+                rc |= add(&l, shards, i, "shared_head.head.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0,
+                          err);
+        }
         rc |= add(&l, shards, i, "input_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
         rc |= add(&l, shards, i, "self_attn.q_a_proj.weight", GLM5_SHARD_REPLICATED, true, 2, c->q_lora_rank, C, 0, err);
         rc |= add(&l, shards, i, "self_attn.q_a_layernorm.weight", GLM5_SHARD_REPLICATED, true, 1, c->q_lora_rank, 0, 0, err);
@@ -132,9 +149,9 @@ int glm5_param_specs(const glm5_config *c, const glm5_shards *shards, glm5_param
             rc |= add(&l, shards, i, name, GLM5_SHARD_ROW, true, 2, C, inner, 0, err);
         }
     }
-    if (rc == 0)
+    if (rc == 0 && c->mtp_layers == 0)
         rc |= add(&l, shards, -1, "model.norm.weight", GLM5_SHARD_REPLICATED, true, 1, C, 0, 0, err);
-    if (rc == 0 && !c->tie_word_embeddings)
+    if (rc == 0 && c->mtp_layers == 0 && !c->tie_word_embeddings)
         rc |= add(&l, shards, -1, "lm_head.weight", GLM5_SHARD_VOCAB, true, 2, c->vocab_size, C, 0, err);
     if (rc) {
         free(l.items);

@@ -115,6 +115,8 @@ typedef struct glm5_pass {
     dsarl_dsa_batch batch;                     // host_cu_seqlens: the pass's own copy (kept for the backward)
     struct glm5_cp *cp;                        // context parallelism (glm5_cp.c): this rank's rows of the batch
                                                // (T = T_real = T_local) and the key gathers; NULL without cp
+    struct glm5_mtp *mtp;                      // training with MTP depths (glm5_mtp.c): their forward, kept for
+                                               // the backward; NULL otherwise
     dsarl_model_cache *cache;                  // cached inference (glm5_decode.c): keys live in the cache; else NULL
     int32_t *cache_rows;                       // (T) device: the cache row each token's keys are written to
     // paged cache (glm5_forward_paged): each layer's keys are gathered from the blocks into one contiguous key
@@ -313,6 +315,23 @@ int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err);
 int glm5_train_run_backward(dsarl_model *m, glm5_train *tr, const float *dlogprobs, float *indexer_loss,
                             dsarl_error *err);
 void glm5_train_free(glm5_train *tr);
+
+/* Backward of decoder layer i (its activations in a) from g->dx (T_sp, C), the gradient of its output: g->dx
+ * becomes the gradient of its input; its weight gradients accumulate, with the indexer loss's when its coefficient
+ * is > 0 (g->idloss uploaded). Uses g->dh, dh2, dtmp as scratch. */
+int glm5_layer_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, int32_t i, dsarl_error *err);
+
+/* Multi-token prediction in training (glm5_mtp.c), under data and expert parallelism (glm5_mtp_configure).
+ * glm5_mtp_forward: after the trunk's log-probs (p->h_final kept), every MTP depth's forward and loss from the
+ *   caller's targets (T) host, m->mtp_loss = the loss; p->mtp keeps them for the backward.
+ * glm5_mtp_backward: inside the head's backward, once g->dh holds h_final's gradient from the LM head: adds the MTP
+ *   loss's gradient to it (the depths', embedding's and LM head's weight gradients accumulate). */
+int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err);
+/* Before the backward: what the MTP loss counts and divides by (the model op mtp_loss, dsarl/ops/model.h; mask
+ * (T) may be NULL, norm_tokens 0: each depth's own mean); m->mtp_loss and *loss (may be NULL) = the loss. Returns
+ * the depths. */
+int glm5_mtp_weigh(glm5_pass *p, const float *mask, double norm_tokens, float *loss);
+int glm5_mtp_backward(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err);
 
 /* Backward of glm5_moe_forward from dy (T,C): expert and router weight gradients accumulated, dh2 (T,C)
  * accumulated with the input gradient. */

@@ -6,6 +6,7 @@
 #     optimizer slices per step, so old log-probs come from their own pass): every logged train/val metric of every step
 #     (reward, loss, grad norm, token counts, advantages ...; timings excepted) equals the one-process run's, and
 #     the sample dumps are the same;
+#   - with a trained MTP layer, DP2 logs the same MTP loss as one process;
 #   - checkpoints under DP2: a run stopped after 2 steps and resumed to 3 equals the uninterrupted one-process run,
 #     and the step directory holds one optimizer shard per rank;
 #   - each refusal of a batch that does not split over dp names its keys, and fails before any model is built.
@@ -57,6 +58,13 @@ run dp2_replicated 2 grpo.max_num_steps=2 \
 same one dp2_replicated
 run dp4 4 grpo.max_num_steps=2
 same one dp4
+# a trained MTP layer: each microbatch's MTP loss counts its response tokens over the slice's valid tokens, so
+# DP2 logs the same train/mtp_loss (and everything else) as one process
+mtp=(grpo.max_num_steps=2 +policy.model_config.num_nextn_predict_layers=1 +policy.megatron_cfg.mtp_num_layers=1)
+run mtp_one 1 "${mtp[@]}"
+run mtp_dp2 2 "${mtp[@]}"
+grep -q '"train/mtp_loss"' "$tmp"/mtp_one/exp_*/metrics.jsonl || fail "no train/mtp_loss logged"
+same mtp_one mtp_dp2
 [ "$(ls -d "$tmp"/dp2/exp_* | wc -l)" -eq 1 ] || fail "more than one rank logged"
 
 # a reference policy with a KL penalty, log-prob passes of 3 sequences (not a divisor of the shares)

@@ -4,6 +4,7 @@
 # LR schedule spans 3 steps whatever sft.max_num_steps is, so a 2-step run resumed to 3 is the 3-step run):
 #   - DP2 with the distributed optimizer, DP2 without it, DP4, CP2 and CP2 x DP2 log the same loss, grad norm, token counts and
 #     validation loss/accuracy per step as one process, and the weights of their step-3 checkpoints agree;
+#   - with a trained MTP layer, DP2 logs the same MTP loss and trains the same weights as one process;
 #   - a DP2 run stopped after 2 steps and resumed (optimizer shards per rank) to 3 equals the uninterrupted run;
 #   - a batch that does not split into whole microbatches per rank, and a validation batch that does not split over
 #     dp, are refused naming their keys before any model is built.
@@ -53,6 +54,16 @@ same_weights one dp2_replicated
 run dp4 4 sft.max_num_steps=3
 same one dp4
 same_weights one dp4
+
+# a trained MTP layer: each microbatch's MTP loss is its share of the step's mean (divided by the step's answer
+# tokens), so DP2 logs the same train/mtp_loss and trains the same weights as one process (the MTP gradient of the
+# trunk's small entries rounds differently in the two sums, which AdamW magnifies as under CP: 1e-4 on the weights)
+mtp=(sft.max_num_steps=3 +policy.model_config.num_nextn_predict_layers=1 +policy.megatron_cfg.mtp_num_layers=1)
+run mtp_one 1 "${mtp[@]}"
+run mtp_dp2 2 "${mtp[@]}"
+grep -q '"train/mtp_loss"' "$tmp"/mtp_one/exp_*/metrics.jsonl || fail "no train/mtp_loss logged"
+same mtp_one mtp_dp2
+same_weights mtp_one mtp_dp2 1e-4
 
 # context parallelism: CP2 (the cp peers share samples, dp_cp shards the optimizer), CP2 x DP2. A cp rank sums its
 # own tokens' share of each gradient, so the sums round differently than one process's (DP only adds whole

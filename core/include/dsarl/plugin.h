@@ -50,7 +50,8 @@ DSARL_BEGIN_DECLS
  * dsarl_trainer_train_microbatches), dsarl_stage_transfer, dsarl/pipeline.h's stage split; environment
  * reward_components/score_components (a reward vector per response) and step (multi-turn episodes).
  * 1.5: paged generation caches: model cache_token_bytes/paged_cache_create/forward_paged/cache_copy_block and
- * dsarl_block_tables; device sample_filtered (top-k/top-p/temperature draws on the device, dsarl/sampling.h). */
+ * dsarl_block_tables; device sample_filtered (top-k/top-p/temperature draws on the device, dsarl/sampling.h);
+ * model mtp_loss (multi-token prediction in training), dsarl_train_microbatch.mtp_loss. */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 5
 

@@ -128,6 +128,12 @@ typedef struct dsarl_train_microbatch {
     float *logprobs;         /* (T) out: the training pass's log-probs, on every rank */
     float *dlogprobs;        /* (T) the loss callback's d loss / d logprobs (may alias logprobs) */
     float indexer_loss;      /* out: the indexer KL loss of the microbatch (every stage's layers) */
+    /* ABI 1.5, for models that train MTP layers (model op mtp_loss): in, token_mask (T, may be NULL) the positions
+     * the caller's loss counts and norm_tokens (> 0) the count it divides by (0: the microbatch's own mean); out,
+     * mtp_loss the MTP loss the microbatch's backward added (0 without MTP). */
+    const float *token_mask;
+    double norm_tokens;
+    float mtp_loss;
 } dsarl_train_microbatch;
 
 /* ABI 1.4: turns mb->logprobs of microbatch `index` into mb->dlogprobs (and whatever the algorithm accumulates:

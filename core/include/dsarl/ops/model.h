@@ -328,7 +328,17 @@ typedef struct dsarl_model_ops {
      * the rest of dst is cleared, ready for its new owner's next tokens. */
     int (*cache_copy_block)(dsarl_model_cache *cache, int32_t src, int32_t dst, int32_t rows, dsarl_error *err);
 
-    void *reserved[4];
+    /* --- ABI 1.5, optional on its own ------------------------------------------------------------------------- */
+    /* Multi-token prediction (policy.megatron_cfg.mtp_num_layers): returns the MTP depths the model trains (0:
+     * none, nothing else happens). Between a train_forward and its train_backward it sets how that backward adds
+     * the MTP loss to the caller's: depth k's prediction at position i counts when mask (T, may be NULL: every
+     * position whose target is not ignored) counts position i + k, whose target is the token it predicts, and each
+     * depth's summed cross entropy is divided by norm_tokens (> 0: the count the caller's loss divides by, e.g.
+     * the global number of valid tokens; 0: the depth's counted positions of the pass). *loss = that MTP loss
+     * (mtp_loss_scaling_factor / depths times the sum over depths); without a pending pass, the last pass's. */
+    int32_t (*mtp_loss)(dsarl_model *model, const float *mask, double norm_tokens, float *loss);
+
+    void *reserved[3];
 } dsarl_model_ops;
 
 /* True when a model ops table registered under any 1.x ABI has the optional member `field` set. */
