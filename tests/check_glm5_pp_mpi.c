@@ -64,12 +64,16 @@ static const char *glm51_recipe =
     "    n_shared_experts: 1\n    initializer_range: 0.1\n    tie_word_embeddings: true\n"
     "  megatron_cfg:\n%s    model_overrides:\n      dsa_indexer_loss_coeff: 0.5\n      dsa_indexer_use_sparse_loss: false\n";
 
+// The staged models' extra megatron_cfg lines of the run's mode (virtual stages: their size).
+static const char *layout_extra = "";
+
 // A model of the recipe template (its megatron_cfg lines `extra`) under layout (NULL: one process).
 static int create_model(const char *tmpl, const char *extra, glm5_family family, const dsarl_parallel *layout,
                         dsarl_recipe **recipe, dsarl_model **m)
 {
-    char text[4096];
-    snprintf(text, sizeof text, tmpl, extra);
+    char text[4096], lines[512];
+    snprintf(lines, sizeof lines, "%s%s", extra, layout ? layout_extra : "");
+    snprintf(text, sizeof text, tmpl, lines);
     ck_assert_int_eq(dsarl_recipe_load_string(text, "pp.yaml", recipe, &err), 0);
     ck_assert_int_eq(dsarl_recipe_resolve(*recipe, &err), 0);
     dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(*recipe),
@@ -336,7 +340,7 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
     }
 }
 
-// starts: the first layer of each stage the split must give (par.pp_size + 1 entries).
+// starts: the first layer of each virtual stage the split must give (vpp x pp + 1 entries; vpp 1: the stages).
 static void check_config(const char *tmpl, const char *extra, glm5_family family, const char *name,
                          const int32_t *starts)
 {
@@ -346,9 +350,10 @@ static void check_config(const char *tmpl, const char *extra, glm5_family family
     OK(create_model(tmpl, extra, family, &par, &r2, &pp));
     // this stage's layers only: the split the recipe asks for
     ck_assert_int_eq(pp->stage.size, par.pp_size);
-    int32_t want_first = starts[par.pp_rank], want_end = starts[par.pp_rank + 1];
-    ck_assert_msg(pp->stage.first == want_first && pp->stage.end == want_end, "%s: stage %d holds layers [%d, %d), "
-                  "not [%d, %d)", name, par.pp_rank, pp->stage.first, pp->stage.end, want_first, want_end);
+    ck_assert_int_eq(pp->stage.chunks, dsarl_parallel_vpp(&par));
+    for (int32_t k = 0; k <= pp->stage.chunks * par.pp_size; k++)
+        ck_assert_msg(pp->stage.starts[k] == starts[k], "%s: virtual stage %d starts at layer %d, not %d", name, k,
+                      pp->stage.starts[k], starts[k]);
     ck_assert(pp->n_params < single->n_params);
     for (int64_t i = 0; i < pp->n_params; i++)
         ck_assert(pp->params[i].layer < 0 || glm5_stage_has_layer(pp, pp->params[i].layer));
@@ -491,7 +496,7 @@ END_TEST
 START_TEST(test_refusals)
 {
     static const struct { const char *extra, *expect[2]; } cases[] = {
-        {"    virtual_pipeline_model_parallel_size: 2\n", {"virtual_pipeline_model_parallel_size", "not implemented"}},
+        {"    virtual_pipeline_model_parallel_size: 2\n", {"virtual_pipeline_model_parallel_size (2)", "layout's (1)"}},
         {"    num_layers_in_first_pipeline_stage: 1\n    num_layers_in_last_pipeline_stage: 1\n",
          {"num_layers_in_first_pipeline_stage (1)", "num_layers_in_last_pipeline_stage (1)"}},
         {"    num_layers_in_first_pipeline_stage: 4\n", {"num_layers_in_first_pipeline_stage", "evenly"}},

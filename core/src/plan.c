@@ -143,6 +143,39 @@ int dsarl_plan_stage_layers(int32_t n_layers, int32_t pp, int32_t first, int32_t
                       n_layers, first, last, (long long)rest, middle, pp, middle > 0 ? middle : 1);
 }
 
+int dsarl_plan_chunk_layers(int32_t n_layers, int32_t pp, int32_t vpp, int32_t first, int32_t last,
+                            int32_t *starts, dsarl_error *err)
+{
+    if (vpp < 1 || (vpp > 1 && pp < 2))
+        return DSARL_FAIL(err, DSARL_E_INVALID, MCFG "virtual_pipeline_model_parallel_size %d needs "
+                          "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
+    DSARL_TRY(dsarl_plan_stage_layers(n_layers, pp, first, last, starts, err));
+    if (vpp == 1)
+        return DSARL_OK;
+    int32_t *count = malloc((size_t)pp * sizeof *count);
+    if (!count)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "plan: out of memory for %d stages", pp);
+    for (int32_t r = 0; r < pp; r++)
+        count[r] = starts[r + 1] - starts[r];
+    for (int32_t r = 0; r < pp; r++) {
+        if (count[r] % vpp == 0)
+            continue;
+        int32_t c = count[r], a = starts[r];
+        free(count);
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          MCFG "virtual_pipeline_model_parallel_size %d does not divide the %d layers of pipeline "
+                          "stage %d (layers %d-%d); each stage's count (num_layers_in_first_pipeline_stage, "
+                          "num_layers_in_last_pipeline_stage or the even share of the rest) must be a multiple of it, "
+                          "as Megatron requires", vpp, c, r, a, a + c - 1);
+    }
+    // virtual stage k = chunk * pp + rank holds count[rank] / vpp layers, in k order
+    starts[0] = 0;
+    for (int32_t k = 0; k < vpp * pp; k++)
+        starts[k + 1] = starts[k] + count[k % pp] / vpp;
+    free(count);
+    return DSARL_OK;
+}
+
 int dsarl_plan_check_stage_starts(const dsarl_model_plan *mp, const int32_t *starts, int32_t pp, dsarl_error *err)
 {
     for (int32_t s = 1; s < pp; s++) {

@@ -77,6 +77,12 @@ DSARL_API int dsarl_plan_settings_from_recipe(const dsarl_node *root, const dsar
 DSARL_API int dsarl_plan_stage_layers(int32_t n_layers, int32_t pp, int32_t first, int32_t last, int32_t *starts,
                                       dsarl_error *err);
 
+/* The first layer of every virtual stage k = chunk * pp + rank of vpp model chunks per rank (starts[vpp * pp] =
+ * n_layers): the dsarl_plan_stage_layers split, each rank's layers cut into vpp equal chunks (Megatron's
+ * interleaved order); refuses a stage whose layer count vpp does not divide, naming the keys. */
+DSARL_API int dsarl_plan_chunk_layers(int32_t n_layers, int32_t pp, int32_t vpp, int32_t first, int32_t last,
+                                      int32_t *starts, dsarl_error *err);
+
 /* Refuses a stage starting on a layer the model says cannot start one, naming the stage, the layer and the rule. */
 DSARL_API int dsarl_plan_check_stage_starts(const dsarl_model_plan *mp, const int32_t *starts, int32_t pp,
                                             dsarl_error *err);

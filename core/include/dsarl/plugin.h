@@ -48,9 +48,11 @@ DSARL_BEGIN_DECLS
  * model plan (sizes under a layout, for `dsarl plan`).
  * 1.4: pipeline parallelism: model stage_forward/stage_backward/stage_transfer (the 1F1B schedule of
  * dsarl_trainer_train_microbatches), dsarl_stage_transfer, dsarl/pipeline.h's stage split; environment
- * reward_components/score_components (a reward vector per response) and step (multi-turn episodes). */
+ * reward_components/score_components (a reward vector per response) and step (multi-turn episodes).
+ * 1.5: interleaved virtual pipeline stages: dsarl_parallel.vpp_size, dsarl/pipeline.h's chunk split
+ * (dsarl_pipeline_chunk_layers), the stage ops' slots under the interleaved schedule. */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 4
+#define DSARL_ABI_MINOR 5
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"
