@@ -319,8 +319,14 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
         free(ref);
     }
     glm5_model_free(back);
-    // the stages read one process's save (only their own tensors)
-    mc.model_dir = whole, mc.parallel = &par;
+    // the stages read one process's save (only their own tensors), under the staged recipe
+    dsarl_recipe *staged_recipe;
+    char lines[512];
+    snprintf(lines, sizeof lines, "%s%s", extra, layout_extra);
+    snprintf(text, sizeof text, tmpl, lines);
+    ck_assert_int_eq(dsarl_recipe_load_string(text, "pp.yaml", &staged_recipe, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(staged_recipe, &err), 0);
+    mc.model_dir = whole, mc.parallel = &par, mc.recipe = dsarl_recipe_root(staged_recipe);
     OK(glm5_create_family(family, &mc, &back, &err));
     for (int64_t i = 0; i < back->n_params; i++) {
         const glm5_param *q = &back->params[i], *p = glm5_model_find_param(single, q->name);
@@ -331,7 +337,7 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
         free(ref);
     }
     glm5_model_free(back);
-    dsarl_recipe_free(r);
+    dsarl_recipe_free(r), dsarl_recipe_free(staged_recipe);
     OK(dsarl_group_barrier(par.world, &err));
     if (par.world_rank == 0) {
         char cmd[600];
@@ -492,6 +498,68 @@ START_TEST(test_1f1b_schedule)
 }
 END_TEST
 
+/* --- interleaved virtual stages (vpp mode: PP2 x VPP2) ----------------------------------------------------------- */
+
+// Four one-layer chunks F S F S: rank 0 holds layers 0 and 2, rank 1 layers 1 and 3; both of rank 1's chunks start
+// on a shared layer (their top-k comes from rank 0), and rank 1's first chunk feeds rank 0's second.
+START_TEST(test_vpp_chunks)
+{
+    static const int32_t starts[] = {0, 1, 2, 3, 4};
+    check_config(glm52_recipe, "", GLM5_FAMILY_52, "glm5.2 vpp2 1|1|1|1", starts);
+}
+END_TEST
+
+// The interleaved schedule: n = pp (every microbatch warms up first), 2 pp and 3 pp microbatches (steady 1F1B
+// steps), with activation recompute; a count pp does not divide is refused in one sentence.
+START_TEST(test_vpp_schedule)
+{
+    dsarl_recipe *r1, *r2;
+    dsarl_model *single, *pp;
+    OK(create_model(glm52_recipe, "", GLM5_FAMILY_52, NULL, &r1, &single));
+    OK(create_model(glm52_recipe, "", GLM5_FAMILY_52, &par, &r2, &pp));
+    check_schedule(single, pp, 2, "interleaved, glm5.2 vpp2");
+    check_schedule(single, pp, 6, "interleaved, glm5.2 vpp2");
+    single->activation_recompute = pp->activation_recompute = true;
+    check_schedule(single, pp, 4, "interleaved, glm5.2 vpp2, activation recompute");
+    pp_batch b[3];
+    float lp[3][T];
+    dsarl_train_microbatch mbs[3];
+    loss_log log = {.calls = 0};
+    for (int32_t i = 0; i < 3; i++) {
+        make_batch(&b[i], single->cfg.vocab_size, 700 + (uint64_t)i, T);
+        log.c[i] = b[i].dlogprobs;
+        mbs[i] = (dsarl_train_microbatch){.struct_size = sizeof mbs[i], .batch = &b[i].b, .targets = b[i].targets,
+                                          .logprobs = lp[i], .dlogprobs = lp[i]};
+    }
+    ck_assert_int_ne(dsarl_trainer_train_microbatches(&glm5_2_model_ops, pp, &par, mbs, 3, linear_loss, &log, NULL,
+                                                      &err), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "(3: train_global_batch_size") &&
+                  strstr(err.message, "multiple of pipeline_model_parallel_size 2"), "%s", err.message);
+    ck_assert_int_eq(log.calls, 0);
+    glm5_model_free(single), glm5_model_free(pp);
+    dsarl_recipe_free(r1), dsarl_recipe_free(r2);
+}
+END_TEST
+
+// What Megatron refuses with virtual stages is refused here too, naming the keys.
+START_TEST(test_vpp_refusals)
+{
+    dsarl_recipe *r;
+    dsarl_model *m;
+    // 1|3: vpp 2 does not divide either stage's layer count
+    ck_assert_int_ne(create_model(glm52_recipe, "    num_layers_in_first_pipeline_stage: 1\n", GLM5_FAMILY_52, &par,
+                                  &r, &m), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "virtual_pipeline_model_parallel_size 2 does not divide the 1 layers of "
+                                      "pipeline stage 0"), "%s", err.message);
+    dsarl_recipe_free(r);
+    // virtual stages without pipeline parallelism
+    ck_assert_int_ne(create_model(glm52_recipe, layout_extra, GLM5_FAMILY_52, NULL, &r, &m), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "virtual_pipeline_model_parallel_size") &&
+                  strstr(err.message, "pipeline_model_parallel_size > 1"), "%s", err.message);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 // Each refusal names its keys, before any weight exists.
 START_TEST(test_refusals)
 {
@@ -536,17 +604,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.message);
         return EXIT_FAILURE;
     }
-    // -np 2: PP2; -np 4: PP2 x TP2, or with the argument pp4: PP4
+    // -np 2: PP2, or with the argument vpp2: PP2 x VPP2; -np 4: PP2 x TP2, or with the argument pp4: PP4
     int32_t world = dsarl_comm_world_size(comm);
-    bool pp4 = argc > 1 && !strcmp(argv[1], "pp4");
+    bool pp4 = argc > 1 && !strcmp(argv[1], "pp4"), vpp2 = argc > 1 && !strcmp(argv[1], "vpp2");
     dsarl_layout l;
     int rc = dsarl_layout_make(world, pp4 ? 1 : world / 2, pp4 ? 4 : 2, 1, 1, &l, &err);
     l.sequence_parallel = true;
     l.collective_timeout_s = 60; // a failed assertion on one rank leaves its peers waiting: end the run quickly
+    l.vpp = vpp2 ? 2 : 1;
     if (rc < 0 || dsarl_comm_build(comm, &l, &par, &err) < 0) {
         fprintf(stderr, "%s\n", err.message);
         return EXIT_FAILURE;
     }
+    layout_extra = vpp2 ? "    virtual_pipeline_model_parallel_size: 2\n" : "";
     dsarl_device_config dc = {.struct_size = sizeof dc, .parallel = &par, .threads = 1};
     if (cpu_create(&dc, &dev, &err) < 0 ||
         dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, dev, NULL, &dsa, &err) < 0) {
@@ -556,9 +626,15 @@ int main(int argc, char **argv)
     Suite *s = suite_create("glm5_pp_mpi");
     TCase *tc = tcase_create("pp");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_glm52_even_stages);
-    tcase_add_test(tc, test_1f1b_schedule);
-    if (!pp4) {
+    if (vpp2) {
+        tcase_add_test(tc, test_vpp_chunks);
+        tcase_add_test(tc, test_vpp_schedule);
+        tcase_add_test(tc, test_vpp_refusals);
+    } else {
+        tcase_add_test(tc, test_glm52_even_stages);
+        tcase_add_test(tc, test_1f1b_schedule);
+    }
+    if (!pp4 && !vpp2) {
         tcase_add_test(tc, test_glm52_stage_starts_on_shared_layer);
         tcase_add_test(tc, test_glm51_tied_uneven_stages);
         tcase_add_test(tc, test_refusals);
