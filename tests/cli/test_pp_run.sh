@@ -76,8 +76,8 @@ refuse() {
   ! grep -q "sft step 1" "$tmp/$name.log" || fail "$name trained before refusing"
   echo "refused $name (exit $rc): $(grep -F "$want" "$tmp/$name.log" | head -1 | sed 's/.*error: *//')"
 }
-refuse virtual_stages "$P.virtual_pipeline_model_parallel_size is 2, but interleaved virtual pipeline stages are not implemented" \
-  +$P.virtual_pipeline_model_parallel_size=2
+refuse virtual_stages "$P.virtual_pipeline_model_parallel_size 2 does not divide the 3 layers of pipeline stage 0" \
+  +$P.virtual_pipeline_model_parallel_size=2 +$P.num_layers_in_first_pipeline_stage=3
 refuse uneven "num_layers_in_first_pipeline_stage (4) and num_layers_in_last_pipeline_stage (0) leave 0 layers" \
   +$P.num_layers_in_first_pipeline_stage=4
 echo "pp run ok"
