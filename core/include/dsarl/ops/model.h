@@ -120,7 +120,8 @@ typedef struct dsarl_model_plan_layer {
     double dispatch_bytes;       /* per token: expert all-to-all send + receive buffers of the layer (0: no MoE) */
     double matmul_flops;         /* per token, forward: 2 x the weights a token passes through (MoE: its top-k) */
     int32_t stage_start_ok;      /* 1: a pipeline stage may start at this layer; 0: see stage_start_rule */
-    int32_t reserved0;
+    int32_t stage_in_topk;       /* ABI 1.5 (took reserved space): int32 top-k indices per token a stage starting at
+                                  * this layer receives with its input (it reuses an earlier layer's selection); 0 */
 } dsarl_model_plan_layer;
 
 /* ABI 1.3: what only the model knows of its size under one rank's layout (dsarl_model_ops.plan). The core sums
