@@ -444,8 +444,15 @@ static int vocab_parallel_logprobs(glm5_pass *p, const int32_t *targets, float *
 // logprobs (T_real) host of the pass's logits and the uploaded targets (g->targets; targets (T) on the host).
 static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err);
 
-// The caller's targets uploaded and their log-probs (the caller's tokens, host): under cp this rank's rows', then
-// all-gathered over cp into the caller's order, so every cp rank returns all of them.
+// The caller's tokens: the batch's, which a cp pass splits into T_local rows and a padded pass pads.
+static int64_t caller_tokens(const glm5_pass *p)
+{
+    return p->cp ? p->cp->T_caller : p->T_real;
+}
+
+// The caller's targets uploaded and, on the LM head's stage, their log-probs (the caller's tokens, host): under cp
+// this rank's rows', then all-gathered over cp into the caller's order, so every cp rank of the stage returns all of
+// them (a cp group lies inside one pipeline stage; the other stages get them with glm5_stage_share_last).
 static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs,
                            dsarl_error *err)
 {
@@ -456,6 +463,8 @@ static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targe
     }
     const int32_t *all_targets = targets;
     DSARL_TRY(upload_targets(p, g, targets, &all_targets, err));
+    if (!glm5_stage_is_last(p->m))
+        return DSARL_OK;
     DSARL_TRY(pass_logprobs(p, g, all_targets, out, err));
     return p->cp ? glm5_cp_gather_rows(p, logprobs, out, 1, err) : DSARL_OK;
 }
@@ -500,16 +509,10 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
-    if (rc == 0 && p.cp)
+    if (rc == 0)
         rc = caller_logprobs(&p, &g, targets, logprobs, err);
-    else if (rc == 0) {
-        const int32_t *all_targets = targets;
-        rc = upload_targets(&p, &g, targets, &all_targets, err);
-        if (rc == 0 && glm5_stage_is_last(m))
-            rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
-        if (rc == 0)
-            rc = glm5_stage_share_last(m, logprobs, p.T_real, err);
-    }
+    if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
+        rc = glm5_stage_share_last(m, logprobs, caller_tokens(&p), err);
     glm5_pass_free(&p);
     return rc;
 }
@@ -773,11 +776,7 @@ int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *target
         DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
     if (tr->p.fwd_chunk < m->stage.chunks) // a pipeline schedule runs the other model chunks later
         return DSARL_OK;
-    if (tr->p.cp) // context parallelism (never with pipeline stages): every rank's rows, gathered
-        return caller_logprobs(&tr->p, &tr->g, targets, logprobs, err);
-    const int32_t *all_targets = targets;
-    DSARL_TRY(upload_targets(&tr->p, &tr->g, targets, &all_targets, err));
-    return glm5_stage_is_last(m) ? pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err) : DSARL_OK;
+    return caller_logprobs(&tr->p, &tr->g, targets, logprobs, err);
 }
 
 int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err)
@@ -809,7 +808,7 @@ int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int
     DSARL_TRY(glm5_train_open(m, batch, false, &m->train, err));
     int rc = glm5_train_run_forward(m, m->train, targets, logprobs, err);
     if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
-        rc = glm5_stage_share_last(m, logprobs, m->train->p.T_real, err);
+        rc = glm5_stage_share_last(m, logprobs, caller_tokens(&m->train->p), err);
     if (rc != 0)
         glm5_train_release(m);
     return rc;

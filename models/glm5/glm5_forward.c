@@ -631,8 +631,10 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     }
     if (rc == 0 && !p.cp)
         rc = glm5_stage_share_last(m, rows, p.T * m->cfg.vocab_size, err);
-    if (rc == 0 && p.cp)
+    if (rc == 0 && p.cp && head) // a cp group lies inside one stage: the head's gathers its rows, then shares them
         rc = glm5_cp_gather_rows(&p, logits, rows, m->cfg.vocab_size, err);
+    if (rc == 0 && p.cp)
+        rc = glm5_stage_share_last(m, logits, p.cp->T_caller * m->cfg.vocab_size, err);
     else if (rc == 0 && rows != logits)
         memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)
