@@ -112,6 +112,9 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
       # interleaved virtual stages: four one-layer chunks, two per rank (the last rank's first feeds the first's
       # second); 4 microbatches per step, a multiple of pp
       "2:policy.megatron_cfg.pipeline_model_parallel_size=2,+policy.megatron_cfg.virtual_pipeline_model_parallel_size=2"
+      # pipeline x context parallelism: each stage's cp peers hold their zigzag rows, with and without virtual stages
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.context_parallel_size=2"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2,+policy.megatron_cfg.virtual_pipeline_model_parallel_size=2,policy.megatron_cfg.context_parallel_size=2"
       "2:policy.megatron_cfg.context_parallel_size=2"
       "4:policy.megatron_cfg.context_parallel_size=2"
       "4:policy.megatron_cfg.context_parallel_size=2,policy.megatron_cfg.expert_model_parallel_size=4"
