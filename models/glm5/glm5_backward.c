@@ -628,6 +628,7 @@ static int chunk_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, int32
         if (L->idx_wq_b && indexer_loss)
             DSARL_TRY(indexer_loss_layer(p, g, a, L, err));
     }
+    glm5_pass_free_chunk_acts(p, chunk); // the chunk's activations are spent
     if (!glm5_chunk_is_first(m, chunk))
         return glm5_stage_grad_output(p, g->dx, err);
     if (m->shards.tp_size == 1)

@@ -50,7 +50,8 @@ int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *er
 void glm5_pass_free(glm5_pass *p)
 {
     for (int i = 0; i < p->n_bufs; i++)
-        p->m->dev_ops->free(p->m->dev, p->bufs[i]);
+        if (p->bufs[i]) // NULL: a chunk's activations, freed already
+            p->m->dev_ops->free(p->m->dev, p->bufs[i]);
     for (int i = 0; i < p->n_host; i++)
         free(p->host_bufs[i]);
     free(p->acts);
@@ -518,8 +519,11 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
-    for (int i = 0; i < p->n_acts; i++)
-        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[i], err));
+    if (p->n_acts == 1) // one set reused by every layer; a training pass's come with each chunk's forward
+        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[0], err));
+    else
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(2 * m->stage.chunks) * sizeof(int), (void **)&p->chunk_bufs,
+                                       err));
     if (p->recompute) {
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
@@ -534,6 +538,29 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     return DSARL_OK;
 }
 
+int glm5_pass_chunk_acts(glm5_pass *p, int32_t c, dsarl_error *err)
+{
+    const glm5_stage *st = &p->m->stage;
+    if (p->n_acts == 1)
+        return DSARL_OK;
+    p->chunk_bufs[2 * c] = p->n_bufs;
+    for (int32_t i = glm5_chunk_first(st, c); i < glm5_chunk_end(st, c); i++)
+        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[glm5_stage_local_layer(st, i)], err));
+    p->chunk_bufs[2 * c + 1] = p->n_bufs;
+    return DSARL_OK;
+}
+
+void glm5_pass_free_chunk_acts(glm5_pass *p, int32_t c)
+{
+    if (p->n_acts == 1)
+        return;
+    // the chunk's range holds only glm5_layer_acts_alloc's buffers (the layers' own lazy ones come after it)
+    for (int i = p->chunk_bufs[2 * c]; i < p->chunk_bufs[2 * c + 1]; i++) {
+        p->m->dev_ops->free(p->m->dev, p->bufs[i]);
+        p->bufs[i] = NULL;
+    }
+}
+
 // Model chunk c of this rank: its input (the embedding, or the previous virtual stage's output), its layers, then
 // the output to the next virtual stage or, on the last one, the final norm and the logits.
 static int chunk_forward(glm5_pass *p, int32_t chunk, dsarl_error *err)
@@ -544,6 +571,7 @@ static int chunk_forward(glm5_pass *p, int32_t chunk, dsarl_error *err)
     int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m);
     size_t e = m->elem;
     const int32_t *prev_topk = NULL; // the embedding, or the previous pipeline stage's output
+    DSARL_TRY(glm5_pass_chunk_acts(p, chunk, err));
     DSARL_TRY(glm5_stage_input(p, chunk, &prev_topk, err));
     for (int32_t i = glm5_chunk_first(&m->stage, chunk); i < glm5_chunk_end(&m->stage, chunk); i++) {
         glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? glm5_stage_local_layer(&m->stage, i) : 0];

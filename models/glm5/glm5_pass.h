@@ -97,6 +97,9 @@ typedef struct glm5_pass {
                                                // is a shared layer (else NULL); NULL until one is received
     int32_t fwd_chunk, bwd_chunk;              // pipeline: the model chunk the next forward runs (0 up to chunks)
                                                // and the next backward (chunks - 1 down to -1)
+    int *chunk_bufs;                           // training without recompute: host (2 chunks), the range of bufs
+                                               // holding each chunk's layer activations, allocated as its forward
+                                               // starts and freed when its backward ends
     bool staged;                               // pipeline schedule (glm5_pipeline.c): the sends, receives and pp
                                                // reductions are the schedule's, not made inside the pass
     bool input_ready, grad_ready;              // staged: p->x / the backward's dx already hold what the
@@ -260,6 +263,11 @@ int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
 
 /* Frees everything the pass allocated. */
 void glm5_pass_free(glm5_pass *p);
+
+/* Training without recompute: allocates the activations of model chunk c's layers (glm5_pass_begin leaves them to
+ * the chunk's forward), or frees them once its backward is done. */
+int glm5_pass_chunk_acts(glm5_pass *p, int32_t c, dsarl_error *err);
+void glm5_pass_free_chunk_acts(glm5_pass *p, int32_t c);
 
 /* y (T,out) = x (T,in) W^T with W (out,in), as nn.Linear. */
 int glm5_linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T, int64_t in, int64_t out,
