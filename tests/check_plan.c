@@ -432,7 +432,8 @@ START_TEST(test_virtual_stages)
 
     // the recipe: 3 micro-batches per replica are not a multiple of pp 2 (as the run refuses them)
     static const char text[] = "policy:\n  train_micro_batch_size: 1\n  train_global_batch_size: 3\n"
-                               "  megatron_cfg: {pipeline_model_parallel_size: 2, virtual_pipeline_model_parallel_size: 2}\n"
+                               "  megatron_cfg:\n    pipeline_model_parallel_size: 2\n"
+                               "    virtual_pipeline_model_parallel_size: 2\n"
                                "cluster: {num_nodes: 1, gpus_per_node: 2}\n";
     dsarl_recipe *r = NULL;
     ck_assert_int_eq(dsarl_recipe_load_string(text, "v.yaml", &r, &err), 0);

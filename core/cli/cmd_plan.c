@@ -379,8 +379,8 @@ static void print_time(const dsarl_plan_settings *s, const dsarl_plan *p, const 
            f_train, b_train, s->recompute ? " + recomputed forward" : "", s->logprob_passes, f_train, f_full,
            f_train / ((double)s->global_batch * s->seq_len), s->seq_len);
     printf("step time (roofline at %.0f TFLOP/s dense bf16 and %.2f TB/s HBM per GPU, %s GPUs; 1F1B bubble (m + (pp - "
-           "1) / vpp) / m = %.2f): generation %.1f s (prefill %.1f, decode %.1f: %s-bound), log-probs %.1f s, training %.1f "
-           "s; %.1f s per step%s\n", s->peak_flops / 1e12, s->hbm_bytes_per_s / 1e12,
+           "1) / vpp) / m = %.2f): generation %.1f s (prefill %.1f, decode %.1f: %s-bound), log-probs %.1f s, "
+           "training %.1f s; %.1f s per step%s\n", s->peak_flops / 1e12, s->hbm_bytes_per_s / 1e12,
            p->dedicated ? "dedicated generation" : "all", bubble, t_gen, t_prefill, t_decode,
            t_decode_memory > t_decode_compute ? "memory" : "compute", t_logprob, t_train, t_gen + t_logprob + t_train,
            p->dedicated ? " (generation and training in turn, weight transfer not counted)" : "");
