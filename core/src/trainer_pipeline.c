@@ -57,14 +57,11 @@ static bool last_virtual(const schedule *s, int32_t c) { return last_stage(s) &&
 // The slot of microbatch i (at most P in flight without virtual stages, 2P with them).
 static int32_t slot_of(const schedule *s, int32_t i) { return i % (s->chunks > 1 ? 2 * s->stages : s->stages); }
 
-// A transfer step; each argument a microbatch index or -1 (and only the ones this stage has a neighbour for).
-static int transfer(const schedule *s, int32_t send_fwd, int32_t recv_bwd, int32_t send_bwd, int32_t recv_fwd,
-                    dsarl_error *err)
+// One step's transfers, each a microbatch index or -1, as given: under virtual stages the first stage receives from
+// the last one (the ring of virtual stages), so only the schedule knows which ends to drop.
+static int transfer_ring(const schedule *s, int32_t send_fwd, int32_t recv_bwd, int32_t send_bwd, int32_t recv_fwd,
+                         dsarl_error *err)
 {
-    if (last_stage(s))
-        send_fwd = recv_bwd = -1;
-    if (first_stage(s))
-        send_bwd = recv_fwd = -1;
     if (send_fwd < 0 && recv_bwd < 0 && send_bwd < 0 && recv_fwd < 0)
         return DSARL_OK;
     dsarl_stage_transfer t = {.struct_size = sizeof t, .send_forward = send_fwd < 0 ? -1 : slot_of(s, send_fwd),
@@ -73,6 +70,17 @@ static int transfer(const schedule *s, int32_t send_fwd, int32_t recv_bwd, int32
                               .recv_forward = recv_fwd < 0 ? -1 : slot_of(s, recv_fwd),
                               .recv_batch = recv_fwd < 0 ? NULL : s->mbs[recv_fwd].batch};
     return s->ops->stage_transfer(s->model, &t, err);
+}
+
+// A transfer step of the non-interleaved schedule: the ends this stage has no neighbour for are dropped.
+static int transfer(const schedule *s, int32_t send_fwd, int32_t recv_bwd, int32_t send_bwd, int32_t recv_fwd,
+                    dsarl_error *err)
+{
+    if (last_stage(s))
+        send_fwd = recv_bwd = -1;
+    if (first_stage(s))
+        send_bwd = recv_fwd = -1;
+    return transfer_ring(s, send_fwd, recv_bwd, send_bwd, recv_fwd, err);
 }
 
 // The stage's forward of microbatch i (its next chunk); the last virtual stage turns its log-probs into their
@@ -162,21 +170,6 @@ static int forward_virtual(const schedule *s, int64_t k, int32_t *mb, int32_t *c
 {
     *c = chunk_of(s, k, true), *mb = microbatch_of(s, k);
     return forward_chunk(s, *mb, *c, err);
-}
-
-// One step's transfers (each a microbatch or -1): unlike transfer(), the first rank receives from the last one
-// (the ring of virtual stages), so only the whole pipeline's first and last virtual stages drop theirs.
-static int transfer_ring(const schedule *s, int32_t send_fwd, int32_t recv_bwd, int32_t send_bwd, int32_t recv_fwd,
-                         dsarl_error *err)
-{
-    if (send_fwd < 0 && recv_bwd < 0 && send_bwd < 0 && recv_fwd < 0)
-        return DSARL_OK;
-    dsarl_stage_transfer t = {.struct_size = sizeof t, .send_forward = send_fwd < 0 ? -1 : slot_of(s, send_fwd),
-                              .recv_backward = recv_bwd < 0 ? -1 : slot_of(s, recv_bwd),
-                              .send_backward = send_bwd < 0 ? -1 : slot_of(s, send_bwd),
-                              .recv_forward = recv_fwd < 0 ? -1 : slot_of(s, recv_fwd),
-                              .recv_batch = recv_fwd < 0 ? NULL : s->mbs[recv_fwd].batch};
-    return s->ops->stage_transfer(s->model, &t, err);
 }
 
 // Megatron's forward_backward_pipelining_with_interleaving (microbatch groups of P, the default group size).
