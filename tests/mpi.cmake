@@ -157,6 +157,7 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGE
   dsarl_add_mpi_test(glm5_pp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_pp4_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> pp4 TIMEOUT 120)
   dsarl_add_mpi_test(glm5_vpp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> vpp2 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_vpp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> vpp2 TIMEOUT 120)
   dsarl_add_mpi_test(glm5_pp_cp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> cp2 TIMEOUT 120)
 endif()
 
