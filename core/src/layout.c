@@ -185,8 +185,11 @@ void dsarl_layout_coords(const dsarl_layout *l, int32_t rank, dsarl_parallel *p)
 
 void dsarl_layout_describe(const dsarl_layout *l, char *buf, size_t size)
 {
-    snprintf(buf, size, "%d processes: TP%d x CP%d x DP%d x PP%d, experts EP%d x EDP%d%s%s", l->world, l->tp, l->cp,
-             l->dp, l->pp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
+    char vpp[48] = "";
+    if (l->vpp > 1)
+        snprintf(vpp, sizeof vpp, " (%d interleaved model chunks each)", l->vpp);
+    snprintf(buf, size, "%d processes: TP%d x CP%d x DP%d x PP%d%s, experts EP%d x EDP%d%s%s", l->world, l->tp, l->cp,
+             l->dp, l->pp, vpp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
              l->distributed_optimizer && l->dp * l->cp > 1 ? ", distributed optimizer" : "");
 }
 
