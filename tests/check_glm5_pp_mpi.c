@@ -1,6 +1,8 @@
 /* check_glm5_pp_mpi.c: pipeline parallelism inside the glm5 model, under `mpirun -np 2` (PP2), `-np 4 ... pp4` (PP4,
- * every stage one layer: middle stages talk to both neighbours) and `-np 4` (PP2 x
- * TP2 with sequence parallelism), on the cpu device and the reference DSA backend. Every rank also builds the
+ * every stage one layer: middle stages talk to both neighbours), `-np 4` (PP2 x TP2 with sequence parallelism),
+ * `-np 2 ... vpp2` / `-np 4 ... vpp2` (PP2 / PP4 x VPP2: one-layer model chunks in Megatron's interleaved order and
+ * schedule, the pp group a ring) and `-np 4 ... cp2` (PP2 x CP2: each stage on its cp rank's zigzag rows), on the cpu
+ * device and the reference DSA backend. Every rank also builds the
  * one-process model (same config and seed, so the same weights) and compares:
  * - log-probabilities (forward_logprobs and train_forward) and forward_logits of a fresh random batch on every rank,
  *   max relative error 1e-5;
