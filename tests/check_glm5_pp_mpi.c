@@ -1,6 +1,8 @@
 /* check_glm5_pp_mpi.c: pipeline parallelism inside the glm5 model, under `mpirun -np 2` (PP2), `-np 4 ... pp4` (PP4,
- * every stage one layer: middle stages talk to both neighbours) and `-np 4` (PP2 x
- * TP2 with sequence parallelism), on the cpu device and the reference DSA backend. Every rank also builds the
+ * every stage one layer: middle stages talk to both neighbours), `-np 4` (PP2 x TP2 with sequence parallelism),
+ * `-np 2 ... vpp2` / `-np 4 ... vpp2` (PP2 / PP4 x VPP2: one-layer model chunks in Megatron's interleaved order and
+ * schedule, the pp group a ring) and `-np 4 ... cp2` (PP2 x CP2: each stage on its cp rank's zigzag rows), on the cpu
+ * device and the reference DSA backend. Every rank also builds the
  * one-process model (same config and seed, so the same weights) and compares:
  * - log-probabilities (forward_logprobs and train_forward) and forward_logits of a fresh random batch on every rank,
  *   max relative error 1e-5;
@@ -64,12 +66,16 @@ static const char *glm51_recipe =
     "    n_shared_experts: 1\n    initializer_range: 0.1\n    tie_word_embeddings: true\n"
     "  megatron_cfg:\n%s    model_overrides:\n      dsa_indexer_loss_coeff: 0.5\n      dsa_indexer_use_sparse_loss: false\n";
 
+// The staged models' extra megatron_cfg lines of the run's mode (virtual stages: their size).
+static const char *layout_extra = "";
+
 // A model of the recipe template (its megatron_cfg lines `extra`) under layout (NULL: one process).
 static int create_model(const char *tmpl, const char *extra, glm5_family family, const dsarl_parallel *layout,
                         dsarl_recipe **recipe, dsarl_model **m)
 {
-    char text[4096];
-    snprintf(text, sizeof text, tmpl, extra);
+    char text[4096], lines[512];
+    snprintf(lines, sizeof lines, "%s%s", extra, layout ? layout_extra : "");
+    snprintf(text, sizeof text, tmpl, lines);
     ck_assert_int_eq(dsarl_recipe_load_string(text, "pp.yaml", recipe, &err), 0);
     ck_assert_int_eq(dsarl_recipe_resolve(*recipe, &err), 0);
     dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(*recipe),
@@ -274,9 +280,9 @@ static void check_steps(const dsarl_model_ops *ops, dsarl_model *single, dsarl_m
     }
     char label[160];
     snprintf(label, sizeof label, "%s, weights after 3 AdamW steps", what);
-    // under tp the gradients differ in fp32 summation order, and AdamW's normalised step turns that into up to a
+    // under tp or cp the gradients differ in fp32 summation order, and AdamW's normalised step turns that into up to a
     // few 1e-5 of lr-sized differences where a gradient is near zero (no pipeline arithmetic is involved)
-    compare_params(single, pp, false, par.tp_size > 1 ? 2e-4 : 2e-5, label);
+    compare_params(single, pp, false, par.tp_size > 1 || par.cp_size > 1 ? 2e-4 : 2e-5, label);
 }
 
 // A save of the staged model loaded by one process, and one process's save loaded into the stages.
@@ -315,8 +321,14 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
         free(ref);
     }
     glm5_model_free(back);
-    // the stages read one process's save (only their own tensors)
-    mc.model_dir = whole, mc.parallel = &par;
+    // the stages read one process's save (only their own tensors), under the staged recipe
+    dsarl_recipe *staged_recipe;
+    char lines[512];
+    snprintf(lines, sizeof lines, "%s%s", extra, layout_extra);
+    snprintf(text, sizeof text, tmpl, lines);
+    ck_assert_int_eq(dsarl_recipe_load_string(text, "pp.yaml", &staged_recipe, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(staged_recipe, &err), 0);
+    mc.model_dir = whole, mc.parallel = &par, mc.recipe = dsarl_recipe_root(staged_recipe);
     OK(glm5_create_family(family, &mc, &back, &err));
     for (int64_t i = 0; i < back->n_params; i++) {
         const glm5_param *q = &back->params[i], *p = glm5_model_find_param(single, q->name);
@@ -327,7 +339,7 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
         free(ref);
     }
     glm5_model_free(back);
-    dsarl_recipe_free(r);
+    dsarl_recipe_free(r), dsarl_recipe_free(staged_recipe);
     OK(dsarl_group_barrier(par.world, &err));
     if (par.world_rank == 0) {
         char cmd[600];
@@ -336,7 +348,7 @@ static void check_hf_round_trip(const char *tmpl, const char *extra, glm5_family
     }
 }
 
-// starts: the first layer of each stage the split must give (par.pp_size + 1 entries).
+// starts: the first layer of each virtual stage the split must give (vpp x pp + 1 entries; vpp 1: the stages).
 static void check_config(const char *tmpl, const char *extra, glm5_family family, const char *name,
                          const int32_t *starts)
 {
@@ -346,9 +358,10 @@ static void check_config(const char *tmpl, const char *extra, glm5_family family
     OK(create_model(tmpl, extra, family, &par, &r2, &pp));
     // this stage's layers only: the split the recipe asks for
     ck_assert_int_eq(pp->stage.size, par.pp_size);
-    int32_t want_first = starts[par.pp_rank], want_end = starts[par.pp_rank + 1];
-    ck_assert_msg(pp->stage.first == want_first && pp->stage.end == want_end, "%s: stage %d holds layers [%d, %d), "
-                  "not [%d, %d)", name, par.pp_rank, pp->stage.first, pp->stage.end, want_first, want_end);
+    ck_assert_int_eq(pp->stage.chunks, dsarl_parallel_vpp(&par));
+    for (int32_t k = 0; k <= pp->stage.chunks * par.pp_size; k++)
+        ck_assert_msg(pp->stage.starts[k] == starts[k], "%s: virtual stage %d starts at layer %d, not %d", name, k,
+                      pp->stage.starts[k], starts[k]);
     ck_assert(pp->n_params < single->n_params);
     for (int64_t i = 0; i < pp->n_params; i++)
         ck_assert(pp->params[i].layer < 0 || glm5_stage_has_layer(pp, pp->params[i].layer));
@@ -487,11 +500,95 @@ START_TEST(test_1f1b_schedule)
 }
 END_TEST
 
+/* --- interleaved virtual stages (vpp mode: PP2 x VPP2) ----------------------------------------------------------- */
+
+// The GLM-5.2 template with 8 layers F S F S F S F S (PP4 x VPP2: one layer per chunk).
+static const char *glm52_recipe_8_layers(void)
+{
+    static char text[4096];
+    snprintf(text, sizeof text, "%s", glm52_recipe);
+    char *layers = strstr(text, "num_hidden_layers: 4"), *pattern = strstr(text, "index_topk_pattern: FSFS\n");
+    ck_assert(layers && pattern);
+    layers[strlen("num_hidden_layers: ")] = '8';
+    size_t at = (size_t)(pattern - text) + strlen("index_topk_pattern: FSFS");
+    memmove(text + at + 4, text + at, strlen(text + at) + 1);
+    memcpy(text + at, "FSFS", 4);
+    return text;
+}
+
+// One-layer chunks F S F S ...: at PP2 rank 0 holds layers 0 and 2, rank 1 layers 1 and 3 (at PP4 rank r holds r and
+// r + 4); every odd rank's chunks start on a shared layer (their top-k comes from the rank before), and the last
+// rank's first chunk feeds rank 0's second.
+START_TEST(test_vpp_chunks)
+{
+    static const int32_t starts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    bool pp4 = par.pp_size == 4;
+    check_config(pp4 ? glm52_recipe_8_layers() : glm52_recipe, "", GLM5_FAMILY_52,
+                 pp4 ? "glm5.2 pp4 vpp2 1|1|1|1|1|1|1|1" : "glm5.2 vpp2 1|1|1|1", starts);
+}
+END_TEST
+
+// The interleaved schedule: n = pp (every microbatch warms up first), 2 pp and 3 pp microbatches (steady 1F1B
+// steps), with activation recompute; a count pp does not divide is refused in one sentence.
+START_TEST(test_vpp_schedule)
+{
+    dsarl_recipe *r1, *r2;
+    dsarl_model *single, *pp;
+    int32_t P = par.pp_size;
+    const char *tmpl = P == 4 ? glm52_recipe_8_layers() : glm52_recipe;
+    OK(create_model(tmpl, "", GLM5_FAMILY_52, NULL, &r1, &single));
+    OK(create_model(tmpl, "", GLM5_FAMILY_52, &par, &r2, &pp));
+    check_schedule(single, pp, P, "interleaved, glm5.2 vpp2");
+    check_schedule(single, pp, 2 * P, "interleaved, glm5.2 vpp2");
+    if (3 * P <= MAX_MB)
+        check_schedule(single, pp, 3 * P, "interleaved, glm5.2 vpp2");
+    single->activation_recompute = pp->activation_recompute = true;
+    check_schedule(single, pp, 2 * P, "interleaved, glm5.2 vpp2, activation recompute");
+    pp_batch b[3];
+    float lp[3][T];
+    dsarl_train_microbatch mbs[3];
+    loss_log log = {.calls = 0};
+    for (int32_t i = 0; i < 3; i++) {
+        make_batch(&b[i], single->cfg.vocab_size, 700 + (uint64_t)i, T);
+        log.c[i] = b[i].dlogprobs;
+        mbs[i] = (dsarl_train_microbatch){.struct_size = sizeof mbs[i], .batch = &b[i].b, .targets = b[i].targets,
+                                          .logprobs = lp[i], .dlogprobs = lp[i]};
+    }
+    ck_assert_int_ne(dsarl_trainer_train_microbatches(&glm5_2_model_ops, pp, &par, mbs, 3, linear_loss, &log, NULL,
+                                                      &err), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "(3: train_global_batch_size") &&
+                  strstr(err.message, P == 4 ? "multiple of pipeline_model_parallel_size 4"
+                                             : "multiple of pipeline_model_parallel_size 2"), "%s", err.message);
+    ck_assert_int_eq(log.calls, 0);
+    glm5_model_free(single), glm5_model_free(pp);
+    dsarl_recipe_free(r1), dsarl_recipe_free(r2);
+}
+END_TEST
+
+// What Megatron refuses with virtual stages is refused here too, naming the keys.
+START_TEST(test_vpp_refusals)
+{
+    dsarl_recipe *r;
+    dsarl_model *m;
+    // 1|3: vpp 2 does not divide either stage's layer count
+    ck_assert_int_ne(create_model(glm52_recipe, "    num_layers_in_first_pipeline_stage: 1\n", GLM5_FAMILY_52, &par,
+                                  &r, &m), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "virtual_pipeline_model_parallel_size 2 does not divide the 1 layers of "
+                                      "pipeline stage 0"), "%s", err.message);
+    dsarl_recipe_free(r);
+    // virtual stages without pipeline parallelism
+    ck_assert_int_ne(create_model(glm52_recipe, layout_extra, GLM5_FAMILY_52, NULL, &r, &m), DSARL_OK);
+    ck_assert_msg(strstr(err.message, "virtual_pipeline_model_parallel_size") &&
+                  strstr(err.message, "pipeline_model_parallel_size > 1"), "%s", err.message);
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 // Each refusal names its keys, before any weight exists.
 START_TEST(test_refusals)
 {
     static const struct { const char *extra, *expect[2]; } cases[] = {
-        {"    virtual_pipeline_model_parallel_size: 2\n", {"virtual_pipeline_model_parallel_size", "not implemented"}},
+        {"    virtual_pipeline_model_parallel_size: 2\n", {"virtual_pipeline_model_parallel_size (2)", "layout's (1)"}},
         {"    num_layers_in_first_pipeline_stage: 1\n    num_layers_in_last_pipeline_stage: 1\n",
          {"num_layers_in_first_pipeline_stage (1)", "num_layers_in_last_pipeline_stage (1)"}},
         {"    num_layers_in_first_pipeline_stage: 4\n", {"num_layers_in_first_pipeline_stage", "evenly"}},
@@ -531,17 +628,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.message);
         return EXIT_FAILURE;
     }
-    // -np 2: PP2; -np 4: PP2 x TP2, or with the argument pp4: PP4
+    // -np 2: PP2, or with the argument vpp2: PP2 x VPP2; -np 4: PP2 x TP2, with the argument pp4: PP4, with cp2:
+    // PP2 x CP2, with vpp2: PP4 x VPP2
     int32_t world = dsarl_comm_world_size(comm);
-    bool pp4 = argc > 1 && !strcmp(argv[1], "pp4");
+    bool pp4 = argc > 1 && !strcmp(argv[1], "pp4"), vpp2 = argc > 1 && !strcmp(argv[1], "vpp2");
+    bool cp2 = argc > 1 && !strcmp(argv[1], "cp2");
     dsarl_layout l;
-    int rc = dsarl_layout_make(world, pp4 ? 1 : world / 2, pp4 ? 4 : 2, 1, 1, &l, &err);
+    int32_t pp = pp4 || (vpp2 && world == 4) ? 4 : 2;
+    int rc = dsarl_layout_make(world, pp4 || cp2 || vpp2 ? 1 : world / 2, pp, cp2 ? 2 : 1, 1, &l, &err);
     l.sequence_parallel = true;
     l.collective_timeout_s = 60; // a failed assertion on one rank leaves its peers waiting: end the run quickly
+    l.vpp = vpp2 ? 2 : 1;
     if (rc < 0 || dsarl_comm_build(comm, &l, &par, &err) < 0) {
         fprintf(stderr, "%s\n", err.message);
         return EXIT_FAILURE;
     }
+    layout_extra = vpp2 ? "    virtual_pipeline_model_parallel_size: 2\n" : "";
     dsarl_device_config dc = {.struct_size = sizeof dc, .parallel = &par, .threads = 1};
     if (cpu_create(&dc, &dev, &err) < 0 ||
         dsarl_dsa_reference_ops.create(&dsarl_cpu_device_ops, dev, NULL, &dsa, &err) < 0) {
@@ -551,10 +653,18 @@ int main(int argc, char **argv)
     Suite *s = suite_create("glm5_pp_mpi");
     TCase *tc = tcase_create("pp");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_glm52_even_stages);
-    tcase_add_test(tc, test_1f1b_schedule);
-    if (!pp4) {
+    if (vpp2) {
+        tcase_add_test(tc, test_vpp_chunks);
+        tcase_add_test(tc, test_vpp_schedule);
+        if (pp == 2)
+            tcase_add_test(tc, test_vpp_refusals);
+    } else {
+        tcase_add_test(tc, test_glm52_even_stages);
+        tcase_add_test(tc, test_1f1b_schedule);
+    }
+    if (!pp4 && !vpp2)
         tcase_add_test(tc, test_glm52_stage_starts_on_shared_layer);
+    if (!pp4 && !vpp2 && !cp2) {
         tcase_add_test(tc, test_glm51_tied_uneven_stages);
         tcase_add_test(tc, test_refusals);
     }

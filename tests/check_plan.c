@@ -1,8 +1,9 @@
 /* check_plan.c: `dsarl plan`'s arithmetic on a small glm_moe_dsa config whose every number is computed by hand
  * below (per-rank parameters under TP2 / EP2 / PP2, optimizer bytes with and without the distributed optimizer,
- * activation bytes with and without recompute), and every refusal as one sentence: a layout that does not divide,
- * a model split that does not divide, uneven stage sizes, a stage starting on an IndexShare shared layer, a plan
- * that does not fit.
+ * activation bytes with and without recompute), a stage starting on an IndexShare shared layer (planned with the
+ * top-k it receives), interleaved virtual stages, and every refusal as one sentence: a layout that does not divide,
+ * a model split that does not divide, uneven stage sizes, virtual stages that do not divide a stage, a stage start
+ * the model forbids, a plan that does not fit.
  *
  * The config: hidden C 8, vocab V 16, 4 layers (layer 0 dense with intermediate 12, layers 1-3 MoE: 4 experts of
  * width 4, top 2, one shared expert), 4 heads with q_lora 6, kv_lora 4, nope 2, rope 2, v 2; indexer 2 heads x 4,
@@ -118,8 +119,11 @@ START_TEST(test_per_rank_params)
     ck_assert_int_eq(f.layers[1].buffers, 4);
     ck_assert_int_eq(f.mp.embedding[DSARL_PLAN_VOCAB], 64);
     ck_assert_int_eq(dsarl_plan_params(f.mp.head), 72);
-    ck_assert(f.layers[0].stage_start_ok && f.layers[1].stage_start_ok && !f.layers[2].stage_start_ok &&
-              f.layers[3].stage_start_ok);
+    // every layer may start a stage; one starting on the shared layer 2 receives layer 1's 8 top-k per token
+    for (int i = 0; i < 4; i++) {
+        ck_assert(f.layers[i].stage_start_ok);
+        ck_assert_int_eq(f.layers[i].stage_in_topk, i == 2 ? 8 : 0);
+    }
     // cache: latent 4 + rope key 2 in bf16, + the indexer key (4 x 2 bytes) on full layers
     ck_assert(f.layers[0].cache_bytes == 20.0 && f.layers[2].cache_bytes == 12.0);
 
@@ -254,10 +258,25 @@ START_TEST(test_refusals)
     settings(&s, &l);
     s.first_stage_layers = s.last_stage_layers = 0;
     dsarl_plan p;
+    // planned as the run takes it: stage 1 keeps the received int32 top-k (8 per token of the 16 on the CP rank)
+    // for its one micro-batch in flight, 4 x 8 x 16 bytes more than the same plan without the transfer
+    ck_assert_msg(dsarl_plan_compute(&s, &f.mp, NULL, &p, &err) == 0, "%s", err.message);
+    ck_assert(p.stages[0].topk_in == 0 && p.stages[1].topk_in == 8 && p.stages[1].in_flight == 1);
+    double with_topk = p.stages[1].gpu.activations;
+    dsarl_plan_free(&p);
+    f.layers[2].stage_in_topk = 0;
+    ck_assert_int_eq(dsarl_plan_compute(&s, &f.mp, NULL, &p, &err), 0);
+    ck_assert_msg(with_topk - p.stages[1].gpu.activations == 512.0, "%g", with_topk - p.stages[1].gpu.activations);
+    dsarl_plan_free(&p);
+    f.layers[2].stage_in_topk = 8;
+    // a model that says a layer cannot start a stage is still refused, naming the layers that may
+    f.layers[2].stage_start_ok = 0;
+    f.mp.stage_start_rule = "is a layer of the test's choosing";
     ck_assert_int_ne(dsarl_plan_compute(&s, &f.mp, NULL, &p, &err), 0);
-    expect_one_sentence(&err, "pipeline stage 1 (layers 2-3) starts at layer 2, which is an IndexShare \"shared\" "
-                              "layer");
+    expect_one_sentence(&err, "pipeline stage 1 (layers 2-3) starts at layer 2, which is a layer of the test's "
+                              "choosing");
     ck_assert_msg(strstr(err.message, "(0, 1, 3)") != NULL, "%s", err.message);
+    f.layers[2].stage_start_ok = 1;
     // does not fit: a 1 GiB GPU under a 2 GiB reserve overflows by the reserve's excess and a little more
     dsarl_error_clear(&err);
     settings(&s, &l);
@@ -357,6 +376,77 @@ START_TEST(test_dedicated_generation)
 }
 END_TEST
 
+/* Interleaved virtual stages: Megatron's chunk offsets (rank r's chunk c starts at c x L / vpp + the layers of the
+ * ranks before it in chunk c), the counts vpp must divide, and the plan of PP2 x VPP2 on the fixture: stage 0 holds
+ * layers 0 and 2 (482 + 506 + the embedding's 64 elements), stage 1 layers 1 and 3 (610 + 610 + the head's 72); with
+ * m = pp = 2 micro-batches every chunk pass warms up first, so each stage holds all 4 (each half its layers); stage
+ * 0's chunk starting on the shared layer 2 keeps 8 int32 top-k per token of the 16. */
+START_TEST(test_virtual_stages)
+{
+    dsarl_error err;
+    dsarl_error_clear(&err);
+    int32_t starts[9];
+    ck_assert_int_eq(dsarl_plan_chunk_layers(8, 2, 2, 0, 0, starts, &err), 0);
+    static const int32_t even[] = {0, 2, 4, 6, 8}, first2[] = {0, 1, 4, 5, 8};
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_eq(starts[k], even[k]);
+    ck_assert_int_eq(dsarl_plan_chunk_layers(8, 2, 2, 2, 0, starts, &err), 0); // 2 | 6: chunks 1, 3, 1, 3
+    for (int k = 0; k < 5; k++)
+        ck_assert_int_eq(starts[k], first2[k]);
+    ck_assert_int_eq(dsarl_plan_chunk_layers(8, 4, 2, 2, 2, starts, &err), 0); // 2 | 2 | 2 | 2: one layer each
+    for (int k = 0; k <= 8; k++)
+        ck_assert_int_eq(starts[k], k);
+    ck_assert_int_ne(dsarl_plan_chunk_layers(4, 2, 2, 1, 0, starts, &err), 0);
+    expect_one_sentence(&err, "virtual_pipeline_model_parallel_size 2 does not divide the 1 layers of pipeline stage "
+                              "0 (layers 0-0)");
+    dsarl_error_clear(&err);
+    ck_assert_int_ne(dsarl_plan_chunk_layers(4, 1, 2, 0, 0, starts, &err), 0);
+    expect_one_sentence(&err, "needs pipeline_model_parallel_size > 1");
+
+    fixture f;
+    open_fixture(&f);
+    dsarl_error_clear(&err);
+    dsarl_layout l;
+    ck_assert_int_eq(dsarl_layout_make(8, 2, 2, 1, 2, &l, &err), 0);
+    ck_assert_msg(plan_at(&f, &l, &err) == 0, "%s", err.message);
+    l.vpp = 2;
+    dsarl_plan_settings s;
+    settings(&s, &l);
+    s.first_stage_layers = s.last_stage_layers = 0;
+    dsarl_plan p;
+    ck_assert_msg(dsarl_plan_compute(&s, &f.mp, NULL, &p, &err) == 0, "%s", err.message);
+    ck_assert(p.vpp == 2 && p.starts[1] == 1 && p.starts[2] == 2 && p.starts[3] == 3);
+    ck_assert_int_eq(dsarl_plan_params(p.stages[0].gpu.params), 482 + 506 + 64);
+    ck_assert_int_eq(dsarl_plan_params(p.stages[1].gpu.params), 610 + 610 + 72);
+    ck_assert(p.stages[0].n_layers == 2 && p.stages[1].n_layers == 2);
+    ck_assert(p.stages[0].in_flight == 4 && p.stages[1].in_flight == 4);
+    ck_assert(p.stages[0].topk_in == 8 && p.stages[1].topk_in == 0);
+    double t = 8.0; // 16 tokens over TP2 with sequence parallelism
+    double want = ((f.layers[0].act_bytes + f.layers[2].act_bytes) * t + 4.0 * 8 * 16) * 4 / 2;
+    ck_assert_msg(fabs(p.stages[0].gpu.activations - want) < 1e-9, "%g vs %g", p.stages[0].gpu.activations, want);
+    char ranges[64];
+    dsarl_plan_stage_ranges(&p, 1, ranges, sizeof ranges);
+    ck_assert_str_eq(ranges, "1-1, 3-3");
+    dsarl_plan_free(&p);
+    dsarl_recipe_free(f.recipe);
+
+    // the recipe: 3 micro-batches per replica are not a multiple of pp 2 (as the run refuses them)
+    static const char text[] = "policy:\n  train_micro_batch_size: 1\n  train_global_batch_size: 3\n"
+                               "  megatron_cfg:\n    pipeline_model_parallel_size: 2\n"
+                               "    virtual_pipeline_model_parallel_size: 2\n"
+                               "cluster: {num_nodes: 1, gpus_per_node: 2}\n";
+    dsarl_recipe *r = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string(text, "v.yaml", &r, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+    ck_assert_msg(dsarl_layout_from_recipe(dsarl_recipe_root(r), 2, &l, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(l.vpp, 2);
+    dsarl_error_clear(&err);
+    ck_assert_int_ne(dsarl_plan_settings_from_recipe(dsarl_recipe_root(r), &l, &s, &err), 0);
+    expect_one_sentence(&err, "makes 3 micro-batches per data-parallel replica");
+    dsarl_recipe_free(r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -367,6 +457,7 @@ int main(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_settings_from_recipe);
     tcase_add_test(tc, test_dedicated_generation);
+    tcase_add_test(tc, test_virtual_stages);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

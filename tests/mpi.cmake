@@ -109,6 +109,12 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
       "4:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.tensor_model_parallel_size=2,policy.megatron_cfg.sequence_parallel=true"
       "4:policy.megatron_cfg.pipeline_model_parallel_size=2"
       "4:policy.megatron_cfg.pipeline_model_parallel_size=4"
+      # interleaved virtual stages: four one-layer chunks, two per rank (the last rank's first feeds the first's
+      # second); 4 microbatches per step, a multiple of pp
+      "2:policy.megatron_cfg.pipeline_model_parallel_size=2,+policy.megatron_cfg.virtual_pipeline_model_parallel_size=2"
+      # pipeline x context parallelism: each stage's cp peers hold their zigzag rows, with and without virtual stages
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2,policy.megatron_cfg.context_parallel_size=2"
+      "4:policy.megatron_cfg.pipeline_model_parallel_size=2,+policy.megatron_cfg.virtual_pipeline_model_parallel_size=2,policy.megatron_cfg.context_parallel_size=2"
       "2:policy.megatron_cfg.context_parallel_size=2"
       "4:policy.megatron_cfg.context_parallel_size=2"
       "4:policy.megatron_cfg.context_parallel_size=2,policy.megatron_cfg.expert_model_parallel_size=4"
@@ -150,6 +156,9 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE AND TARGET dsarl-glm5-objects AND TARGE
   dsarl_add_mpi_test(glm5_pp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_pp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> TIMEOUT 120)
   dsarl_add_mpi_test(glm5_pp4_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> pp4 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_vpp_mpi_np2 NP 2 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> vpp2 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_vpp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> vpp2 TIMEOUT 120)
+  dsarl_add_mpi_test(glm5_pp_cp_mpi_np4 NP 4 COMMAND $<TARGET_FILE:check_glm5_pp_mpi> cp2 TIMEOUT 120)
 endif()
 
 # Context parallelism of the glm5 passes: CP2 and CP2 x EP2 (-np 2), CP2 x TP2 and CP4 (-np 4), against one process

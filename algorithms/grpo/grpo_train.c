@@ -91,6 +91,12 @@ static int read_options(trainer *tr, dsarl_error *err)
           "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 " x policy.train_micro_batch_size "
           "(%" PRId64 "), so that every rank trains whole microbatches of each optimizer step",
           tr->cfg.train_global_batch_size, dp, o->micro_batch);
+    int64_t pp = par && par->pp_size > 1 ? par->pp_size : 1, vpp = dsarl_parallel_vpp(par);
+    CHECK(vpp == 1 || tr->cfg.train_global_batch_size / (dp * o->micro_batch) % pp == 0,
+          "policy.train_global_batch_size", "(%" PRId64 ") makes %" PRId64 " microbatches per data-parallel rank, "
+          "which the interleaved schedule (virtual_pipeline_model_parallel_size %" PRId64 ") needs to be a multiple "
+          "of pipeline_model_parallel_size %" PRId64 ", as Megatron does", tr->cfg.train_global_batch_size,
+          tr->cfg.train_global_batch_size / (dp * o->micro_batch), vpp, pp);
     CHECK(tr->cfg.val_batch_size < 1 || tr->cfg.val_batch_size % dp == 0, "grpo.val_batch_size",
           "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that every rank generates an "
           "equal share of each validation batch", tr->cfg.val_batch_size, dp);

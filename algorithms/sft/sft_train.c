@@ -89,6 +89,14 @@ static int check_parallel(const sft_trainer *tr, dsarl_error *err)
                                  "policy.train_micro_batch_size (%" PRId64 "), so that every rank trains whole "
                                  "microbatches of each optimizer step", tr->cfg.global_batch, dp,
                                  tr->cfg.micro_batch);
+    int64_t pp = p && p->pp_size > 1 ? p->pp_size : 1, vpp = dsarl_parallel_vpp(p);
+    int64_t per_rank = tr->cfg.global_batch / (dp * tr->cfg.micro_batch);
+    if (vpp > 1 && per_rank % pp != 0)
+        return dsarl_recipe_fail(tr->root, "policy.train_global_batch_size", err, DSARL_E_INVALID,
+                                 "(%" PRId64 ") makes %" PRId64 " microbatches per data-parallel rank, which the "
+                                 "interleaved schedule (virtual_pipeline_model_parallel_size %" PRId64 ") needs to be "
+                                 "a multiple of pipeline_model_parallel_size %" PRId64 ", as Megatron does",
+                                 tr->cfg.global_batch, per_rank, vpp, pp);
     if (tr->cfg.val_global_batch_size % dp != 0)
         return dsarl_recipe_fail(tr->root, "sft.val_global_batch_size", err, DSARL_E_INVALID,
                                  "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that "

@@ -266,10 +266,18 @@ static void print_stages(const dsarl_plan_settings *s, const dsarl_plan *p, cons
     const dsarl_layout *l = &s->layout;
     int32_t span = l->tp * l->cp * l->dp;
     printf("pipeline stages (PP%d; stage s is world ranks s*%d .. s*%d+%d):\n", l->pp, span, span, span - 1);
+    if (p->vpp > 1)
+        printf("  interleaved: %d model chunks per stage, virtual stage c*%d+s on stage s\n", p->vpp, l->pp);
     for (int32_t st = 0; st < p->n_stages; st++) {
         const dsarl_plan_stage *S = &p->stages[st];
-        printf("  stage %d: layers %d-%d (%d)%s%s\n", st, S->first_layer, S->first_layer + S->n_layers - 1,
-               S->n_layers, st == 0 ? ", input embedding" : "", st == p->n_stages - 1 ? ", final norm + LM head" : "");
+        char layers[160];
+        dsarl_plan_stage_ranges(p, st, layers, sizeof layers);
+        printf("  stage %d: layers %s (%d)%s%s", st, layers, S->n_layers, st == 0 ? ", input embedding" : "",
+               st == p->n_stages - 1 ? ", final norm + LM head" : "");
+        if (S->topk_in > 0)
+            printf(", receives %d top-k indices per token (a chunk starts on an IndexShare shared layer)",
+                   S->topk_in);
+        printf("\n");
     }
     if (mp->n_experts > 0) {
         int32_t per = mp->n_experts / l->ep;
@@ -298,11 +306,15 @@ static void print_memory(const dsarl_plan_settings *s, const dsarl_plan *p)
 {
     const dsarl_layout *l = &s->layout;
     printf("per-GPU memory (GiB, every GPU of a stage alike; * the worst): micro-batch %" PRId64 " x %" PRId64
-           " tokens / CP%d / TP%d%s = %.0f tokens per rank, %" PRId64 " micro-batches per replica, 1F1B holds "
-           "min(pp - stage, micro-batches); activation recompute %s; gradients %s; distributed optimizer %s%s\n",
+           " tokens / CP%d / TP%d%s = %.0f tokens per rank, %" PRId64 " micro-batches per replica, %s; activation "
+           "recompute %s; gradients %s; distributed optimizer %s%s\n",
            s->micro_batch, s->seq_len, l->cp, l->sequence_parallel && l->tp > 1 ? l->tp : 1,
            l->sequence_parallel && l->tp > 1 ? " (sequence parallel)" : "", p->train_tokens_per_rank,
-           p->microbatches, s->recompute ? "on" : "off", s->grad_bytes == 4 ? "fp32" : "bf16",
+           p->microbatches,
+           p->vpp > 1 ? "interleaved 1F1B holds 2 (pp - 1 - stage) + (vpp - 1) pp + 1 chunk passes (all with pp "
+                        "micro-batches)"
+                      : "1F1B holds min(pp - stage, micro-batches)",
+           s->recompute ? "on" : "off", s->grad_bytes == 4 ? "fp32" : "bf16",
            l->distributed_optimizer && l->dp * l->cp > 1 ? "on" : "off",
            s->optimizer_offload > 0 ? ", optimizer state offloaded to the host" : "");
     if (s->colocated)
@@ -344,7 +356,8 @@ static void print_time(const dsarl_plan_settings *s, const dsarl_plan *p, const 
     double train = f_train + b_train + (s->recompute ? f_train : 0.0); // recompute reruns every forward
     double logprob = s->logprob_passes * f_train;
     double W = (double)l->world, m = (double)p->microbatches;
-    double bubble = (m + l->pp - 1) / m; // 1F1B: pp - 1 idle slots per m micro-batches
+    // 1F1B: pp - 1 idle slots per m micro-batches; interleaved, each slot is one chunk: 1 / vpp as long
+    double bubble = (m + (double)(l->pp - 1) / p->vpp) / m;
     double t_train = train / (W * s->peak_flops) * bubble, t_logprob = logprob / (W * s->peak_flops) * bubble;
     // generation: prefill is compute-bound; each decode step reads every weight of the GPUs a token passes (one
     // stage after another under PP) and about half the final cache, or is compute-bound, whichever is slower
@@ -365,9 +378,9 @@ static void print_time(const dsarl_plan_settings *s, const dsarl_plan *p, const 
            "forward %.3g FLOPs per token at %" PRId64 " tokens\n", s->global_batch, s->seq_len, s->rollouts, train,
            f_train, b_train, s->recompute ? " + recomputed forward" : "", s->logprob_passes, f_train, f_full,
            f_train / ((double)s->global_batch * s->seq_len), s->seq_len);
-    printf("step time (roofline at %.0f TFLOP/s dense bf16 and %.2f TB/s HBM per GPU, %s GPUs; 1F1B bubble (m + pp - "
-           "1) / m = %.2f): generation %.1f s (prefill %.1f, decode %.1f: %s-bound), log-probs %.1f s, training %.1f "
-           "s; %.1f s per step%s\n", s->peak_flops / 1e12, s->hbm_bytes_per_s / 1e12,
+    printf("step time (roofline at %.0f TFLOP/s dense bf16 and %.2f TB/s HBM per GPU, %s GPUs; 1F1B bubble (m + (pp - "
+           "1) / vpp) / m = %.2f): generation %.1f s (prefill %.1f, decode %.1f: %s-bound), log-probs %.1f s, "
+           "training %.1f s; %.1f s per step%s\n", s->peak_flops / 1e12, s->hbm_bytes_per_s / 1e12,
            p->dedicated ? "dedicated generation" : "all", bubble, t_gen, t_prefill, t_decode,
            t_decode_memory > t_decode_compute ? "memory" : "compute", t_logprob, t_train, t_gen + t_logprob + t_train,
            p->dedicated ? " (generation and training in turn, weight transfer not counted)" : "");
@@ -494,9 +507,10 @@ static int run_plan(plan_run *r, const cli_options *opts, dsarl_error *err)
     DSARL_TRY(rc);
     const dsarl_plan_stage *w = &r->plan.stages[r->plan.worst];
     DSARL_TRY(dsarl_plan_check_fit(&s, &r->plan, err));
-    printf("fits: the worst GPU (stage %d, layers %d-%d) peaks at %.1f GiB of %.1f GiB (%.1f GiB free)", r->plan.worst,
-           w->first_layer, w->first_layer + w->n_layers - 1, w->gpu.total / GIB, s.gpu_bytes / GIB,
-           (s.gpu_bytes - w->gpu.total) / GIB);
+    char layers[160];
+    dsarl_plan_stage_ranges(&r->plan, r->plan.worst, layers, sizeof layers);
+    printf("fits: the worst GPU (stage %d, layers %s) peaks at %.1f GiB of %.1f GiB (%.1f GiB free)", r->plan.worst,
+           layers, w->gpu.total / GIB, s.gpu_bytes / GIB, (s.gpu_bytes - w->gpu.total) / GIB);
     if (r->plan.dedicated)
         printf("; a generation GPU needs %.1f GiB", r->plan.gen.total / GIB);
     printf("\n");

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dsarl/pipeline.h"
+
 #define MCFG "policy.megatron_cfg."
 
 const dsarl_key_spec dsarl_layout_keys[] = {
@@ -83,6 +85,7 @@ int dsarl_layout_make(int32_t world, int32_t tp, int32_t pp, int32_t cp, int32_t
     DSARL_TRY(positive(NULL, "pipeline_model_parallel_size", pp, &out->pp, err));
     DSARL_TRY(positive(NULL, "context_parallel_size", cp, &out->cp, err));
     DSARL_TRY(positive(NULL, "expert_model_parallel_size", ep, &out->ep, err));
+    out->vpp = 1;
     out->sequence_parallel = tp > 1;
     out->distributed_optimizer = true;
     out->num_nodes = 1, out->gpus_per_node = world;
@@ -104,6 +107,7 @@ int dsarl_layout_from_recipe(const dsarl_node *root, int32_t world, dsarl_layout
         DSARL_TRY(dsarl_recipe_int_or(root, sizes[i].key, 1, &v, err));
         DSARL_TRY(positive(root, sizes[i].key, v, sizes[i].dst, err));
     }
+    DSARL_TRY(dsarl_pipeline_virtual_stages(root, out->pp, &out->vpp, err));
     int64_t etp;
     DSARL_TRY(dsarl_recipe_int_or(root, MCFG "expert_tensor_parallel_size", 1, &etp, err));
     if (etp != 1)
@@ -166,6 +170,7 @@ void dsarl_layout_coords(const dsarl_layout *l, int32_t rank, dsarl_parallel *p)
     p->world_rank = rank, p->world_size = l->world;
     p->tp_size = l->tp, p->pp_size = l->pp, p->cp_size = l->cp, p->dp_size = l->dp, p->ep_size = l->ep;
     p->edp_size = l->edp;
+    p->vpp_size = l->vpp > 1 ? l->vpp : 1;
     p->tp_rank = rank % l->tp;
     p->cp_rank = rank / l->tp % l->cp;
     p->dp_rank = rank / (l->tp * l->cp) % l->dp;
@@ -180,8 +185,11 @@ void dsarl_layout_coords(const dsarl_layout *l, int32_t rank, dsarl_parallel *p)
 
 void dsarl_layout_describe(const dsarl_layout *l, char *buf, size_t size)
 {
-    snprintf(buf, size, "%d processes: TP%d x CP%d x DP%d x PP%d, experts EP%d x EDP%d%s%s", l->world, l->tp, l->cp,
-             l->dp, l->pp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
+    char vpp[48] = "";
+    if (l->vpp > 1)
+        snprintf(vpp, sizeof vpp, " (%d interleaved model chunks each)", l->vpp);
+    snprintf(buf, size, "%d processes: TP%d x CP%d x DP%d x PP%d%s, experts EP%d x EDP%d%s%s", l->world, l->tp, l->cp,
+             l->dp, l->pp, vpp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
              l->distributed_optimizer && l->dp * l->cp > 1 ? ", distributed optimizer" : "");
 }
 

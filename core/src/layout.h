@@ -15,6 +15,7 @@ typedef struct dsarl_layout {
     int32_t world;                 /* processes */
     int32_t tp, pp, cp, ep, dp;    /* dense grid tp x cp x dp x pp (dp derived) */
     int32_t edp;                   /* expert grid ep x edp x pp (edp derived; expert tensor parallelism 1) */
+    int32_t vpp;                   /* model chunks per pp rank (virtual_pipeline_model_parallel_size; 1: none) */
     int32_t num_nodes, gpus_per_node;
     bool sequence_parallel;
     bool distributed_optimizer;

@@ -54,6 +54,13 @@ int dsarl_plan_settings_from_recipe(const dsarl_node *root, const dsarl_layout *
                                  "is %lld, not a multiple of train_micro_batch_size (%lld) x data parallel (%d); each "
                                  "data-parallel replica runs whole micro-batches", (long long)s->global_batch,
                                  (long long)s->micro_batch, layout->dp);
+    int64_t per_replica = s->global_batch / (s->micro_batch * layout->dp);
+    if (layout->vpp > 1 && per_replica % layout->pp != 0)
+        return dsarl_recipe_fail(root, "policy.train_global_batch_size", err, DSARL_E_INVALID,
+                                 "(%lld) makes %lld micro-batches per data-parallel replica, which the interleaved "
+                                 "schedule (virtual_pipeline_model_parallel_size %d) needs to be a multiple of "
+                                 "pipeline_model_parallel_size %d, as Megatron does", (long long)s->global_batch,
+                                 (long long)per_replica, layout->vpp, layout->pp);
     DSARL_TRY(dsarl_recipe_bool_or(root, MCFG "activation_checkpointing", false, &s->recompute, err));
     bool fp32_grads = false;
     DSARL_TRY(dsarl_recipe_bool_or(root, MCFG "distributed_data_parallel_config.grad_reduce_in_fp32", false,
@@ -143,6 +150,39 @@ int dsarl_plan_stage_layers(int32_t n_layers, int32_t pp, int32_t first, int32_t
                       n_layers, first, last, (long long)rest, middle, pp, middle > 0 ? middle : 1);
 }
 
+int dsarl_plan_chunk_layers(int32_t n_layers, int32_t pp, int32_t vpp, int32_t first, int32_t last,
+                            int32_t *starts, dsarl_error *err)
+{
+    if (vpp < 1 || (vpp > 1 && pp < 2))
+        return DSARL_FAIL(err, DSARL_E_INVALID, MCFG "virtual_pipeline_model_parallel_size %d needs "
+                          "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
+    DSARL_TRY(dsarl_plan_stage_layers(n_layers, pp, first, last, starts, err));
+    if (vpp == 1)
+        return DSARL_OK;
+    int32_t *count = malloc((size_t)pp * sizeof *count);
+    if (!count)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "plan: out of memory for %d stages", pp);
+    for (int32_t r = 0; r < pp; r++)
+        count[r] = starts[r + 1] - starts[r];
+    for (int32_t r = 0; r < pp; r++) {
+        if (count[r] % vpp == 0)
+            continue;
+        int32_t c = count[r], a = starts[r];
+        free(count);
+        return DSARL_FAIL(err, DSARL_E_INVALID,
+                          MCFG "virtual_pipeline_model_parallel_size %d does not divide the %d layers of pipeline "
+                          "stage %d (layers %d-%d); each stage's count (num_layers_in_first_pipeline_stage, "
+                          "num_layers_in_last_pipeline_stage or the even share of the rest) must be a multiple of it, "
+                          "as Megatron requires", vpp, c, r, a, a + c - 1);
+    }
+    // virtual stage k = chunk * pp + rank holds count[rank] / vpp layers, in k order
+    starts[0] = 0;
+    for (int32_t k = 0; k < vpp * pp; k++)
+        starts[k + 1] = starts[k] + count[k % pp] / vpp;
+    free(count);
+    return DSARL_OK;
+}
+
 int dsarl_plan_check_stage_starts(const dsarl_model_plan *mp, const int32_t *starts, int32_t pp, dsarl_error *err)
 {
     for (int32_t s = 1; s < pp; s++) {
@@ -209,19 +249,20 @@ int dsarl_plan_compute(const dsarl_plan_settings *s, const dsarl_model_plan *tra
         return DSARL_FAIL(err, DSARL_E_INVALID,
                           MCFG "pipeline_model_parallel_size %d is more than the model's %d layers", pp,
                           train->n_layers);
-    int32_t *starts = malloc((size_t)(pp + 1) * sizeof *starts);
+    int32_t vpp = l->vpp > 1 ? l->vpp : 1;
+    int32_t *starts = malloc((size_t)(vpp * pp + 1) * sizeof *starts);
     out->stages = calloc((size_t)pp, sizeof *out->stages);
+    out->starts = starts, out->vpp = vpp;
     if (!starts || !out->stages) {
-        free(starts);
         dsarl_plan_free(out);
         return DSARL_FAIL(err, DSARL_E_NOMEM, "plan: out of memory for %d stages", pp);
     }
     out->n_stages = pp;
-    int rc = dsarl_plan_stage_layers(train->n_layers, pp, s->first_stage_layers, s->last_stage_layers, starts, err);
+    int rc = dsarl_plan_chunk_layers(train->n_layers, pp, vpp, s->first_stage_layers, s->last_stage_layers, starts,
+                                     err);
     if (rc == 0)
-        rc = dsarl_plan_check_stage_starts(train, starts, pp, err);
+        rc = dsarl_plan_check_stage_starts(train, starts, vpp * pp, err);
     if (rc) {
-        free(starts);
         dsarl_plan_free(out);
         return rc;
     }
@@ -240,26 +281,38 @@ int dsarl_plan_compute(const dsarl_plan_settings *s, const dsarl_model_plan *tra
         dsarl_plan_stage *S = &out->stages[st];
         dsarl_plan_gpu *g = &S->gpu;
         S->first_layer = starts[st];
-        S->n_layers = starts[st + 1] - starts[st];
-        // 1F1B: stage st runs pp - st forward passes before its first backward
-        int64_t in_flight = pp - st < out->microbatches ? pp - st : out->microbatches;
+        int64_t m = out->microbatches, in_flight;
+        if (vpp == 1) // 1F1B: stage st runs pp - st forward passes before its first backward
+            in_flight = pp - st < m ? pp - st : m;
+        else // interleaved: the warm-up's chunk passes and the first steady one (all of them when m = pp)
+            in_flight = m == pp ? m * vpp : 2 * (pp - st - 1) + (int64_t)(vpp - 1) * pp + 1;
+        if (vpp > 1 && in_flight > m * vpp)
+            in_flight = m * vpp;
         S->in_flight = (int32_t)(in_flight > 0 ? in_flight : 1);
         double kept = 0.0, widest = 0.0, dispatch = 0.0, cache = 0.0;
-        for (int32_t i = S->first_layer; i < S->first_layer + S->n_layers; i++) {
-            const dsarl_model_plan_layer *L = &train->layers[i];
-            add_params(g->params, L->params);
-            g->buffers += L->buffers;
-            kept += s->recompute ? L->act_bytes_recompute : L->act_bytes;
-            widest = L->act_bytes > widest ? L->act_bytes : widest;
-            dispatch = L->dispatch_bytes > dispatch ? L->dispatch_bytes : dispatch;
-            cache += L->cache_bytes;
+        for (int32_t c = 0; c < vpp; c++) {
+            int32_t first = starts[c * pp + st], end = starts[c * pp + st + 1];
+            if (first > 0) // a chunk starting on a shared layer receives the top-k its first layer reuses
+                S->topk_in += train->layers[first].stage_in_topk;
+            for (int32_t i = first; i < end; i++) {
+                const dsarl_model_plan_layer *L = &train->layers[i];
+                add_params(g->params, L->params);
+                g->buffers += L->buffers;
+                kept += s->recompute ? L->act_bytes_recompute : L->act_bytes;
+                widest = L->act_bytes > widest ? L->act_bytes : widest;
+                dispatch = L->dispatch_bytes > dispatch ? L->dispatch_bytes : dispatch;
+                cache += L->cache_bytes;
+            }
+            S->n_layers += end - first;
         }
         if (st == 0)
             add_params(g->params, train->embedding);
         if (st == pp - 1)
             add_params(g->params, train->head);
         state_bytes(s, g, true);
-        g->activations = kept * t * S->in_flight;
+        // each pass in flight keeps its layers' activations (a chunk pass: 1 / vpp of the stage's) and the int32
+        // top-k its shared first layer received, for every token of the CP rank (gathered over TP)
+        g->activations = (kept * t + 4.0 * S->topk_in * seq_tokens) * S->in_flight / vpp;
         if (s->recompute) // the backward rebuilds one layer's activations at a time
             g->activations += widest * t;
         if (st == pp - 1) { // fp32 logits (and their gradient) of one chunk, vocabulary split over TP
@@ -280,7 +333,6 @@ int dsarl_plan_compute(const dsarl_plan_settings *s, const dsarl_model_plan *tra
         if (g->total > out->stages[out->worst].gpu.total)
             out->worst = st;
     }
-    free(starts);
     out->gen_seqs_per_replica = seqs;
     if (!s->colocated) {
         if (!gen || gen->n_layers != train->n_layers || !gen->layers) {
@@ -311,17 +363,29 @@ int dsarl_plan_compute(const dsarl_plan_settings *s, const dsarl_model_plan *tra
     return DSARL_OK;
 }
 
+void dsarl_plan_stage_ranges(const dsarl_plan *p, int32_t st, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int32_t c = 0; c < p->vpp && used + 24 < n; c++) {
+        int32_t a = p->starts[c * p->n_stages + st], b = p->starts[c * p->n_stages + st + 1] - 1;
+        used += (size_t)snprintf(buf + used, n - used, "%s%d-%d", c ? ", " : "", a, b);
+    }
+}
+
 int dsarl_plan_check_fit(const dsarl_plan_settings *s, const dsarl_plan *p, dsarl_error *err)
 {
     const dsarl_plan_stage *w = &p->stages[p->worst];
     const dsarl_plan_gpu *g = &w->gpu;
     if (g->total > s->gpu_bytes) {
         bool gen_peak = g->gen_total > g->train_total;
+        char layers[160];
+        dsarl_plan_stage_ranges(p, p->worst, layers, sizeof layers);
         return DSARL_FAIL(err, DSARL_E_INVALID,
-                          "the GPUs of pipeline stage %d (layers %d-%d) need %.1f GiB %s, %.1f GiB more than the "
+                          "the GPUs of pipeline stage %d (layers %s) need %.1f GiB %s, %.1f GiB more than the "
                           "%.1f GiB of one GPU (weights %.1f, gradients %.1f, optimizer %.1f, %s %.1f GiB); add GPUs "
                           "to the layout, turn on activation_checkpointing or optimizer_cpu_offload, or shorten "
-                          "sequences", p->worst, w->first_layer, w->first_layer + w->n_layers - 1, g->total / GIB,
+                          "sequences", p->worst, layers, g->total / GIB,
                           gen_peak ? "while generating" : "while training", (g->total - s->gpu_bytes) / GIB,
                           s->gpu_bytes / GIB, g->weights / GIB, g->grads / GIB, g->optimizer / GIB,
                           gen_peak ? "generation cache" : "activations",
@@ -357,7 +421,7 @@ int dsarl_plan_check_fit(const dsarl_plan_settings *s, const dsarl_plan *p, dsar
 
 void dsarl_plan_free(dsarl_plan *p)
 {
-    free(p->stages);
-    p->stages = NULL;
+    free(p->stages), free(p->starts);
+    p->stages = NULL, p->starts = NULL;
     p->n_stages = 0;
 }

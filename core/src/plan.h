@@ -15,7 +15,8 @@
 /* What the recipe says about a step (dsarl_plan_settings_from_recipe reads every field). */
 typedef struct dsarl_plan_settings {
     dsarl_layout layout;            /* the training layout (world = the training GPUs) */
-    int32_t first_stage_layers;     /* ...num_layers_in_first_pipeline_stage, 0: even split */
+    int32_t first_stage_layers;     /* ...num_layers_in_first_pipeline_stage, 0: even split (layout.vpp: model
+                                     * chunks per stage, virtual_pipeline_model_parallel_size) */
     int32_t last_stage_layers;      /* ...num_layers_in_last_pipeline_stage, 0: even split */
     int64_t micro_batch;            /* policy.train_micro_batch_size (sequences) */
     int64_t seq_len;                /* policy.max_total_sequence_length (tokens; the packed upper bound) */
@@ -51,14 +52,18 @@ typedef struct dsarl_plan_gpu {
 } dsarl_plan_gpu;
 
 typedef struct dsarl_plan_stage {
-    int32_t first_layer, n_layers;
-    int32_t in_flight;     /* micro-batches whose activations the stage holds at once under 1F1B */
+    int32_t first_layer, n_layers; /* the first layer of the stage's first chunk; layers over all its chunks */
+    int32_t in_flight;     /* micro-batches whose activations the stage holds at once under 1F1B (interleaved:
+                            * model-chunk passes, each 1 / vpp of the stage's layers) */
+    int32_t topk_in;       /* int32 top-k indices per token its chunks starting on a shared layer receive */
     dsarl_plan_gpu gpu;
 } dsarl_plan_stage;
 
 typedef struct dsarl_plan {
     int32_t n_stages;
     dsarl_plan_stage *stages;    /* n_stages, owned (dsarl_plan_free) */
+    int32_t vpp;                 /* model chunks per stage (1: no virtual stages) */
+    int32_t *starts;             /* (vpp n_stages + 1) first layer of virtual stage chunk * n_stages + stage, owned */
     int32_t worst;               /* the stage whose GPUs need the most */
     double train_tokens_per_rank; /* tokens of one micro-batch on one rank (after CP and sequence parallel) */
     int64_t microbatches;        /* per data-parallel replica per step */
@@ -77,6 +82,12 @@ DSARL_API int dsarl_plan_settings_from_recipe(const dsarl_node *root, const dsar
 DSARL_API int dsarl_plan_stage_layers(int32_t n_layers, int32_t pp, int32_t first, int32_t last, int32_t *starts,
                                       dsarl_error *err);
 
+/* The first layer of every virtual stage k = chunk * pp + rank of vpp model chunks per rank (starts[vpp * pp] =
+ * n_layers): the dsarl_plan_stage_layers split, each rank's layers cut into vpp equal chunks (Megatron's
+ * interleaved order); refuses a stage whose layer count vpp does not divide, naming the keys. */
+DSARL_API int dsarl_plan_chunk_layers(int32_t n_layers, int32_t pp, int32_t vpp, int32_t first, int32_t last,
+                                      int32_t *starts, dsarl_error *err);
+
 /* Refuses a stage starting on a layer the model says cannot start one, naming the stage, the layer and the rule. */
 DSARL_API int dsarl_plan_check_stage_starts(const dsarl_model_plan *mp, const int32_t *starts, int32_t pp,
                                             dsarl_error *err);
@@ -88,6 +99,9 @@ DSARL_API int dsarl_plan_compute(const dsarl_plan_settings *s, const dsarl_model
 
 /* Refuses a plan whose worst GPU (or generation budget) exceeds the GPU, in one sentence with the number. */
 DSARL_API int dsarl_plan_check_fit(const dsarl_plan_settings *s, const dsarl_plan *p, dsarl_error *err);
+
+/* buf = the layer ranges of stage st, one per model chunk ("31-38, 70-77"; one range without virtual stages). */
+DSARL_API void dsarl_plan_stage_ranges(const dsarl_plan *p, int32_t st, char *buf, size_t n);
 
 DSARL_API void dsarl_plan_free(dsarl_plan *p);
 

@@ -444,8 +444,15 @@ static int vocab_parallel_logprobs(glm5_pass *p, const int32_t *targets, float *
 // logprobs (T_real) host of the pass's logits and the uploaded targets (g->targets; targets (T) on the host).
 static int pass_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs, dsarl_error *err);
 
-// The caller's targets uploaded and their log-probs (the caller's tokens, host): under cp this rank's rows', then
-// all-gathered over cp into the caller's order, so every cp rank returns all of them.
+// The caller's tokens: the batch's, which a cp pass splits into T_local rows and a padded pass pads.
+static int64_t caller_tokens(const glm5_pass *p)
+{
+    return p->cp ? p->cp->T_caller : p->T_real;
+}
+
+// The caller's targets uploaded and, on the LM head's stage, their log-probs (the caller's tokens, host): under cp
+// this rank's rows', then all-gathered over cp into the caller's order, so every cp rank of the stage returns all of
+// them (a cp group lies inside one pipeline stage; the other stages get them with glm5_stage_share_last).
 static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targets, float *logprobs,
                            dsarl_error *err)
 {
@@ -456,6 +463,8 @@ static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targe
     }
     const int32_t *all_targets = targets;
     DSARL_TRY(upload_targets(p, g, targets, &all_targets, err));
+    if (!glm5_stage_is_last(p->m))
+        return DSARL_OK;
     DSARL_TRY(pass_logprobs(p, g, all_targets, out, err));
     return p->cp ? glm5_cp_gather_rows(p, logprobs, out, 1, err) : DSARL_OK;
 }
@@ -500,16 +509,10 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     // only the targets and log-probs of grad_bufs (the rest, dlogits (T, V) float32 among them, is the backward's)
     if (rc == 0)
         rc = alloc_targets(&p, &g, err);
-    if (rc == 0 && p.cp)
+    if (rc == 0)
         rc = caller_logprobs(&p, &g, targets, logprobs, err);
-    else if (rc == 0) {
-        const int32_t *all_targets = targets;
-        rc = upload_targets(&p, &g, targets, &all_targets, err);
-        if (rc == 0 && glm5_stage_is_last(m))
-            rc = pass_logprobs(&p, &g, all_targets, logprobs, err);
-        if (rc == 0)
-            rc = glm5_stage_share_last(m, logprobs, p.T_real, err);
-    }
+    if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
+        rc = glm5_stage_share_last(m, logprobs, caller_tokens(&p), err);
     glm5_pass_free(&p);
     return rc;
 }
@@ -615,41 +618,57 @@ int glm5_layer_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *
     return DSARL_OK;
 }
 
-// The backward of a saved pass whose targets are on the device (g->targets), from dlogprobs (T) host.
-static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
-                         dsarl_error *err)
+// Model chunk `chunk`'s backward: from the head (the last virtual stage) or the next virtual stage's gradient, its
+// layers last to first, then the gradient on to the previous virtual stage or into the embedding.
+static int chunk_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, int32_t chunk, const float *dlogprobs,
+                          dsarl_error *err)
 {
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size;
+    if (glm5_chunk_is_last(m, chunk))
+        DSARL_TRY(head_backward(m, p, g, dlogprobs, err));
+    else // the residual stream's gradient from the next pipeline stage
+        DSARL_TRY(glm5_stage_grad_input(p, g->dx, err));
+    int32_t first = glm5_chunk_first(&m->stage, chunk);
+    for (int32_t i = glm5_chunk_end(&m->stage, chunk) - 1; i >= first; i--) {
+        glm5_layer_acts *a = &p->acts[p->recompute ? 0 : glm5_stage_local_layer(&m->stage, i)];
+        if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
+            DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(Ts * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
+                              err));
+            DSARL_TRY(glm5_layer_forward(p, a, i, i > first ? p->topk_saved[i - 1] : glm5_stage_topk(p, chunk), err));
+        }
+        DSARL_TRY(glm5_layer_backward(p, g, a, i, err));
+    }
+    glm5_pass_free_chunk_acts(p, chunk); // the chunk's activations are spent
+    if (!glm5_chunk_is_first(m, chunk))
+        return glm5_stage_grad_output(p, g->dx, err);
+    if (m->shards.tp_size == 1)
+        return d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err);
+    // vocab-parallel: every row's gradient, kept where this rank's slice holds the id
+    DSARL_TRY(glm5_sp_gather(p, g->dfull, g->dx, C, err));
+    DSARL_TRY(d->scale_rows(m->dev, g->dfull, p->vocab_mask, T, C, err));
+    return d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dfull, p->vocab_ids, T, C, err);
+}
+
+// The backward of a saved pass whose targets are on the device (g->targets), from dlogprobs (T) host: one model
+// chunk, p->bwd_chunk, under a pipeline schedule, else every chunk in turn. The indexer loss is reported once the
+// last chunk (chunk 0) is done.
+static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const float *dlogprobs, float *indexer_loss_out,
+                         dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t T = p->T;
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
     if (indexer_loss && p->cp) // the mean over the caller's tokens: coeff / T_caller at this rank's real rows
         DSARL_TRY(glm5_cp_upload_real(p, g->idloss, m->indexer_loss_coeff / (float)p->cp->T_caller, err));
     else if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full
         // layer (the MTP blocks' too, whose backward runs inside the head's); 0 at the pad rows of a padded pass
         DSARL_TRY(upload_constant(m, g->idloss, m->indexer_loss_coeff / (float)p->T_real, p->T_real, T, err));
-    if (glm5_stage_is_last(m))
-        DSARL_TRY(head_backward(m, p, g, dlogprobs, err));
-    else // the residual stream's gradient from the next pipeline stage
-        DSARL_TRY(glm5_stage_grad_input(p, g->dx, err));
-    for (int32_t i = m->stage.end - 1; i >= m->stage.first; i--) {
-        glm5_layer_acts *a = &p->acts[p->recompute ? 0 : i - m->stage.first];
-        if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
-            DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(Ts * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
-                              err));
-            DSARL_TRY(glm5_layer_forward(p, a, i, i > m->stage.first ? p->topk_saved[i - 1] : p->stage_topk, err));
-        }
-        DSARL_TRY(glm5_layer_backward(p, g, a, i, err));
-    }
-    if (!glm5_stage_is_first(m)) {
-        DSARL_TRY(glm5_stage_grad_output(p, g->dx, err));
-    } else if (m->shards.tp_size == 1) {
-        DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err));
-    } else { // vocab-parallel: every row's gradient, kept where this rank's slice holds the id
-        DSARL_TRY(glm5_sp_gather(p, g->dfull, g->dx, C, err));
-        DSARL_TRY(d->scale_rows(m->dev, g->dfull, p->vocab_mask, T, C, err));
-        DSARL_TRY(d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dfull, p->vocab_ids, T, C, err));
-    }
+    for (int32_t last = p->staged ? p->bwd_chunk : 0; p->bwd_chunk >= last; p->bwd_chunk--)
+        DSARL_TRY(chunk_backward(m, p, g, p->bwd_chunk, dlogprobs, err));
+    if (p->bwd_chunk >= 0) // chunks left: their layers' indexer losses are not computed yet
+        return d->synchronize(m->dev, err);
     double iloss = 0.0;
     if (indexer_loss && p->cp)
         DSARL_TRY(glm5_cp_sum_indexer_losses(p, g->ilosses, &iloss, err));
@@ -764,16 +783,15 @@ int glm5_train_open(dsarl_model *m, const dsarl_token_batch *batch, bool staged,
 int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *targets, float *logprobs,
                            dsarl_error *err)
 {
+    bool first_chunk = tr->p.fwd_chunk == 0;
     DSARL_TRY(glm5_pass_layers(&tr->p, err));
-    DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
-    if (tr->p.cp) // context parallelism (never with pipeline stages): every rank's rows, gathered
-        return caller_logprobs(&tr->p, &tr->g, targets, logprobs, err);
-    const int32_t *all_targets = targets;
-    DSARL_TRY(upload_targets(&tr->p, &tr->g, targets, &all_targets, err));
-    if (!glm5_stage_is_last(m))
+    if (first_chunk)
+        DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
+    if (tr->p.fwd_chunk < m->stage.chunks) // a pipeline schedule runs the other model chunks later
         return DSARL_OK;
-    DSARL_TRY(pass_logprobs(&tr->p, &tr->g, all_targets, logprobs, err));
-    return m->cfg.mtp_layers > 0 ? glm5_mtp_forward(&tr->p, targets, err) : DSARL_OK;
+    DSARL_TRY(caller_logprobs(&tr->p, &tr->g, targets, logprobs, err));
+    // MTP is refused under pipeline and context parallelism, so here the whole model is this rank's
+    return m->cfg.mtp_layers > 0 && glm5_stage_is_last(m) ? glm5_mtp_forward(&tr->p, targets, err) : DSARL_OK;
 }
 
 int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err)
@@ -805,7 +823,7 @@ int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int
     DSARL_TRY(glm5_train_open(m, batch, false, &m->train, err));
     int rc = glm5_train_run_forward(m, m->train, targets, logprobs, err);
     if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
-        rc = glm5_stage_share_last(m, logprobs, m->train->p.T_real, err);
+        rc = glm5_stage_share_last(m, logprobs, caller_tokens(&m->train->p), err);
     if (rc != 0)
         glm5_train_release(m);
     return rc;

@@ -126,14 +126,18 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
     p->n_acts = 1;
     DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[0], err));
-    const int32_t *prev_topk = NULL; // the embedding, or the previous pipeline stage's output
-    DSARL_TRY(glm5_stage_input(p, &prev_topk, err));
-    for (int32_t i = m->stage.first; i < m->stage.end; i++) {
-        DSARL_TRY(glm5_layer_forward(p, &p->acts[0], i, prev_topk, err));
-        prev_topk = p->acts[0].topk; // indices into the cache: every layer's arrays share the row layout
+    // this rank's model chunks in turn, each from the previous virtual stage's output (or the embedding)
+    for (int32_t chunk = 0; chunk < m->stage.chunks; chunk++) {
+        const int32_t *prev_topk = NULL;
+        DSARL_TRY(glm5_stage_input(p, chunk, &prev_topk, err));
+        for (int32_t i = glm5_chunk_first(&m->stage, chunk); i < glm5_chunk_end(&m->stage, chunk); i++) {
+            DSARL_TRY(glm5_layer_forward(p, &p->acts[0], i, prev_topk, err));
+            prev_topk = p->acts[0].topk; // indices into the cache: every layer's arrays share the row layout
+        }
+        if (!glm5_chunk_is_last(m, chunk))
+            DSARL_TRY(glm5_stage_output(p, chunk, prev_topk, err));
     }
-    if (!glm5_stage_is_last(m)) { // the next stage goes on; the last one's logits come back to every stage
-        DSARL_TRY(glm5_stage_output(p, prev_topk, err));
+    if (!glm5_stage_is_last(m)) { // the last stage's logits come back to every stage
         DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));
         return d->synchronize(m->dev, err);
     }
@@ -162,8 +166,8 @@ static int serve_experts(dsarl_model *m, dsarl_error *err)
     glm5_layer_acts a;
     memset(&a, 0, sizeof(a));
     int rc = DSARL_OK;
-    for (int32_t i = m->stage.first; rc == 0 && i < m->stage.end; i++)
-        if (m->cfg.mlp_sparse[i])
+    for (int32_t i = 0; rc == 0 && i < m->cfg.num_hidden_layers; i++) // this rank's layers, in order
+        if (glm5_stage_has_layer(m, i) && m->cfg.mlp_sparse[i])
             rc = glm5_moe_serve(&p, &a, &m->layers[i], err);
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);

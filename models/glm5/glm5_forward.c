@@ -50,7 +50,8 @@ int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *er
 void glm5_pass_free(glm5_pass *p)
 {
     for (int i = 0; i < p->n_bufs; i++)
-        p->m->dev_ops->free(p->m->dev, p->bufs[i]);
+        if (p->bufs[i]) // NULL: a chunk's activations, freed already
+            p->m->dev_ops->free(p->m->dev, p->bufs[i]);
     for (int i = 0; i < p->n_host; i++)
         free(p->host_bufs[i]);
     free(p->acts);
@@ -486,6 +487,7 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     int32_t tp = m->shards.tp_size;
     memset(p, 0, sizeof(*p));
     p->m = m, p->T = T, p->logit_scale = dsarl_token_batch_logit_scale(batch);
+    p->fwd_chunk = 0, p->bwd_chunk = m->stage.chunks - 1;
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
     p->T_real = T;
@@ -505,7 +507,7 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
             p->topk_width = batch->cu_seqlens[s + 1] - batch->cu_seqlens[s];
     p->save = save;
     p->recompute = save && m->activation_recompute;
-    p->n_acts = save && !p->recompute ? m->stage.end - m->stage.first : 1; // this stage's layers
+    p->n_acts = save && !p->recompute ? glm5_stage_n_layers(&m->stage) : 1; // this stage's layers
     size_t e = m->elem, i4 = sizeof(int32_t);
     p->head_rows = glm5_head_rows(m, T); // the LM head's logits, whole or a chunk of rows at a time (glm5_head.c)
     struct { void **ptr; size_t bytes; } plan[] = {
@@ -526,12 +528,17 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");
-    for (int i = 0; i < p->n_acts; i++)
-        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[i], err));
+    if (p->n_acts == 1) // one set reused by every layer; a training pass's come with each chunk's forward
+        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[0], err));
+    else
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(2 * m->stage.chunks) * sizeof(int), (void **)&p->chunk_bufs,
+                                       err));
     if (p->recompute) {
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(void *), (void **)&p->x_saved, err));
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)c->num_hidden_layers * sizeof(int32_t *), (void **)&p->topk_saved, err));
-        for (int32_t i = m->stage.first; i < m->stage.end; i++) {
+        for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+            if (!glm5_stage_has_layer(m, i))
+                continue;
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(p->T_sp * C) * e, &p->x_saved[i], err));
             DSARL_TRY(glm5_pass_alloc(p, (size_t)(T * p->topk_width) * sizeof(int32_t), (void **)&p->topk_saved[i],
                                       err));
@@ -540,7 +547,32 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     return DSARL_OK;
 }
 
-int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
+int glm5_pass_chunk_acts(glm5_pass *p, int32_t c, dsarl_error *err)
+{
+    const glm5_stage *st = &p->m->stage;
+    if (p->n_acts == 1)
+        return DSARL_OK;
+    p->chunk_bufs[2 * c] = p->n_bufs;
+    for (int32_t i = glm5_chunk_first(st, c); i < glm5_chunk_end(st, c); i++)
+        DSARL_TRY(glm5_layer_acts_alloc(p, &p->acts[glm5_stage_local_layer(st, i)], err));
+    p->chunk_bufs[2 * c + 1] = p->n_bufs;
+    return DSARL_OK;
+}
+
+void glm5_pass_free_chunk_acts(glm5_pass *p, int32_t c)
+{
+    if (p->n_acts == 1)
+        return;
+    // the chunk's range holds only glm5_layer_acts_alloc's buffers (the layers' own lazy ones come after it)
+    for (int i = p->chunk_bufs[2 * c]; i < p->chunk_bufs[2 * c + 1]; i++) {
+        p->m->dev_ops->free(p->m->dev, p->bufs[i]);
+        p->bufs[i] = NULL;
+    }
+}
+
+// Model chunk c of this rank: its input (the embedding, or the previous virtual stage's output), its layers, then
+// the output to the next virtual stage or, on the last one, the final norm and the logits.
+static int chunk_forward(glm5_pass *p, int32_t chunk, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
@@ -548,9 +580,10 @@ int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
     int64_t T = p->T, C = c->hidden_size, V = glm5_local_vocab(m);
     size_t e = m->elem;
     const int32_t *prev_topk = NULL; // the embedding, or the previous pipeline stage's output
-    DSARL_TRY(glm5_stage_input(p, &prev_topk, err));
-    for (int32_t i = m->stage.first; i < m->stage.end; i++) {
-        glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? i - m->stage.first : 0];
+    DSARL_TRY(glm5_pass_chunk_acts(p, chunk, err));
+    DSARL_TRY(glm5_stage_input(p, chunk, &prev_topk, err));
+    for (int32_t i = glm5_chunk_first(&m->stage, chunk); i < glm5_chunk_end(&m->stage, chunk); i++) {
+        glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? glm5_stage_local_layer(&m->stage, i) : 0];
         if (p->recompute)
             DSARL_TRY(d->copy(m->dev, p->x_saved[i], p->x, (size_t)(p->T_sp * C) * e, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
@@ -562,8 +595,8 @@ int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
             prev_topk = p->topk_saved[i];
         }
     }
-    if (!glm5_stage_is_last(m)) // the next stage takes it from here (no logits)
-        return glm5_stage_output(p, prev_topk, err);
+    if (!glm5_chunk_is_last(m, chunk)) // the next stage takes it from here (no logits)
+        return glm5_stage_output(p, chunk, prev_topk, err);
     float eps = (float)c->rms_norm_eps;
     void *h_local = p->sp ? p->tmp : p->h_final;
     DSARL_TRY(d->rmsnorm_forward(m->dev, h_local, p->rstd_final, p->x, m->final_norm, p->T_sp, C, eps, err));
@@ -574,6 +607,17 @@ int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
     // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
                                    p->logits, err);
+}
+
+int glm5_pass_layers(glm5_pass *p, dsarl_error *err)
+{
+    int32_t chunks = p->m->stage.chunks;
+    if (p->fwd_chunk >= chunks)
+        return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: the pass ran its %d model chunks already", chunks);
+    // a pipeline schedule runs one chunk per call; otherwise the chunks run in turn
+    for (int32_t last = p->staged ? p->fwd_chunk : chunks - 1; p->fwd_chunk <= last; p->fwd_chunk++)
+        DSARL_TRY(chunk_forward(p, p->fwd_chunk, err));
+    return DSARL_OK;
 }
 
 int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err)
@@ -624,8 +668,10 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     }
     if (rc == 0 && !p.cp)
         rc = glm5_stage_share_last(m, rows, p.T * m->cfg.vocab_size, err);
-    if (rc == 0 && p.cp)
+    if (rc == 0 && p.cp && head) // a cp group lies inside one stage: the head's gathers its rows, then shares them
         rc = glm5_cp_gather_rows(&p, logits, rows, m->cfg.vocab_size, err);
+    if (rc == 0 && p.cp)
+        rc = glm5_stage_share_last(m, logits, p.cp->T_caller * m->cfg.vocab_size, err);
     else if (rc == 0 && rows != logits)
         memcpy(logits, rows, (size_t)(p.T_real * m->cfg.vocab_size) * sizeof(float));
     if (rc == 0)

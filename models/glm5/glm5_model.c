@@ -111,9 +111,6 @@ int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_
     if (parallel && parallel->pp_size > 1 && !dsarl_device_has_collectives(dev_ops))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline parallelism (pp %d) needs a device with the 1.3 "
                           "collectives (send, recv, broadcast)", parallel->pp_size);
-    if (parallel && parallel->pp_size > 1 && parallel->cp_size > 1)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline and context parallelism together (pp %d, cp %d) "
-                          "are not implemented yet; use one of them", parallel->pp_size, parallel->cp_size);
     if (parallel && parallel->cp_size > 1 && (!DSARL_PARALLEL_HAS_GROUPS(parallel) || !parallel->cp ||
                                               !dsarl_device_has_collectives(dev_ops)))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: context parallelism (cp %d) needs the process groups of "

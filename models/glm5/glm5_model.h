@@ -67,8 +67,9 @@ typedef struct glm5_param {
  * the embedding, the last the final norm and LM head (and, with tied embeddings, the embedding too). */
 typedef struct glm5_stage {
     int32_t rank, size;  /* pp rank and size (0 of 1 without pipeline parallelism) */
-    int32_t first, end;  /* decoder layers of this stage */
-    int32_t *starts;     /* (size + 1) the first layer of every stage (NULL for one stage); owned by the model */
+    int32_t chunks;      /* model chunks (virtual stages) this rank holds: 1, or virtual_pipeline_model_parallel_size */
+    int32_t *starts;     /* (chunks * size + 1) the first layer of every virtual stage k = chunk * size + rank
+                          * (dsarl_pipeline_chunk_layers; {0, layers} for one stage); owned by the model */
 } glm5_stage;
 
 /* Device pointers to one decoder layer's weights (NULL where the layer has none). */
@@ -141,7 +142,7 @@ struct dsarl_model {
     struct glm5_optim *optim;    /* AdamW state (glm5_optim.c), NULL until the first optimizer step or load */
     struct glm5_head_maps *head_maps; /* head-layout gather rows for the last pass's token count (glm5_heads.c) */
     struct glm5_train *train;    /* the pending training pass of train_forward (glm5_backward.c), or NULL */
-    struct glm5_train **stage_slots; /* pipeline schedule: (stage.size) the passes in flight, NULL until used */
+    struct glm5_train **stage_slots; /* pipeline schedule: (glm5_stage_slots) the passes in flight, NULL until used */
     glm5_hf_read hf_read;        /* what the last Hugging Face load read on this rank (glm5_hf_io.c) */
     glm5_extra extra;            /* MTP tensors carried from load to save (glm5_hf_io.c) */
 };
@@ -208,18 +209,61 @@ int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_
 
 /* --- pipeline parallelism (glm5_pipeline.c) ------------------------------------------------------------------- */
 
-/* This rank's stage of cfg under parallel, split as recipe says (dsarl_pipeline_stage_layers); refuses a layout
- * the model cannot run in one sentence naming the keys. */
+/* This rank's stage of cfg under parallel (its model chunks under virtual stages), split as recipe says
+ * (dsarl_pipeline_chunk_layers); refuses a layout the model cannot run in one sentence naming the keys. */
 int glm5_stage_resolve(const glm5_config *cfg, const dsarl_parallel *parallel, const dsarl_node *recipe,
                        glm5_stage *out, dsarl_error *err);
 
-/* Whether this rank holds decoder layer i / the embedding (first stage) / the final norm and LM head (last). */
+/* The decoder layers [first, end) of this rank's model chunk c (the whole stage without virtual stages). */
+static inline int32_t glm5_chunk_first(const glm5_stage *s, int32_t c) { return s->starts[c * s->size + s->rank]; }
+static inline int32_t glm5_chunk_end(const glm5_stage *s, int32_t c) { return s->starts[c * s->size + s->rank + 1]; }
+
+/* Whether this rank's chunk c is the whole pipeline's first virtual stage (it embeds) / its last (the head's). */
+static inline bool glm5_chunk_is_first(const dsarl_model *m, int32_t c) { return m->stage.rank == 0 && c == 0; }
+static inline bool glm5_chunk_is_last(const dsarl_model *m, int32_t c)
+{
+    return m->stage.rank == m->stage.size - 1 && c == m->stage.chunks - 1;
+}
+
+/* The chunk of this rank holding decoder layer i, or -1 when another rank holds it. */
+static inline int32_t glm5_stage_chunk_of(const glm5_stage *s, int32_t i)
+{
+    for (int32_t c = 0; c < s->chunks; c++)
+        if (i >= glm5_chunk_first(s, c) && i < glm5_chunk_end(s, c))
+            return c;
+    return -1;
+}
+
+/* Whether this rank holds decoder layer i / the embedding (first stage: its chunk 0 is virtual stage 0) / the final
+ * norm and LM head (last: its last chunk is the last virtual stage). */
 static inline bool glm5_stage_has_layer(const dsarl_model *m, int32_t i)
 {
-    return i >= m->stage.first && i < m->stage.end;
+    return glm5_stage_chunk_of(&m->stage, i) >= 0;
 }
 static inline bool glm5_stage_is_first(const dsarl_model *m) { return m->stage.rank == 0; }
 static inline bool glm5_stage_is_last(const dsarl_model *m) { return m->stage.rank == m->stage.size - 1; }
+
+/* Decoder layers this rank holds, and layer i's place among them (i held): the index of its activations. */
+static inline int32_t glm5_stage_n_layers(const glm5_stage *s)
+{
+    int32_t n = 0;
+    for (int32_t c = 0; c < s->chunks; c++)
+        n += glm5_chunk_end(s, c) - glm5_chunk_first(s, c);
+    return n;
+}
+static inline int32_t glm5_stage_local_layer(const glm5_stage *s, int32_t i)
+{
+    int32_t n = 0;
+    for (int32_t c = 0; c < s->chunks; c++) {
+        if (i >= glm5_chunk_first(s, c) && i < glm5_chunk_end(s, c))
+            return n + i - glm5_chunk_first(s, c);
+        n += glm5_chunk_end(s, c) - glm5_chunk_first(s, c);
+    }
+    return -1;
+}
+
+/* Pipeline slots of the model's stage ops: pp (1F1B), 2 pp under virtual stages (the interleaved schedule's window). */
+static inline int32_t glm5_stage_slots(const glm5_stage *s) { return s->chunks > 1 ? 2 * s->size : s->size; }
 
 /* Whether parameter p (a spec of the whole model) belongs to stage s of cfg. */
 bool glm5_stage_holds(const glm5_config *cfg, const glm5_stage *s, const glm5_param *p);

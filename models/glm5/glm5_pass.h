@@ -85,14 +85,21 @@ typedef struct glm5_pass {
     dsarl_dsa_form form;                       // attention form of this pass (cached decode: always absorbed)
     bool every_key_selected;                   // no range is wider than topk_width: each top-k row lists every
                                                // eligible key, so the headwise ops get NULL indices (dense)
-    int n_acts;                                // 1 (inference, recompute) or num_hidden_layers (training)
+    int n_acts;                                // 1 (inference, recompute) or the rank's layers (training), in
+                                               // glm5_stage_local_layer order
     glm5_layer_acts *acts;
     bool save;                                 // a backward follows: layers keep what it reads (x_in, x_mid)
     bool recompute;                            // training with activation recompute: layers rerun in backward
     void **x_saved;                            // recompute: (layers) each layer's input (T,C)
     int32_t **topk_saved;                      // recompute: (layers) each layer's top-k (T, topk_width)
-    int32_t *stage_topk;                       // pipeline: (T, topk_width) the top-k received with the stage's
-                                               // input when its first layer is a shared layer, else NULL
+    int32_t **stage_topk;                      // pipeline: (chunks) host array, per model chunk the (T,
+                                               // topk_width) top-k received with its input when its first layer
+                                               // is a shared layer (else NULL); NULL until one is received
+    int32_t fwd_chunk, bwd_chunk;              // pipeline: the model chunk the next forward runs (0 up to chunks)
+                                               // and the next backward (chunks - 1 down to -1)
+    int *chunk_bufs;                           // training without recompute: host (2 chunks), the range of bufs
+                                               // holding each chunk's layer activations, allocated as its forward
+                                               // starts and freed when its backward ends
     bool staged;                               // pipeline schedule (glm5_pipeline.c): the sends, receives and pp
                                                // reductions are the schedule's, not made inside the pass
     bool input_ready, grad_ready;              // staged: p->x / the backward's dx already hold what the
@@ -153,20 +160,29 @@ int glm5_embed(glm5_pass *p, dsarl_error *err);
  * (an all-gather: the tool paths forward_logits and cached decode, never training). */
 int glm5_gather_vocab(dsarl_model *m, float *host, const float *local, int64_t rows, dsarl_error *err);
 
-/* Pipeline stages (glm5_pipeline.c); the send/recv calls are made only where the stage has that neighbour:
- * glm5_stage_input: p->x = the embedding (first stage) or the previous stage's output; *prev_topk = the top-k the
- *   stage's first layer reuses when it is a shared layer (received with it), else NULL.
- * glm5_stage_output: sends p->x (and topk when the next stage starts on a shared layer) to the next stage.
- * glm5_stage_grad_input / glm5_stage_grad_output: the residual stream's gradient dx (T_sp, C) from the next stage,
- *   to the previous one. */
-int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err);
-int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err);
+/* Pipeline stages (glm5_pipeline.c), for this rank's model chunk c; the send/recv calls are made only where the
+ * chunk has that neighbour (virtual stage k talks to k - 1 and k + 1: the previous and next pp rank, the last rank's
+ * chunk c to the first rank's chunk c + 1):
+ * glm5_stage_input: p->x = the embedding (the first virtual stage) or the previous virtual stage's output;
+ *   *prev_topk = the top-k the chunk's first layer reuses when it is a shared layer (received with it), else NULL.
+ * glm5_stage_output: sends p->x (and topk when the next virtual stage starts on a shared layer) on.
+ * glm5_stage_grad_input / glm5_stage_grad_output: the residual stream's gradient dx (T_sp, C) from the next virtual
+ *   stage, to the previous one. */
+int glm5_stage_input(glm5_pass *p, int32_t c, const int32_t **prev_topk, dsarl_error *err);
+int glm5_stage_output(glm5_pass *p, int32_t c, const int32_t *topk, dsarl_error *err);
 int glm5_stage_grad_input(glm5_pass *p, void *dx, dsarl_error *err);
 int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err);
 
+/* The top-k received with chunk c's input (NULL when its first layer is not a shared layer). */
+static inline const int32_t *glm5_stage_topk(const glm5_pass *p, int32_t c)
+{
+    return p->stage_topk ? p->stage_topk[c] : NULL;
+}
+
 /* Runs the forward pass; save keeps every layer's activations for glm5_backward_pass. Free with
  * glm5_pass_free, also on failure. glm5_pass_begin allocates and uploads everything, glm5_pass_layers then runs
- * the stage's layers (and on the last stage the head): a pipelined stage receives its input in between. */
+ * the stage's layers (and on the last stage the head): a pipelined stage receives its input in between. Under a
+ * pipeline schedule (p->staged) glm5_pass_layers runs one model chunk, p->fwd_chunk, else all of them in turn. */
 int glm5_pass_forward(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err);
 int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, glm5_pass *p, dsarl_error *err);
 int glm5_pass_layers(glm5_pass *p, dsarl_error *err);
@@ -255,6 +271,11 @@ int glm5_pass_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
 
 /* Frees everything the pass allocated. */
 void glm5_pass_free(glm5_pass *p);
+
+/* Training without recompute: allocates the activations of model chunk c's layers (glm5_pass_begin leaves them to
+ * the chunk's forward), or frees them once its backward is done. */
+int glm5_pass_chunk_acts(glm5_pass *p, int32_t c, dsarl_error *err);
+void glm5_pass_free_chunk_acts(glm5_pass *p, int32_t c);
 
 /* y (T,out) = x (T,in) W^T with W (out,in), as nn.Linear. */
 int glm5_linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T, int64_t in, int64_t out,

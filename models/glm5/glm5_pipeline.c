@@ -15,34 +15,37 @@
 int glm5_stage_resolve(const glm5_config *cfg, const dsarl_parallel *par, const dsarl_node *recipe, glm5_stage *out,
                        dsarl_error *err)
 {
-    *out = (glm5_stage){.rank = 0, .size = 1, .first = 0, .end = cfg->num_hidden_layers};
-    int32_t pp = par ? par->pp_size : 1;
-    if (pp <= 1) {
-        int32_t starts[2];
-        // the keys are still checked (a virtual pipeline size is refused even without pipeline parallelism)
-        return dsarl_pipeline_stage_layers(recipe, cfg->num_hidden_layers, 1, starts, err);
-    }
-    if (!DSARL_PARALLEL_HAS_GROUPS(par) || !par->pp || dsarl_group_size(par->pp) != pp ||
-        dsarl_group_rank(par->pp) != par->pp_rank)
+    int32_t pp = par ? par->pp_size : 1, L = cfg->num_hidden_layers, vpp = 1;
+    *out = (glm5_stage){.rank = 0, .size = 1, .chunks = 1};
+    // the keys are checked even without pipeline parallelism (virtual stages need pp > 1)
+    DSARL_TRY(dsarl_pipeline_virtual_stages(recipe, pp > 1 ? pp : 1, &vpp, err));
+    int32_t layout_vpp = dsarl_parallel_vpp(par);
+    if (recipe && pp > 1 && layout_vpp != vpp)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: the recipe's virtual_pipeline_model_parallel_size (%d) is not "
+                          "the layout's (%d)", vpp, layout_vpp);
+    vpp = recipe ? vpp : layout_vpp;
+    if (pp > 1 && (!DSARL_PARALLEL_HAS_GROUPS(par) || !par->pp || dsarl_group_size(par->pp) != pp ||
+                   dsarl_group_rank(par->pp) != par->pp_rank))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: pipeline parallelism (pp %d) needs the process groups of "
                           "an ABI 1.3 core, the pp group ranked by stage", pp);
-    int32_t *starts = malloc((size_t)(pp + 1) * sizeof(int32_t));
+    if (pp <= 1)
+        pp = 1, vpp = 1;
+    int32_t *starts = malloc((size_t)(vpp * pp + 1) * sizeof(int32_t));
     if (!starts)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory splitting %d pipeline stages", pp);
-    int rc = dsarl_pipeline_stage_layers(recipe, cfg->num_hidden_layers, pp, starts, err);
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory splitting %d pipeline stages", vpp * pp);
+    int rc = dsarl_pipeline_chunk_layers(recipe, L, pp, vpp, starts, err);
     if (rc) {
         free(starts);
         return rc;
     }
-    *out = (glm5_stage){.rank = par->pp_rank, .size = pp, .first = starts[par->pp_rank],
-                        .end = starts[par->pp_rank + 1], .starts = starts};
+    *out = (glm5_stage){.rank = pp > 1 ? par->pp_rank : 0, .size = pp, .chunks = vpp, .starts = starts};
     return DSARL_OK;
 }
 
 bool glm5_stage_holds(const glm5_config *cfg, const glm5_stage *s, const glm5_param *p)
 {
     if (p->layer >= 0)
-        return p->layer >= s->first && p->layer < s->end;
+        return glm5_stage_chunk_of(s, p->layer) >= 0;
     bool first = s->rank == 0, last = s->rank == s->size - 1;
     if (!strcmp(p->name, "model.embed_tokens.weight"))
         return first || (last && cfg->tie_word_embeddings); // a tied embedding is the last stage's LM head too
@@ -110,76 +113,86 @@ int glm5_stage_reduce_tied(dsarl_model *m, dsarl_error *err)
     return rc;
 }
 
-// Whether the activations into the stage starting at layer `first` carry the top-k of the layer before it.
+// Whether the activations into the virtual stage starting at layer `first` carry the top-k of the layer before it.
 static bool carries_topk(const dsarl_model *m, int32_t first)
 {
     return first > 0 && first < m->cfg.num_hidden_layers && !m->cfg.indexer_full[first];
 }
 
-// Receives the stage's input into p->x (and the top-k a shared first layer reuses into p->stage_topk).
-static int recv_input(glm5_pass *p, dsarl_error *err)
+// The pp ranks of the virtual stages before and after this rank's chunks (a ring under virtual stages: the last
+// rank's chunk c feeds the first rank's chunk c + 1).
+static int32_t prev_rank(const dsarl_model *m) { return (m->stage.rank + m->stage.size - 1) % m->stage.size; }
+static int32_t next_rank(const dsarl_model *m) { return (m->stage.rank + 1) % m->stage.size; }
+
+// Receives chunk c's input into p->x (and the top-k a shared first layer reuses into p->stage_topk[c]).
+static int recv_input(glm5_pass *p, int32_t c, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
-    int32_t from = m->stage.rank - 1;
+    int32_t from = prev_rank(m);
     DSARL_TRY(d->recv(m->dev, pp_group(m), p->x, p->T_sp * m->cfg.hidden_size, m->storage, from, err));
-    if (!carries_topk(m, m->stage.first))
+    if (!carries_topk(m, glm5_chunk_first(&m->stage, c)))
         return DSARL_OK;
-    size_t bytes = (size_t)(p->T * p->topk_width) * sizeof(int32_t);
-    DSARL_TRY(glm5_pass_alloc(p, bytes, (void **)&p->stage_topk, err));
-    return d->recv(m->dev, pp_group(m), p->stage_topk, p->T * p->topk_width, DSARL_DTYPE_I32, from, err);
+    if (!p->stage_topk)
+        DSARL_TRY(glm5_pass_host_alloc(p, (size_t)m->stage.chunks * sizeof(int32_t *), (void **)&p->stage_topk, err));
+    if (!p->stage_topk[c]) {
+        size_t bytes = (size_t)(p->T * p->topk_width) * sizeof(int32_t);
+        DSARL_TRY(glm5_pass_alloc(p, bytes, (void **)&p->stage_topk[c], err));
+    }
+    return d->recv(m->dev, pp_group(m), p->stage_topk[c], p->T * p->topk_width, DSARL_DTYPE_I32, from, err);
 }
 
-int glm5_stage_input(glm5_pass *p, const int32_t **prev_topk, dsarl_error *err)
+int glm5_stage_input(glm5_pass *p, int32_t c, const int32_t **prev_topk, dsarl_error *err)
 {
     *prev_topk = NULL;
-    if (glm5_stage_is_first(p->m))
+    if (glm5_chunk_is_first(p->m, c))
         return glm5_embed(p, err);
     if (!p->input_ready) // a pipeline schedule received it already
-        DSARL_TRY(recv_input(p, err));
-    *prev_topk = p->stage_topk;
+        DSARL_TRY(recv_input(p, c, err));
+    p->input_ready = false;
+    *prev_topk = glm5_stage_topk(p, c);
     return DSARL_OK;
 }
 
-// Sends p->x (and topk, when the next stage starts on a shared layer) to the next stage.
-static int send_output(glm5_pass *p, const int32_t *topk, dsarl_error *err)
+// Sends p->x (and topk, when the next virtual stage starts on a shared layer) on from chunk c.
+static int send_output(glm5_pass *p, int32_t c, const int32_t *topk, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
-    int32_t to = m->stage.rank + 1;
+    int32_t to = next_rank(m), end = glm5_chunk_end(&m->stage, c);
     DSARL_TRY(d->send(m->dev, pp_group(m), p->x, p->T_sp * m->cfg.hidden_size, m->storage, to, err));
-    if (!carries_topk(m, m->stage.end))
+    if (!carries_topk(m, end))
         return DSARL_OK;
     if (!topk)
         return DSARL_FAIL(err, DSARL_E_INTERNAL, "glm5: stage %d has no top-k for the shared layer %d after it",
-                          m->stage.rank, m->stage.end);
+                          m->stage.rank, end);
     return d->send(m->dev, pp_group(m), topk, p->T * p->topk_width, DSARL_DTYPE_I32, to, err);
 }
 
-int glm5_stage_output(glm5_pass *p, const int32_t *topk, dsarl_error *err)
+int glm5_stage_output(glm5_pass *p, int32_t c, const int32_t *topk, dsarl_error *err)
 {
     if (p->staged) { // the schedule sends it (stage_transfer)
         p->out_topk = topk;
         return DSARL_OK;
     }
-    return send_output(p, topk, err);
+    return send_output(p, c, topk, err);
 }
 
 int glm5_stage_grad_input(glm5_pass *p, void *dx, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    if (p->grad_ready)
+    if (p->grad_ready) {
+        p->grad_ready = false;
         return DSARL_OK;
-    return m->dev_ops->recv(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, m->stage.rank + 1,
-                            err);
+    }
+    return m->dev_ops->recv(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, next_rank(m), err);
 }
 
-// Sends the input gradient dx to the previous stage.
+// Sends the input gradient dx to the previous virtual stage.
 static int send_grad(glm5_pass *p, const void *dx, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    return m->dev_ops->send(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, m->stage.rank - 1,
-                            err);
+    return m->dev_ops->send(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, prev_rank(m), err);
 }
 
 int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err)
@@ -189,13 +202,13 @@ int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err)
 
 /* --- the stage ops of a pipeline schedule (dsarl_model_ops.stage_*, ABI 1.4) --------------------------------- */
 
-// The training pass of slot (NULL when none is open); refuses a slot outside [0, pp).
+// The training pass of slot (NULL when none is open); refuses a slot outside [0, glm5_stage_slots).
 static int slot_of(dsarl_model *m, int32_t slot, glm5_train ***out, dsarl_error *err)
 {
-    int32_t n = m->stage.size;
+    int32_t n = glm5_stage_slots(&m->stage);
     if (slot < 0 || slot >= n)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: pipeline slot %d is outside [0, %d) (one per microbatch in "
-                          "flight, at most the stage count)", slot, n);
+                          "flight: the stage count, twice it under virtual stages)", slot, n);
     if (!m->stage_slots && !(m->stage_slots = calloc((size_t)n, sizeof(glm5_train *))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of host memory for %d pipeline slots", n);
     *out = &m->stage_slots[slot];
@@ -211,7 +224,7 @@ static void close_slot(glm5_train **slot)
 
 void glm5_stage_release(dsarl_model *m)
 {
-    for (int32_t i = 0; m->stage_slots && i < m->stage.size; i++)
+    for (int32_t i = 0; m->stage_slots && i < glm5_stage_slots(&m->stage); i++)
         close_slot(&m->stage_slots[i]);
     free(m->stage_slots);
     m->stage_slots = NULL;
@@ -222,9 +235,13 @@ int glm5_stage_forward(dsarl_model *m, int32_t slot, const dsarl_token_batch *ba
 {
     glm5_train **tr = NULL;
     DSARL_TRY(slot_of(m, slot, &tr, err));
-    if (!*tr && !glm5_stage_is_first(m))
-        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's forward of slot %d has no input (stage_transfer "
-                          "receives it first)", m->stage.rank, slot);
+    int32_t c = *tr ? (*tr)->p.fwd_chunk : 0;
+    if (*tr && c >= m->stage.chunks)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's slot %d ran the forward of all its %d model "
+                          "chunks already", m->stage.rank, slot, m->stage.chunks);
+    if (!glm5_chunk_is_first(m, c) && (!*tr || !(*tr)->p.input_ready))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's forward of slot %d (model chunk %d) has no input "
+                          "(stage_transfer receives it first)", m->stage.rank, slot, c);
     if (!*tr)
         DSARL_TRY(glm5_train_open(m, batch, true, tr, err));
     int rc = glm5_train_run_forward(m, *tr, targets, logprobs, err);
@@ -238,16 +255,18 @@ int glm5_stage_backward(dsarl_model *m, int32_t slot, const float *dlogprobs, fl
 {
     glm5_train **tr = NULL;
     DSARL_TRY(slot_of(m, slot, &tr, err));
-    if (!*tr)
+    if (!*tr || (*tr)->p.bwd_chunk < 0 || (*tr)->p.bwd_chunk >= (*tr)->p.fwd_chunk)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage %d's backward of slot %d has no forward pending",
                           m->stage.rank, slot);
     int rc = glm5_train_run_backward(m, *tr, dlogprobs, indexer_loss, err);
-    if (rc || glm5_stage_is_first(m)) // the other stages keep it until its gradient is sent
+    // the first virtual stage ends the pass here; the others keep it until its gradient is sent
+    if (rc || (glm5_stage_is_first(m) && (*tr)->p.bwd_chunk < 0))
         close_slot(tr);
     return rc;
 }
 
-// One transfer of a schedule step: a send (backward: of the input gradient, which releases the slot) or a receive.
+// One transfer of a schedule step: a send (backward: of the input gradient, which releases the slot after its
+// last chunk) or a receive; each for the slot pass's next (receives) or last (sends) model chunk.
 static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send, bool forward, dsarl_error *err)
 {
     int32_t slot = send ? (forward ? t->send_forward : t->send_backward)
@@ -256,12 +275,13 @@ static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send
         return DSARL_OK;
     glm5_train **tr = NULL;
     DSARL_TRY(slot_of(m, slot, &tr, err));
-    if (!send && forward) { // opens the slot
-        if (*tr || !t->recv_batch)
+    if (!send && forward) { // opens the slot (chunk 0), or the input of the pass's next chunk
+        if ((!*tr && !t->recv_batch) || (*tr && ((*tr)->p.input_ready || (*tr)->p.fwd_chunk >= m->stage.chunks)))
             return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: receiving into pipeline slot %d needs a free slot and its "
-                              "batch", slot);
-        DSARL_TRY(glm5_train_open(m, t->recv_batch, true, tr, err));
-        int rc = recv_input(&(*tr)->p, err);
+                              "batch, or a pass with a model chunk left to run", slot);
+        if (!*tr)
+            DSARL_TRY(glm5_train_open(m, t->recv_batch, true, tr, err));
+        int rc = recv_input(&(*tr)->p, (*tr)->p.fwd_chunk, err);
         (*tr)->p.input_ready = rc == 0;
         return rc;
     }
@@ -269,15 +289,16 @@ static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: pipeline slot %d has no pass to transfer", slot);
     glm5_pass *p = &(*tr)->p;
     if (send && forward)
-        return send_output(p, p->out_topk, err);
+        return send_output(p, p->fwd_chunk - 1, p->out_topk, err);
     if (send) {
         int rc = send_grad(p, (*tr)->g.dx, err);
-        close_slot(tr);
+        if (rc || p->bwd_chunk < 0) // chunk 0's gradient: the pass is done
+            close_slot(tr);
         return rc;
     }
     DSARL_TRY(glm5_train_grad_bufs(m, *tr, err));
     DSARL_TRY(m->dev_ops->recv(m->dev, pp_group(m), (*tr)->g.dx, p->T_sp * m->cfg.hidden_size, m->storage,
-                               m->stage.rank + 1, err));
+                               next_rank(m), err));
     p->grad_ready = true;
     return DSARL_OK;
 }
@@ -288,12 +309,14 @@ int glm5_stage_transfer(dsarl_model *m, const dsarl_stage_transfer *t, dsarl_err
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage_transfer needs a dsarl_stage_transfer of ABI 1.4");
     if (m->stage.size <= 1)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: stage_transfer needs pipeline parallelism (pp is 1)");
-    // both ends of a link pair their calls: the even stage of the two sends first, the odd one receives first
+    // one direction at a time (the activations forward, then the gradients back); in each the even stage of a
+    // link sends first and the odd one receives first, so blocking sends and receives meet, also around the ring
+    // of virtual stages whatever the stage count
     bool send_first = m->stage.rank % 2 == 0;
-    for (int round = 0; round < 2; round++) {
-        bool send = (round == 0) == send_first;
-        DSARL_TRY(transfer_one(m, t, send, true, err));
-        DSARL_TRY(transfer_one(m, t, send, false, err));
+    for (int direction = 0; direction < 2; direction++) {
+        bool forward = direction == 0;
+        for (int round = 0; round < 2; round++)
+            DSARL_TRY(transfer_one(m, t, (round == 0) == send_first, forward, err));
     }
     return DSARL_OK;
 }
@@ -324,10 +347,10 @@ static int32_t owner_stage(const dsarl_model *m, const glm5_param *p)
 {
     if (p->layer < 0)
         return strcmp(p->name, "model.embed_tokens.weight") ? m->stage.size - 1 : 0;
-    int32_t s = 0;
-    while (s + 1 < m->stage.size && m->stage.starts[s + 1] <= p->layer)
-        s++;
-    return s;
+    int32_t k = 0, n = m->stage.chunks * m->stage.size; // the virtual stage holding the layer, on rank k % size
+    while (k + 1 < n && m->stage.starts[k + 1] <= p->layer)
+        k++;
+    return k % m->stage.size;
 }
 
 int glm5_stage_fetch(dsarl_model *m, const glm5_param *p, const float *mine, float *staged, const float **out,

@@ -13,10 +13,6 @@
 #define F32 4.0
 #define I32 4.0
 
-static const char stage_rule[] =
-    "is an IndexShare \"shared\" layer: it reuses the top-k of the \"full\" layer before it, which would sit on the "
-    "previous pipeline stage";
-
 static dsarl_plan_shard plan_shard(glm5_shard s)
 {
     switch (s) {
@@ -133,7 +129,10 @@ static int plan_family(glm5_family family, const dsarl_model_config *config, con
                          (cfg.indexer_full[i] ? (double)cfg.index_head_dim * BF16 : 0.0);
         // the token's top-k copies out and the expert outputs back
         L->dispatch_bytes = cfg.mlp_sparse[i] ? 2.0 * cfg.num_experts_per_tok * C * BF16 : 0.0;
-        L->stage_start_ok = cfg.indexer_full[i] ? 1 : 0;
+        // any layer may start a stage: one starting on an IndexShare "shared" layer receives the top-k of the full
+        // layer before it with its input (glm5_pipeline.c), which Megatron refuses instead
+        L->stage_start_ok = 1;
+        L->stage_in_topk = i > 0 && !cfg.indexer_full[i] ? cfg.index_topk : 0;
     }
     out->vocab_size = cfg.vocab_size;
     out->n_experts = cfg.n_routed_experts;
@@ -141,7 +140,7 @@ static int plan_family(glm5_family family, const dsarl_model_config *config, con
     out->n_heads = cfg.num_attention_heads;
     out->stage_io_bytes = C * BF16;
     out->logits_bytes = (double)cfg.vocab_size * (F32 + F32); // fp32 logits and their gradient
-    out->stage_start_rule = stage_rule;
+    out->stage_start_rule = NULL;
     int32_t full = glm5_config_full_layers(&cfg), sparse = 0;
     for (int32_t i = 0; i < cfg.num_hidden_layers; i++)
         sparse += cfg.mlp_sparse[i];

@@ -2,8 +2,8 @@
 # test_plan.sh BUILD_DIR SOURCE_DIR: `dsarl plan` on the three seed recipes at full GLM-5.1 / GLM-5.2 size: each
 # plans as fitting on an H100 80 GB (exit 0, a "fits:" line, a per-GPU total for every pipeline stage), the
 # parameters add up to the model, and a layout that cannot work is refused with exit status 3 and one error line
-# carrying the number: a stage starting on an IndexShare shared layer, a model split that does not divide, a GPU
-# too small.
+# carrying the number: virtual stages that do not divide a stage, a model split that does not divide, a GPU too
+# small. A stage starting on an IndexShare shared layer plans (it receives the top-k), as runs accept it.
 set -uo pipefail
 build=$1 src=$2
 dsarl="$build/bin/dsarl"
@@ -58,10 +58,20 @@ grep -q "^dedicated generation: 64 GPUs" "$tmp/grpo-glm5.2-72n8g-megatron-noncol
 grep -q "64 nodes x 8 GPUs for training" "$tmp/grpo-glm5.2-72n8g-megatron-noncolocated.out" ||
   fail "noncolocated: the 8 generation nodes are not taken off training"
 
-# a stage that starts on a shared layer (GLM-5.2: layers 3, 4, 5 reuse layer 2's top-k)
-run 3 shared-start "$recipes/grpo-glm5.2-64n8g-megatron-6K-colocated.yaml" \
+# a stage that starts on a shared layer (GLM-5.2: layers 3, 4, 5 reuse layer 2's top-k) plans as the run takes it:
+# the stage receives layer 12's 2048 top-k indices per token with its input
+run 0 shared-start "$recipes/grpo-glm5.2-64n8g-megatron-6K-colocated.yaml" \
   policy.megatron_cfg.num_layers_in_first_pipeline_stage=13 policy.megatron_cfg.num_layers_in_last_pipeline_stage=17
-one_error shared-start 'pipeline stage 1 (layers 13-20) starts at layer 13, which is an IndexShare "shared" layer'
+grep -q "^  stage 1: layers 13-20 (8), receives 2048 top-k indices per token" "$tmp/out" ||
+  fail "shared-start: stage 1 does not receive the top-k: $(grep '^  stage' "$tmp/out")"
+# interleaved virtual stages: 78 layers = 14 | 8 x 6 | 16 halve into chunks of 7, 4 and 8
+run 0 vpp2 "$recipes/grpo-glm5.2-64n8g-megatron-6K-colocated.yaml" +policy.megatron_cfg.virtual_pipeline_model_parallel_size=2
+grep -q "^  stage 0: layers 0-6, 39-45 (14), input embedding" "$tmp/out" &&
+  grep -q "^  stage 7: layers 31-38, 70-77 (16)" "$tmp/out" ||
+  fail "vpp2: chunks not as Megatron cuts them: $(grep '^  stage' "$tmp/out")"
+run 3 vpp3 "$recipes/grpo-glm5.2-64n8g-megatron-6K-colocated.yaml" +policy.megatron_cfg.virtual_pipeline_model_parallel_size=3
+one_error vpp3 "virtual_pipeline_model_parallel_size 3 does not divide the 14 layers of pipeline stage 0"
+
 # stage sizes that do not leave an even split
 run 3 uneven "$recipes/grpo-glm5.1-64n8g-megatron.yaml" policy.megatron_cfg.num_layers_in_first_pipeline_stage=8
 one_error uneven "leave 61 layers, which do not split evenly over the other 6"

@@ -6,8 +6,9 @@
 #     per step as one process, and the weights of their step-3 checkpoints (saved from both stages) agree;
 #   - a PP2 run stopped after 2 steps and resumed (each stage reads its own optimizer state) to 3 equals the
 #     uninterrupted run;
-#   - interleaved virtual stages and uneven stage sizes that do not divide are refused in one line naming the key,
-#     exit status 3, before any step. (GRPO under PP: tests/cli/test_mpi_grpo_layouts.sh's layouts.)
+#   - PP2 x VPP2 (interleaved virtual stages) does the same;
+#   - virtual stages and uneven stage sizes that do not divide are refused in one line naming the key, exit
+#     status 3, before any step. (GRPO under PP: tests/cli/test_mpi_grpo_layouts.sh's layouts.)
 set -uo pipefail
 build=$1 src=$2 mpiexec=$3
 dsarl="$build/bin/dsarl"
@@ -47,6 +48,10 @@ run pp2 2 sft.max_num_steps=3 $P.pipeline_model_parallel_size=2
 same one pp2
 same_weights one pp2
 [ -f "$tmp/pp2.ck/step_3/policy/optimizer/optimizer.shard1-of-2.safetensors" ] || fail "no optimizer state of stage 1"
+# interleaved: four one-layer chunks, layers 0 and 2 on stage 0, 1 and 3 on stage 1 (saved from both)
+run vpp2 2 sft.max_num_steps=3 $P.pipeline_model_parallel_size=2 +$P.virtual_pipeline_model_parallel_size=2
+same one vpp2
+same_weights one vpp2
 
 # stop after 2 steps and resume to 3 under PP2
 run pp2_resume 2 sft.max_num_steps=2 $P.pipeline_model_parallel_size=2
@@ -76,8 +81,8 @@ refuse() {
   ! grep -q "sft step 1" "$tmp/$name.log" || fail "$name trained before refusing"
   echo "refused $name (exit $rc): $(grep -F "$want" "$tmp/$name.log" | head -1 | sed 's/.*error: *//')"
 }
-refuse virtual_stages "$P.virtual_pipeline_model_parallel_size is 2, but interleaved virtual pipeline stages are not implemented" \
-  +$P.virtual_pipeline_model_parallel_size=2
+refuse virtual_stages "$P.virtual_pipeline_model_parallel_size 2 does not divide the 3 layers of pipeline stage 0" \
+  +$P.virtual_pipeline_model_parallel_size=2 +$P.num_layers_in_first_pipeline_stage=3
 refuse uneven "num_layers_in_first_pipeline_stage (4) and num_layers_in_last_pipeline_stage (0) leave 0 layers" \
   +$P.num_layers_in_first_pipeline_stage=4
 echo "pp run ok"

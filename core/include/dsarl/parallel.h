@@ -32,16 +32,25 @@ typedef struct dsarl_parallel {
     int32_t distributed_optimizer;   /* ABI 1.3: 1 when AdamW state is sharded over dp_cp (use_distributed_optimizer) */
     int32_t overlap_grad_reduce;     /* ABI 1.3: 1 when gradient buckets are reduced as the backward produces them */
     int64_t grad_bucket_elements;    /* ABI 1.3: elements per gradient bucket (0: one bucket) */
+    int32_t vpp_size;                /* ABI 1.5: model chunks (virtual pipeline stages) per pp rank, 1 without */
+    int32_t reserved0;
 } dsarl_parallel;
 
 /* Whether the layout struct p (from any 1.x core) carries the ABI 1.3 groups. */
 #define DSARL_PARALLEL_HAS_GROUPS(p) ((p)->struct_size >= offsetof(dsarl_parallel, grad_bucket_elements) + 8)
+
+/* The model chunks per pp rank of layout p (1 from a core older than ABI 1.5, or without virtual stages). */
+static inline int32_t dsarl_parallel_vpp(const dsarl_parallel *p)
+{
+    return p && p->struct_size >= offsetof(dsarl_parallel, vpp_size) + sizeof(int32_t) && p->vpp_size > 1
+               ? p->vpp_size : 1;
+}
 
 /* A single-process layout. */
 #define DSARL_PARALLEL_SINGLE                                                                               \
     { .struct_size = sizeof(dsarl_parallel), .world_rank = 0, .world_size = 1, .local_rank = 0,            \
       .local_size = 1, .tp_rank = 0, .tp_size = 1, .pp_rank = 0, .pp_size = 1, .cp_rank = 0, .cp_size = 1,  \
       .ep_rank = 0, .ep_size = 1, .dp_rank = 0, .dp_size = 1, .sequence_parallel = 0, .comm = 0,        \
-      .edp_rank = 0, .edp_size = 1 }
+      .edp_rank = 0, .edp_size = 1, .vpp_size = 1 }
 
 #endif /* DSARL_PARALLEL_H */

@@ -51,7 +51,9 @@ DSARL_BEGIN_DECLS
  * reward_components/score_components (a reward vector per response) and step (multi-turn episodes).
  * 1.5: paged generation caches: model cache_token_bytes/paged_cache_create/forward_paged/cache_copy_block and
  * dsarl_block_tables; device sample_filtered (top-k/top-p/temperature draws on the device, dsarl/sampling.h);
- * model mtp_loss (multi-token prediction in training), dsarl_train_microbatch.mtp_loss. */
+ * model mtp_loss (multi-token prediction in training), dsarl_train_microbatch.mtp_loss;
+ * interleaved virtual pipeline stages: dsarl_parallel.vpp_size, dsarl/pipeline.h's chunk split
+ * (dsarl_pipeline_chunk_layers), the stage ops' slots under the interleaved schedule. */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 5
 

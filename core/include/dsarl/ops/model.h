@@ -120,7 +120,8 @@ typedef struct dsarl_model_plan_layer {
     double dispatch_bytes;       /* per token: expert all-to-all send + receive buffers of the layer (0: no MoE) */
     double matmul_flops;         /* per token, forward: 2 x the weights a token passes through (MoE: its top-k) */
     int32_t stage_start_ok;      /* 1: a pipeline stage may start at this layer; 0: see stage_start_rule */
-    int32_t reserved0;
+    int32_t stage_in_topk;       /* ABI 1.5 (took reserved space): int32 top-k indices per token a stage starting at
+                                  * this layer receives with its input (it reuses an earlier layer's selection); 0 */
 } dsarl_model_plan_layer;
 
 /* ABI 1.3: what only the model knows of its size under one rank's layout (dsarl_model_ops.plan). The core sums
@@ -289,7 +290,12 @@ typedef struct dsarl_model_ops {
     /* --- ABI 1.4, optional (took reserved slots): the stage ops of a pipeline schedule (the 1F1B schedule of
      * dsarl_trainer_train_microbatches). A slot in [0, pp) holds one microbatch in flight on this stage, from its
      * forward (or the transfer that receives its input) to the transfer that sends its input gradient back (the
-     * first stage: to its backward). None of them communicates over pp except stage_transfer. */
+     * first stage: to its backward). None of them communicates over pp except stage_transfer.
+     * ABI 1.5, virtual stages (dsarl_parallel.vpp_size v > 1, the interleaved schedule): a slot in [0, 2 pp) holds
+     * one microbatch through all v of the rank's model chunks; its calls walk them in order, each forward (and the
+     * receive before it) the next chunk up from 0, each backward (and the receives and sends around it) the next
+     * chunk down from v - 1, and the slot is released after chunk 0's input gradient. The pp group is then a ring:
+     * the last stage's chunk c sends to the first stage's chunk c + 1. */
     /* This stage's forward of microbatch slot, kept for stage_backward: from the embedding on the first stage,
      * else from the input stage_transfer received for it; the last stage fills logprobs (T) host, the others
      * leave it untouched. */
