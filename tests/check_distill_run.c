@@ -77,7 +77,8 @@ static int open_harness(harness *h, const char *work, const char *const *extra, 
     h->parallel = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
     h->ctx = (dsarl_run_context){
         .struct_size = sizeof h->ctx, .host = dsarl_registry_host(h->reg), .recipe = root, .parallel = &h->parallel,
-        .model_ops = (const dsarl_model_ops *)h->sel.model.ops, .device_ops = (const dsarl_device_ops *)h->sel.device.ops,
+        .model_ops = (const dsarl_model_ops *)h->sel.model.ops,
+        .device_ops = (const dsarl_device_ops *)h->sel.device.ops,
         .dsa_ops = (const dsarl_dsa_ops *)h->sel.dsa.ops,
         .generation_ops = (const dsarl_generation_ops *)h->sel.generation.ops, .environment_ops = h->env_ops,
         .environment_names = h->env_names, .n_environments = h->sel.n_environments, .stop_requested = &h->stop};

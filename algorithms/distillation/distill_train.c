@@ -101,7 +101,8 @@ static int teacher_scores(distiller *d, const packed_batch *p, teacher_topk *out
     int32_t *cu = malloc(sizeof(int32_t) * (size_t)(nb + 1));
     int rc = out->idx && out->logits && logits && cu
                  ? DSARL_OK
-                 : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for the teacher's logits of %" PRId64 " tokens", max_T);
+                 : DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory for the teacher's logits of %" PRId64 " tokens",
+                              max_T);
     for (int64_t s = 0; rc == DSARL_OK && s < p->B; s += nb) {
         int64_t e = s + nb < p->B ? s + nb : p->B, base = p->cu[s];
         for (int64_t i = s; i <= e; i++)
