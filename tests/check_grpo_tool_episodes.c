@@ -26,8 +26,11 @@ struct dsarl_generator {
     uint8_t *truncated;
 };
 
-static int use_tool = 1;
+/* 0: answer at once; 1: use the tool; 2: use it on products whose first operand is odd, call "1/0" on the others
+ * (then answer 0), so that long error observations share the batch with short results */
+static int policy_mode = 1;
 static int64_t turn2_contexts, observation_bytes; /* well-formed second-turn contexts seen; their results' bytes */
+static int64_t good_calls;                        /* calls on the prompt's own expression */
 
 static int script_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, dsarl_model *model,
                          dsarl_generator **out, dsarl_error *err)
@@ -52,16 +55,24 @@ static void next_turn(const char *text, char *turn, size_t size)
     if (res && n > 9 && strcmp(text + n - 9, "</result>") == 0) {
         const char *v = res + strlen("</calc><result>");
         int len = (int)(text + n - 9 - v);
+        observation_bytes += (int64_t)strlen("<result></result>") + len;
+        if (strncmp(v, "error", 5) == 0) {
+            snprintf(turn, size, " Answer: 0");
+            return;
+        }
         snprintf(turn, size, " Answer: %.*s", len, v);
         turn2_contexts++;
-        observation_bytes += (int64_t)strlen("<result></result>") + len;
         return;
     }
     const char *q = strstr(text, "What is "), *end = q ? strchr(q, '?') : NULL;
-    if (!use_tool || !end)
+    if (policy_mode == 0 || !end) {
         snprintf(turn, size, " Answer: 0");
-    else
+    } else if (policy_mode == 2 && (q[8] - '0') % 2 == 0) {
+        snprintf(turn, size, "<calc>1/0</calc>"); // "<result>error: division by zero</result>" comes back
+    } else {
         snprintf(turn, size, "<calc>%.*s</calc>", (int)(end - q - 8), q + 8);
+        good_calls++;
+    }
 }
 
 static int script_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const dsarl_sampling_params *params,
@@ -87,7 +98,11 @@ static int script_generate(dsarl_generator *g, const dsarl_token_batch *prompts,
         ck_assert_int_eq(dsarl_tokenizer_encode(tok, turn, strlen(turn), &out, &n, err), 0);
         bool answer = strncmp(turn, " Answer:", 8) == 0;
         size_t total = n + (answer && eos >= 0); // an answer ends with EOS; a call ends at its stop string
-        ck_assert(total <= 64 && total <= (size_t)params->max_new_tokens);
+        ck_assert(total <= 64);
+        if (total > (size_t)params->max_new_tokens) { // as an engine would: cut at the limit, truncated
+            total = (size_t)params->max_new_tokens;
+            g->truncated[b] = 1;
+        }
         int32_t at = g->cu[b];
         for (size_t i = 0; i < total; i++) {
             g->tokens[at + (int32_t)i] = i < n ? out[i] : eos;
@@ -147,7 +162,7 @@ static json_t *run_one_step(const char *work)
         .dsa_ops = (const dsarl_dsa_ops *)sel.dsa.ops, .generation_ops = &script_ops, .environment_ops = env_ops,
         .environment_names = env_names, .n_environments = sel.n_environments, .stop_requested = &stop};
     grpo_run_summary sum;
-    turn2_contexts = observation_bytes = 0;
+    turn2_contexts = observation_bytes = good_calls = 0;
     ck_assert_msg(grpo_train_run(&ctx, &sum, &err) == 0, "%s", err.message);
     dsarl_registry_free(reg);
     dsarl_recipe_free(recipe);
@@ -173,15 +188,17 @@ static void remove_tree(const char *path)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-/* The tool-using script solves every two-digit product in two turns; the one that answers at once solves none. */
+/* The tool-using script solves every two-digit product in two turns; the one that answers at once solves none; the
+ * mixed one solves exactly the products it called the tool on, although the failed calls' long error observations
+ * run in the same turn batches (each episode's answer has the room its own conversation leaves). */
 START_TEST(test_scripted_tool_policy)
 {
     char work[] = "/tmp/check_grpo_tool_episodes_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(work));
-    use_tool = _i == 0;
+    policy_mode = _i;
     json_t *row = run_one_step(work);
     double n = 8.0;
-    if (use_tool) {
+    if (policy_mode == 1) {
         ck_assert_int_eq(turn2_contexts, 8);
         ck_assert_msg(metric(row, "train/reward") == 1.0, "reward %g", metric(row, "train/reward"));
         ck_assert(metric(row, "train/avg_turns_per_sample") == 2.0);
@@ -192,12 +209,19 @@ START_TEST(test_scripted_tool_policy)
         ck_assert_msg(fabs(metric(row, "train/mean_env_tokens_per_sample") - (double)observation_bytes / n) < 1e-9,
                       "env tokens %g, want %g", metric(row, "train/mean_env_tokens_per_sample"),
                       (double)observation_bytes / n);
-    } else {
+    } else if (policy_mode == 0) {
         ck_assert_int_eq(turn2_contexts, 0);
         ck_assert(metric(row, "train/reward") == 0.0);
         ck_assert(metric(row, "train/avg_turns_per_sample") == 1.0);
         ck_assert(metric(row, "train/tool_calls_per_sample") == 0.0);
         ck_assert(metric(row, "train/mean_env_tokens_per_sample") == 0.0);
+    } else {
+        ck_assert_msg(good_calls > 0 && good_calls < 8, "the batch should mix both kinds of call: %lld good",
+                      (long long)good_calls);
+        ck_assert_int_eq(turn2_contexts, good_calls);
+        ck_assert_msg(metric(row, "train/reward") == (double)good_calls / n, "reward %g, want %g",
+                      metric(row, "train/reward"), (double)good_calls / n);
+        ck_assert(fabs(metric(row, "train/tool_call_error_rate") - (n - (double)good_calls) / n) < 1e-9);
     }
     json_decref(row);
     remove_tree(work);
@@ -209,7 +233,7 @@ int main(void)
     Suite *s = suite_create("grpo_tool_episodes");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_scripted_tool_policy, 0, 2);
+    tcase_add_loop_test(tc, test_scripted_tool_policy, 0, 3);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
