@@ -87,8 +87,9 @@ static int parse_estimator(const dsarl_node *root, const char *const names[3], i
     DSARL_TRY(dsarl_recipe_string_or(root, "grpo.adv_estimator.name", "grpo", &name, err));
     if (strcmp(name, "opd") == 0)
         return dsarl_recipe_fail(root, "grpo.adv_estimator.name", err, DSARL_E_UNSUPPORTED,
-                                 "is 'opd' (on-policy distillation), which is not supported yet; use grpo, gdpo or "
-                                 "reinforce_plus_plus");
+                                 "is 'opd' (on-policy distillation as a GRPO advantage), which is not supported "
+                                 "yet; use grpo, gdpo or reinforce_plus_plus (algorithm.name: distillation trains on "
+                                 "a teacher's top-k logits)");
     return parse_choice(root, "grpo.adv_estimator.name", "grpo", names, 3, out, err);
 }
 

@@ -139,6 +139,22 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t purpose, uint64_t step)
     return z ^ (z >> 31);
 }
 
+/* grpo_train.c: the trainer's life cycle, shared with the distillation plugin (which fills tr->cfg itself) */
+/* The loop's options, optimizer, checkpointing and logger settings from the recipe, checked against tr->cfg (its
+ * batch sizes); reads only the recipe, so a bad value fails before any model is built. */
+int grpo_trainer_read_options(trainer *tr, dsarl_error *err);
+/* The session (device, DSA, policy, tokenizer), data, environment, reference policy and generation engine. */
+int grpo_trainer_open(trainer *tr, dsarl_error *err);
+/* Restores the newest complete checkpoint, if any, and opens the metrics. */
+int grpo_trainer_start(trainer *tr, dsarl_error *err);
+/* Saves checkpoint tr->step with the loader position and the given metrics (NAN = not recorded). */
+int grpo_trainer_save_checkpoint(trainer *tr, double val_accuracy, double train_reward, dsarl_error *err);
+/* Releases whatever grpo_trainer_open built (a partly opened trainer is fine). */
+void grpo_trainer_free(trainer *tr);
+/* True when any rank of the run says so: a stop signal or a deadline seen by one rank stops them all at the same
+ * step, so no rank waits in a collective of a step its peers never start. */
+bool grpo_any_rank(const trainer *tr, bool x);
+
 /* grpo_rollout.c */
 void grpo_rollout_set_free(rollout_set *s);
 /* Once the environment exists: the reward components the estimator reads from it (tr->n_components; 0 for a

@@ -361,14 +361,16 @@ static int run_turns(trainer *tr, rollout *rows, int64_t local, const dsarl_samp
             break;
 
         // the next turn of the episodes still running, on every rank as long as any rank has one
-        int64_t running = 0, longest = 0;
+        int64_t running = 0, shortest = cap;
         for (int64_t i = 0; i < local; i++)
             if (!done[i]) {
                 running++;
                 int64_t len = rows[i].prompt_len + rows[i].response_len;
-                longest = len > longest ? len : longest;
+                shortest = len < shortest ? len : shortest;
             }
-        int64_t agree[2] = {running, longest};
+        /* the most episodes running on any rank, and (negated) the shortest conversation of the whole batch: the
+         * engine generates up to the room of that one, and each episode keeps what fits its own room below */
+        int64_t agree[2] = {running, -shortest};
         rc = dsarl_group_all_reduce_host(dpg, agree, 2, DSARL_DTYPE_I64, DSARL_REDUCE_MAX, err);
         if (rc == DSARL_OK && dsarl_group_size(sp0->lockstep) > 1)
             rc = dsarl_group_all_reduce_host(sp0->lockstep, agree, 1, DSARL_DTYPE_I64, DSARL_REDUCE_MAX, err);
@@ -403,7 +405,7 @@ static int run_turns(trainer *tr, rollout *rows, int64_t local, const dsarl_samp
         dsarl_token_batch prompts = {.struct_size = sizeof prompts, .n_tokens = n_tokens,
                                      .n_sequences = (int32_t)running, .tokens = tokens, .cu_seqlens = cu};
         dsarl_sampling_params sp = *sp0;
-        int64_t room = cap - agree[1];
+        int64_t room = cap + agree[1];
         sp.max_new_tokens = (int32_t)(room < sp0->max_new_tokens ? room : sp0->max_new_tokens);
         sp.seed = mix_seed(sp0->seed, 0x7475726eu, (uint64_t)turn + 1);  // "turn"
         sp.sequence_offset = offset;
@@ -413,9 +415,16 @@ static int run_turns(trainer *tr, rollout *rows, int64_t local, const dsarl_samp
         for (int64_t k = 0; k < running && rc == DSARL_OK; k++) {
             rollout *r = &rows[idx[k]];
             turn_start[idx[k]] = r->response_len;
+            /* a sequence's draws do not depend on the batch or on max_new_tokens, so cutting a completion at its
+             * own room is what generating it alone with that limit gives: a long conversation elsewhere in the
+             * batch does not shorten this one's turn */
             int32_t a = gen.cu_lengths[k], e = gen.cu_lengths[k + 1];
+            int64_t own = cap - (r->prompt_len + r->response_len);
+            bool cut = e - a > own;
+            if (cut)
+                e = a + (int32_t)own;
             rc = append_tokens(r, gen.tokens + a, gen.logprobs + a, (size_t)(e - a), err);
-            r->truncated = gen.truncated[k];
+            r->truncated = gen.truncated[k] || cut;
             r->turns++;
         }
         grpo_completions_free(&gen);

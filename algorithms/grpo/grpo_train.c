@@ -163,7 +163,7 @@ static int pick_environment(trainer *tr, dsarl_error *err)
     return grpo_check_environment(tr, err);
 }
 
-static void trainer_free(trainer *tr)
+void grpo_trainer_free(trainer *tr)
 {
     const dsarl_run_context *ctx = tr->ctx;
     if (tr->engine)
@@ -178,10 +178,8 @@ static void trainer_free(trainer *tr)
     dsarl_dataset_free(tr->val_set);
 }
 
-/* Everything that reads only the recipe runs first, so a bad value fails before any model is built. */
-static int trainer_check_recipe(trainer *tr, dsarl_error *err)
+int grpo_trainer_read_options(trainer *tr, dsarl_error *err)
 {
-    DSARL_TRY(grpo_config_from_recipe(tr->root, &tr->cfg, err));
     DSARL_TRY(read_options(tr, err));
     DSARL_TRY(dsarl_optimizer_params_from_recipe(tr->root, &tr->adam, err));
     DSARL_TRY(dsarl_checkpoint_config_from_recipe(tr->root, &tr->ckpt, err));
@@ -190,7 +188,7 @@ static int trainer_check_recipe(trainer *tr, dsarl_error *err)
     return DSARL_OK;
 }
 
-static int trainer_open(trainer *tr, dsarl_error *err)
+int grpo_trainer_open(trainer *tr, dsarl_error *err)
 {
     const dsarl_run_context *ctx = tr->ctx;
     if (!ctx->model_ops || !ctx->device_ops || !ctx->dsa_ops)
@@ -229,8 +227,7 @@ static int trainer_open(trainer *tr, dsarl_error *err)
     return DSARL_OK;
 }
 
-/* Restores the newest complete checkpoint, if any, and opens the metrics. */
-static int trainer_start(trainer *tr, dsarl_error *err)
+int grpo_trainer_start(trainer *tr, dsarl_error *err)
 {
     tr->log_cfg.progress = 1; /* redrawn on a terminal, one log line per step otherwise */
     tr->log_cfg.total_steps = tr->cfg.max_num_steps;
@@ -247,7 +244,7 @@ static int trainer_start(trainer *tr, dsarl_error *err)
 
 /* --- checkpoints and the loop ---------------------------------------------------------------------------------- */
 
-static int save_checkpoint(trainer *tr, double val_accuracy, double train_reward, dsarl_error *err)
+int grpo_trainer_save_checkpoint(trainer *tr, double val_accuracy, double train_reward, dsarl_error *err)
 {
     dsarl_trainer_state st;
     memset(&st, 0, sizeof st);
@@ -266,9 +263,7 @@ static int save_checkpoint(trainer *tr, double val_accuracy, double train_reward
     return dsarl_session_save_checkpoint(&tr->session, &tr->ckpt, &st, dir, sizeof dir, err);
 }
 
-/* True when any rank of the run says so: a stop signal or a deadline seen by one rank stops them all at the same
- * step, so no rank waits in a collective of a step its peers never start. */
-static bool any_rank(const trainer *tr, bool x)
+bool grpo_any_rank(const trainer *tr, bool x)
 {
     const dsarl_parallel *p = tr->ctx->parallel;
     const dsarl_group *world = p && DSARL_PARALLEL_HAS_GROUPS(p) ? p->world : NULL;
@@ -302,11 +297,14 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     tr.root = ctx->recipe;
     grpo_run_summary sum = {.first_val_accuracy = NAN, .last_val_accuracy = NAN};
     double t_start = now_s(); /* checkpoint_must_save_by counts from the start of this process's run */
-    int rc = trainer_check_recipe(&tr, err);
+    /* everything that reads only the recipe runs first, so a bad value fails before any model is built */
+    int rc = grpo_config_from_recipe(tr.root, &tr.cfg, err);
     if (rc == DSARL_OK)
-        rc = trainer_open(&tr, err);
+        rc = grpo_trainer_read_options(&tr, err);
     if (rc == DSARL_OK)
-        rc = trainer_start(&tr, err);
+        rc = grpo_trainer_open(&tr, err);
+    if (rc == DSARL_OK)
+        rc = grpo_trainer_start(&tr, err);
     sum.first_step = tr.step;
     double val_acc = NAN, reward = NAN;
     val_result vr = {NAN, NAN, NAN};
@@ -331,7 +329,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             break;
         }
         bool last = tr.step >= tr.cfg.max_num_steps;
-        if (any_rank(&tr, ctx->stop_requested && *ctx->stop_requested)) {
+        if (grpo_any_rank(&tr, ctx->stop_requested && *ctx->stop_requested)) {
             stop = true;
             why = "stop requested (signal)";
         }
@@ -354,7 +352,7 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
         }
         double t_ck = now_s();
         if (tr.ckpt.enabled && (dsarl_checkpoint_due(&tr.ckpt, tr.step, last) || stop)) {
-            rc = save_checkpoint(&tr, val_acc, reward, err);
+            rc = grpo_trainer_save_checkpoint(&tr, val_acc, reward, err);
             if (rc < 0)
                 break;
             rc = grpo_set_metric(&tr, "timing/train/checkpointing", now_s() - t_ck, err);
@@ -363,9 +361,9 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
             rc = dsarl_metrics_commit(tr.log, tr.step, err);
         dsarl_metrics_progress(tr.log, tr.step, reward);
         if (rc == DSARL_OK && tr.ckpt.enabled && !stop && !last &&
-            any_rank(&tr, dsarl_trainer_deadline_near(&tr.ckpt, now_s() - t_start, tr.step - sum.first_step))) {
+            grpo_any_rank(&tr, dsarl_trainer_deadline_near(&tr.ckpt, now_s() - t_start, tr.step - sum.first_step))) {
             if (!dsarl_checkpoint_due(&tr.ckpt, tr.step, last))
-                rc = save_checkpoint(&tr, val_acc, reward, err);
+                rc = grpo_trainer_save_checkpoint(&tr, val_acc, reward, err);
             stop = true;
             why = "checkpointing.checkpoint_must_save_by is near";
         }
@@ -377,6 +375,6 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
         snprintf(sum.exp_dir, sizeof sum.exp_dir, "%s", dsarl_metrics_dir(tr.log));
     if (summary)
         *summary = sum;
-    trainer_free(&tr);
+    grpo_trainer_free(&tr);
     return rc;
 }
