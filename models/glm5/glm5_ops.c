@@ -3,6 +3,7 @@
 #include "dsarl/log.h"
 #include "glm5_cache.h"
 #include "glm5_ops.h"
+#include "glm5_pass.h"
 
 /* glm5_optim.c: the data-parallel gradient reduction (ABI 1.3 slot reduce_gradients). */
 int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err);
@@ -253,7 +254,8 @@ static const dsarl_key_spec glm5_keys[] = {
     .cache_token_bytes = glm5_cache_token_bytes,    \
     .paged_cache_create = glm5_paged_cache_create,  \
     .forward_paged = glm5_forward_paged,            \
-    .cache_copy_block = glm5_cache_copy_block
+    .cache_copy_block = glm5_cache_copy_block,      \
+    .routing_shape = glm5_routing_shape
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",
