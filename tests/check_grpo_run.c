@@ -564,6 +564,83 @@ START_TEST(test_multi_turn_episodes)
 }
 END_TEST
 
+/* Routing replay (policy.router_replay, policy.dsa_index_replay) on the tiny recipe: the native engine records every
+ * token's experts and top-k keys and the log-prob and training passes replay them; the trainer still agrees with
+ * the sampler to float rounding (token_mult_prob_error 1), and on the CPU, where the engine and the trainer round
+ * alike, replaying changes nothing: with one optimizer slice per step the step's metrics equal the run without
+ * replay. */
+START_TEST(test_routing_replay_run)
+{
+    // one optimizer slice per step: every pass sees the weights the rollouts were drawn with (after an update within
+    // the step the replayed routing is the old weights', the trainer's own would be the new weights')
+    static const char *const base[] = {"grpo.max_num_steps=2", "checkpointing.enabled=false", "grpo.val_at_end=false",
+                                       "grpo.val_period=0", "policy.train_global_batch_size=8"};
+    static const char *const replay[] = {"grpo.max_num_steps=2", "checkpointing.enabled=false",
+                                         "policy.train_global_batch_size=8",
+                                         "grpo.val_at_end=false", "grpo.val_period=0",
+                                         "+policy.router_replay.enabled=true", "+policy.dsa_index_replay.enabled=true"};
+    char *work[2] = {make_work_dir(), make_work_dir()};
+    grpo_run_summary sum[2] = {run_ok(work[0], base, DSARL_ARRAY_LEN(base)),
+                               run_ok(work[1], replay, DSARL_ARRAY_LEN(replay))};
+    json_t *rows[2] = {read_metrics(sum[0].exp_dir), read_metrics(sum[1].exp_dir)};
+    ck_assert_uint_eq(json_array_size(rows[1]), 2);
+    static const char *const same[] = {"train/reward", "train/loss", "train/grad_norm", "train/mean_gen_length"};
+    for (size_t s = 0; s < 2; s++) {
+        json_t *row = json_array_get(rows[1], s);
+        double err_mult = metric(row, "train/token_mult_prob_error");
+        fprintf(stderr, "routing replay step %zu: token_mult_prob_error %.9f (without replay %.9f), loss %.9g (%.9g)\n", s + 1,
+               err_mult, metric(json_array_get(rows[0], s), "train/token_mult_prob_error"), metric(row, "train/loss"),
+               metric(json_array_get(rows[0], s), "train/loss"));
+        ck_assert_msg(fabs(err_mult - 1.0) <= 1e-5, "token_mult_prob_error %.9g", err_mult);
+        ck_assert(metric(row, "train/grad_norm") > 0.0);
+        for (size_t i = 0; i < DSARL_ARRAY_LEN(same); i++) {
+            double a = metric(json_array_get(rows[0], s), same[i]), b = metric(row, same[i]);
+            ck_assert_msg(fabs(a - b) <= 1e-6 * fmax(1.0, fabs(a)), "step %zu %s: %.9g with replay, %.9g without",
+                          s + 1, same[i], b, a);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        json_decref(rows[i]);
+        remove_tree(work[i]);
+        free(work[i]);
+    }
+}
+END_TEST
+
+/* What routing replay cannot serve yet is refused before anything runs, in one sentence naming the key: several
+ * ranks, multi-turn episodes, the built-in sampler (which records nothing). */
+START_TEST(test_routing_replay_refusals)
+{
+    char *work = make_work_dir();
+    static const char *const cases[][2] = {{"+policy.router_replay.enabled=true", NULL},
+                                           {"+policy.dsa_index_replay.enabled=true", "grpo.max_rollout_turns=2"},
+                                           {"+policy.router_replay.enabled=true", NULL}};
+    static const char *const want[] = {"runs in one process only", "single-turn rollouts only",
+                                       "the built-in sampler does not record routing"};
+    for (int c = 0; c < 3; c++) {
+        harness h;
+        dsarl_error err = {0};
+        int rc = open_harness(&h, work, cases[c], cases[c][1] ? 2 : 1, &err);
+        ck_assert_msg(rc == 0, "%s", err.message);
+        h.env_ops[0] = &ascii_env;
+        if (c == 0) // a tensor-parallel layout (checked before any group is used)
+            h.parallel.world_size = 2, h.parallel.tp_size = 2;
+        if (c == 2)
+            h.ctx.generation_ops = NULL;
+        rc = grpo_train_run(&h.ctx, NULL, &err);
+        ck_assert_msg(rc == (c == 2 ? DSARL_E_UNSUPPORTED : DSARL_E_INVALID), "case %d: rc %d: %s", c, rc,
+                      err.message);
+        ck_assert_msg(strstr(err.message, want[c]) != NULL, "case %d: %s", c, err.message);
+        ck_assert_msg(strstr(err.message, c == 1 ? "policy.dsa_index_replay.enabled" : "policy.router_replay.enabled"),
+                      "case %d names no key: %s", c, err.message);
+        ck_assert_msg(!strchr(err.message, '\n'), "case %d: not one line: %s", c, err.message);
+        close_harness(&h);
+    }
+    remove_tree(work);
+    free(work);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grpo_run");
@@ -579,6 +656,11 @@ int main(void)
     tcase_add_loop_test(tc, test_multi_turn_episodes, 0, 2);
     tcase_add_loop_test(tc, test_bad_recipe_refused_before_run, 0, (int)DSARL_ARRAY_LEN(bad_cases));
     suite_add_tcase(s, tc);
+    TCase *replay = tcase_create("replay"); // CK_RUN_CASE=replay runs these alone
+    tcase_set_timeout(replay, 600);
+    tcase_add_test(replay, test_routing_replay_run);
+    tcase_add_test(replay, test_routing_replay_refusals);
+    suite_add_tcase(s, replay);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -278,7 +278,7 @@ static int distill_step(distiller *d, bool *out_of_epochs, dsarl_error *err)
     int rc = grpo_collect_rollouts(tr, &rs, &rounds, &epoch, err);
     double t_gen = now_s();
     if (rc == DSARL_OK)
-        rc = grpo_pack_rollouts(&rs, &p, err);
+        rc = grpo_pack_rollouts(tr, &rs, &p, err);
     /* NeMo's mask = token_mask * sample_mask: a prompt cut by data.max_input_seq_length does not train */
     for (int64_t s = 0; rc == DSARL_OK && s < p.B; s++)
         for (int64_t t = p.cu[s]; t < p.cu[s + 1]; t++)

@@ -95,10 +95,35 @@ void grpo_packed_free(packed_batch *p)
     free(p->advantages);
     free(p->components);
     free(p->token_adv);
+    free(p->replay_experts);
+    free(p->replay_indices);
     memset(p, 0, sizeof *p);
 }
 
-int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
+/* The rollouts' routing rows at their packed positions (-1 where a rollout has none: the trainer routes itself). */
+static int pack_routing(const trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err)
+{
+    size_t we = (size_t)tr->replay_w_experts, wi = (size_t)tr->replay_w_indices, T = (size_t)p->T;
+    if (we && !(p->replay_experts = malloc(sizeof(int32_t) * (T * we + 1))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing the routing of %zu tokens", T);
+    if (wi && !(p->replay_indices = malloc(sizeof(int32_t) * (T * wi + 1))))
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing the routing of %zu tokens", T);
+    for (int64_t i = 0; i < rs->n; i++) {
+        const rollout *r = &rs->items[i];
+        size_t at = (size_t)p->cu[i], n = (size_t)(p->cu[i + 1] - p->cu[i]);
+        if (we && r->routed_experts)
+            memcpy(p->replay_experts + at * we, r->routed_experts, sizeof(int32_t) * n * we);
+        else if (we)
+            memset(p->replay_experts + at * we, 0xff, sizeof(int32_t) * n * we);
+        if (wi && r->routed_indices)
+            memcpy(p->replay_indices + at * wi, r->routed_indices, sizeof(int32_t) * n * wi);
+        else if (wi)
+            memset(p->replay_indices + at * wi, 0xff, sizeof(int32_t) * n * wi);
+    }
+    return DSARL_OK;
+}
+
+int grpo_pack_rollouts(const trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err)
 {
     memset(p, 0, sizeof *p);
     p->B = rs->n;
@@ -148,5 +173,8 @@ int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err)
         p->response_len[i] = r->response_len;
         p->truncated[i] = r->truncated;
     }
-    return DSARL_OK;
+    int rc = pack_routing(tr, rs, p, err);
+    if (rc)
+        grpo_packed_free(p);
+    return rc;
 }

@@ -124,6 +124,12 @@ static const dsarl_key_spec grpo_math_keys[] = {
 
     {"policy.train_global_batch_size", DSARL_KEY_INT, "512", "samples per optimizer step", 0},
     {"policy.max_total_sequence_length", DSARL_KEY_INT, "512", "prompt + response tokens", 0},
+    {"policy.router_replay.enabled", DSARL_KEY_BOOL, "false",
+     "the engine records each token's routed experts; training replays them (gate weights from the trainer's scores)",
+     0},
+    {"policy.dsa_index_replay.enabled", DSARL_KEY_BOOL, "false",
+     "the engine records each token's DSA top-k keys; training attends to them (the indexer loss is still computed)",
+     0},
 };
 
 static dsarl_lr_schedule_key_table schedule_keys;

@@ -35,6 +35,8 @@ typedef struct loop_options {
     bool shuffle;
     int64_t num_val_samples_to_print;
     const char *tokenizer_name, *chat_template;
+    bool router_replay;   /* policy.router_replay.enabled: the engine records experts, training replays them */
+    bool index_replay;    /* policy.dsa_index_replay.enabled: the same for the DSA indexer's selected keys */
 } loop_options;
 
 /* One rollout: a prompt, one response, and everything the loss and the logs need about it. */
@@ -58,6 +60,8 @@ typedef struct rollout {
      * observation token has response_lp NAN (it is masked out of the loss) */
     int32_t turns, env_tokens, tool_calls, invalid_tool_calls;
     uint8_t ended_by_env;  /* the environment ended the episode (natural termination) */
+    /* routing replay: the engine's rows for the prompt_len + response_len tokens (trainer.replay_w_*), or NULL */
+    int32_t *routed_experts, *routed_indices;
 } rollout;
 
 typedef struct rollout_set {
@@ -89,6 +93,8 @@ typedef struct trainer {
     int64_t verifier_failures; /* this step */
     dsarl_pass_counts passes;  /* this step */
     int64_t n_components;      /* reward components per rollout (0: the environment's scalar reward only) */
+    int32_t replay_w_experts;  /* int32 per token of the recorded experts (0: no router replay) */
+    int32_t replay_w_indices;  /* int32 per token of the recorded key positions (0: no index replay) */
 } trainer;
 
 /* The rollouts packed as model input: tokens (T), cu (B + 1), targets (T) = next token or -1, and per position the
@@ -106,6 +112,7 @@ typedef struct packed_batch {
     int64_t n_components;
     float *components;   /* (B, n_components): the reward vectors, or NULL */
     float *token_adv;    /* (T) per-token advantages (Reinforce++), or NULL: advantages broadcast per sequence */
+    int32_t *replay_experts, *replay_indices; /* (T, trainer.replay_w_*) the engine's routing rows, or NULL */
     grpo_seq_error_stats seq_error; /* after grpo_batch_late_advantages, when the old log-probs were computed */
     bool has_seq_error;
     grpo_penalty_counts penalties;  /* responses whose advantage a message-level penalty replaced */
@@ -177,12 +184,15 @@ int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err);
 int grpo_batch_late_advantages(trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err);
 /* Whether the step needs lp_old before the training pass (grpo_batch_late_advantages reads it). */
 bool grpo_needs_old_logprobs_early(const grpo_config *cfg);
-int grpo_pack_rollouts(const rollout_set *rs, packed_batch *p, dsarl_error *err);
+/* The rollouts packed as one batch (their routing rows too when routing replay is on). */
+int grpo_pack_rollouts(const trainer *tr, const rollout_set *rs, packed_batch *p, dsarl_error *err);
 void grpo_packed_free(packed_batch *p);
 
 /* grpo_update.c */
 /* Forward-only log-probs of every sequence with model, logprob_batch_size sequences per pass. */
 int grpo_logprobs_all(trainer *tr, dsarl_model *model, const packed_batch *p, float *out, dsarl_error *err);
+/* Points b's replay rows at the packed batch's rows from token base on (nothing when replay is off). */
+void grpo_replay_rows(const trainer *tr, const packed_batch *p, int64_t base, dsarl_token_batch *b);
 /* The optimizer steps of one training step: one per train_global_batch_size slice of the rollouts. */
 int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_error *err);
 

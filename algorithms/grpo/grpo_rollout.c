@@ -17,6 +17,8 @@ static void rollout_free(rollout *r)
     free(r->response);
     free(r->response_lp);
     free(r->response_text);
+    free(r->routed_experts);
+    free(r->routed_indices);
     memset(r, 0, sizeof *r);
 }
 
@@ -218,6 +220,32 @@ int grpo_check_environment(trainer *tr, dsarl_error *err)
     return DSARL_OK;
 }
 
+/* The engine's routing rows of a generate() result into gen (routing replay on), refusing an engine that did not
+ * record them. */
+static int copy_routing(const trainer *tr, const dsarl_generation_result *res, int64_t local, grpo_completions *gen,
+                        dsarl_error *err)
+{
+    int64_t we = tr->replay_w_experts, wi = tr->replay_w_indices;
+    if (we == 0 && wi == 0)
+        return DSARL_OK;
+    if (!res->cu_routed || (we && !res->routed_experts) || (wi && !res->routed_indices))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "generation plugin '%s' returned no routing rows; "
+                          "policy.router_replay / policy.dsa_index_replay need an engine that records them",
+                          tr->ctx->generation_ops->common.name);
+    size_t rows = (size_t)res->cu_routed[local];
+    gen->cu_routed = malloc(sizeof(int32_t) * (size_t)(local + 1));
+    gen->routed_experts = malloc(sizeof(int32_t) * (rows * (size_t)we + 1));
+    gen->routed_indices = malloc(sizeof(int32_t) * (rows * (size_t)wi + 1));
+    if (!gen->cu_routed || !gen->routed_experts || !gen->routed_indices)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory copying the routing of %zu tokens", rows);
+    memcpy(gen->cu_routed, res->cu_routed, sizeof(int32_t) * (size_t)(local + 1));
+    if (we)
+        memcpy(gen->routed_experts, res->routed_experts, sizeof(int32_t) * rows * (size_t)we);
+    if (wi)
+        memcpy(gen->routed_indices, res->routed_indices, sizeof(int32_t) * rows * (size_t)wi);
+    return DSARL_OK;
+}
+
 /* Completions of the packed prompts (this rank's `local` rows) from the generation engine, or the model's own
  * sampler without one; a rank with no rows takes its expert-parallel peers' passes empty-handed. */
 static int generate_once(trainer *tr, const dsarl_token_batch *prompts, int64_t local, const dsarl_sampling_params *sp,
@@ -253,6 +281,7 @@ static int generate_once(trainer *tr, const dsarl_token_batch *prompts, int64_t 
                 memcpy(gen->tokens, res.tokens, sizeof(int32_t) * T);
                 memcpy(gen->logprobs, res.logprobs, sizeof(float) * T);
                 memcpy(gen->truncated, res.truncated, (size_t)local);
+                rc = copy_routing(tr, &res, local, gen, err);
             }
         }
     } else if (sp->n_stop_strings > 0) {
@@ -508,7 +537,9 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
                                 .top_k = top_k, .max_new_tokens = max_new, .stop_token_ids = tr->opt.stop_ids,
                                 .n_stop_token_ids = tr->opt.n_stop_ids, .stop_strings = tr->opt.stop_strings,
                                 .n_stop_strings = tr->opt.n_stop_strings, .seed = seed, .tokenizer = tr->tok,
-                                .sequence_offset = lo, .lockstep = grpo_lockstep_group(tr)};
+                                .sequence_offset = lo, .lockstep = grpo_lockstep_group(tr),
+                                .record_routing = (tr->replay_w_experts ? DSARL_RECORD_EXPERTS : 0u) |
+                                                  (tr->replay_w_indices ? DSARL_RECORD_INDICES : 0u)};
     grpo_completions gen = {0};
     rc = generate_once(tr, &prompts, local, &sp, &gen, err);
     free(tokens);
@@ -533,6 +564,20 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
         }
         memcpy(r->response, gen.tokens + gen.cu_lengths[i], sizeof(int32_t) * (size_t)len);
         memcpy(r->response_lp, gen.logprobs + gen.cu_lengths[i], sizeof(float) * (size_t)len);
+        if (gen.cu_routed) { // the rows of prompt + response (the engine's order: the same tokens)
+            size_t rows = (size_t)(gen.cu_routed[i + 1] - gen.cu_routed[i]), we = (size_t)tr->replay_w_experts,
+                   wi = (size_t)tr->replay_w_indices;
+            r->routed_experts = we ? malloc(sizeof(int32_t) * rows * we) : NULL;
+            r->routed_indices = wi ? malloc(sizeof(int32_t) * rows * wi) : NULL;
+            if ((we && !r->routed_experts) || (wi && !r->routed_indices)) {
+                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding the routing of %zu tokens", rows);
+                break;
+            }
+            if (we)
+                memcpy(r->routed_experts, gen.routed_experts + (size_t)gen.cu_routed[i] * we, sizeof(int32_t) * rows * we);
+            if (wi)
+                memcpy(r->routed_indices, gen.routed_indices + (size_t)gen.cu_routed[i] * wi, sizeof(int32_t) * rows * wi);
+        }
         rc = dsarl_tokenizer_decode(tr->tok, r->response, (size_t)len, 1, &r->response_text, NULL, err);
         responses[i] = r->response_text;
         truths[i] = r->example->ground_truth;

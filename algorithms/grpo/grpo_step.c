@@ -169,7 +169,7 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
     }
     double t_gen = now_s();
     if (rc == DSARL_OK)
-        rc = grpo_pack_rollouts(&rs, &p, err);
+        rc = grpo_pack_rollouts(tr, &rs, &p, err);
     if (rc == DSARL_OK)
         rc = pack_components(tr, &rs, &p, err);
     if (rc == DSARL_OK)

@@ -65,6 +65,8 @@ static int read_options(trainer *tr, dsarl_error *err)
     if (!o->tokenizer_name)
         DSARL_TRY(dsarl_recipe_string_or(root, "policy.model_name", NULL, &o->tokenizer_name, err));
     DSARL_TRY(dsarl_recipe_string_or(root, "policy.tokenizer.chat_template", NULL, &o->chat_template, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "policy.router_replay.enabled", false, &o->router_replay, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "policy.dsa_index_replay.enabled", false, &o->index_replay, err));
     o->temperature = (float)t;
     o->top_p = (float)p;
     o->top_k = (int32_t)k;
@@ -100,6 +102,16 @@ static int read_options(trainer *tr, dsarl_error *err)
     CHECK(tr->cfg.val_batch_size < 1 || tr->cfg.val_batch_size % dp == 0, "grpo.val_batch_size",
           "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that every rank generates an "
           "equal share of each validation batch", tr->cfg.val_batch_size, dp);
+    /* the recorded rows follow each rollout's tokens through one process: the rollout gather across ranks and the
+     * sharded layouts (tp/cp rows, pipeline stages) do not carry them yet */
+    const char *replay_key = o->router_replay ? "policy.router_replay.enabled" : "policy.dsa_index_replay.enabled";
+    CHECK(!(o->router_replay || o->index_replay) || !par || par->world_size <= 1, replay_key,
+          "is true, but routing replay runs in one process only; this run has %d ranks (tp %d, cp %d, pp %d, ep %d, "
+          "dp %d): turn it off or run on one rank", par ? par->world_size : 1, par ? par->tp_size : 1,
+          par ? par->cp_size : 1, par ? par->pp_size : 1, par ? par->ep_size : 1, par ? par->dp_size : 1);
+    CHECK(!(o->router_replay || o->index_replay) || tr->cfg.max_rollout_turns == 1, replay_key,
+          "is true, but routing replay covers single-turn rollouts only; grpo.max_rollout_turns is %" PRId64,
+          tr->cfg.max_rollout_turns);
     CHECK(o->num_val_samples_to_print >= 0, "logger.num_val_samples_to_print", "must be >= 0, got %" PRId64,
           o->num_val_samples_to_print);
     CHECK(o->logprob_batch >= 1, "policy.logprob_batch_size", "must be >= 1, got %" PRId64, o->logprob_batch);
@@ -188,6 +200,27 @@ int grpo_trainer_read_options(trainer *tr, dsarl_error *err)
     return DSARL_OK;
 }
 
+/* Routing replay: the widths of the recorded rows, refusing a run whose model or generation cannot record. */
+static int open_replay(trainer *tr, dsarl_error *err)
+{
+    const loop_options *o = &tr->opt;
+    if (!o->router_replay && !o->index_replay)
+        return DSARL_OK;
+    const char *key = o->router_replay ? "policy.router_replay.enabled" : "policy.dsa_index_replay.enabled";
+    const dsarl_model_ops *mo = tr->ctx->model_ops;
+    if (!DSARL_MODEL_HAS(mo, routing_shape))
+        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is true, but model plugin '%s' cannot "
+                                 "record or replay its routing", mo->common.name);
+    if (!tr->engine)
+        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is true, but the built-in sampler does "
+                                 "not record routing; set policy.generation.backend to an engine that does (native)");
+    dsarl_routing_shape sh = {.struct_size = sizeof sh};
+    DSARL_TRY(mo->routing_shape(tr->model, &sh, err));
+    tr->replay_w_experts = o->router_replay ? sh.moe_layers * sh.experts_per_token : 0;
+    tr->replay_w_indices = o->index_replay ? sh.index_layers * sh.index_topk : 0;
+    return DSARL_OK;
+}
+
 int grpo_trainer_open(trainer *tr, dsarl_error *err)
 {
     const dsarl_run_context *ctx = tr->ctx;
@@ -224,7 +257,7 @@ int grpo_trainer_open(trainer *tr, dsarl_error *err)
         DSARL_TRY(dsarl_session_create_model(&tr->session, &tr->reference, err)); /* the initial weights, frozen */
     if (ctx->generation_ops)
         DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err));
-    return DSARL_OK;
+    return open_replay(tr, err);
 }
 
 int grpo_trainer_start(trainer *tr, dsarl_error *err)

@@ -16,6 +16,8 @@ typedef struct grpo_completions {
     int32_t *tokens;       /* (cu_lengths[B]) */
     float *logprobs;       /* (cu_lengths[B]) */
     uint8_t *truncated;    /* (B) */
+    int32_t *cu_routed;    /* routing replay: (B + 1) prefix sums of prompt + completion lengths, or NULL */
+    int32_t *routed_experts, *routed_indices; /* (cu_routed[B], width) the engine's rows, or NULL */
 } grpo_completions;
 
 /* Frees what a grpo_completions holds and zeroes it. */

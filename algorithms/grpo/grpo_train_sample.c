@@ -13,6 +13,9 @@ void grpo_completions_free(grpo_completions *c)
     free(c->tokens);
     free(c->logprobs);
     free(c->truncated);
+    free(c->cu_routed);
+    free(c->routed_experts);
+    free(c->routed_indices);
     memset(c, 0, sizeof *c);
 }
 

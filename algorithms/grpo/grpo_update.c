@@ -11,6 +11,14 @@
 
 #include "grpo_loop.h"
 
+void grpo_replay_rows(const trainer *tr, const packed_batch *p, int64_t base, dsarl_token_batch *b)
+{
+    if (p->replay_experts)
+        b->replay_experts = p->replay_experts + base * tr->replay_w_experts;
+    if (p->replay_indices)
+        b->replay_indices = p->replay_indices + base * tr->replay_w_indices;
+}
+
 /* Log-probs of sequences [s0, s1) with a model, written at their positions in out: a forward-only pass (under
  * pipeline parallelism the stages run in turn). */
 static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p, int64_t s0, int64_t s1, float *out,
@@ -25,6 +33,7 @@ static int logprobs_range(trainer *tr, dsarl_model *model, const packed_batch *p
     // log-probs of the tempered distribution the rollouts were drawn from (NeMo RL divides the logits likewise)
     dsarl_token_batch b = {.struct_size = sizeof b, .n_tokens = p->cu[s1] - base, .n_sequences = (int32_t)(s1 - s0),
                            .tokens = p->tokens + base, .cu_seqlens = cu, .logit_scale = 1.0f / tr->opt.temperature};
+    grpo_replay_rows(tr, p, base, &b);
     int rc = dsarl_trainer_forward(tr->ctx->model_ops, model, &b, p->targets + base, out + base, &tr->passes, err);
     free(cu);
     return rc;
@@ -146,6 +155,7 @@ static int train_share(trainer *tr, packed_batch *p, int64_t lo, int64_t hi, con
         b[i] = (dsarl_token_batch){.struct_size = sizeof b[i], .n_tokens = p->cu[s1] - base,
                                    .n_sequences = (int32_t)(s1 - s0), .tokens = p->tokens + base, .cu_seqlens = cu[i],
                                    .logit_scale = 1.0f / tr->opt.temperature};
+        grpo_replay_rows(tr, p, base, &b[i]);
         // an MTP loss (models that train MTP layers) counts the tokens the policy loss counts, normalised alike
         mb[i] = (dsarl_train_microbatch){.struct_size = sizeof mb[i], .batch = &b[i], .targets = p->targets + base,
                                          .logprobs = p->lp_theta + base, .dlogprobs = p->grad + base,

@@ -44,7 +44,7 @@ static const slot_rule model_rules[] = {
     MO(reduce_gradients, 3), MO(plan, 3),
     MO(stage_forward, 4), MO(stage_backward, 4), MO(stage_transfer, 4),
     MO(cache_token_bytes, 5), MO(paged_cache_create, 5), MO(forward_paged, 5), MO(cache_copy_block, 5),
-    MO(mtp_loss, 5),
+    MO(mtp_loss, 5), MO(routing_shape, 5),
 };
 #undef M
 #undef MO

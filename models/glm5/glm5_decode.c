@@ -59,12 +59,14 @@ static int upload_cached_batch(glm5_pass *p, const dsarl_model_cache *c, const d
     }
     int rc = m->dev_ops->copy(m->dev, p->tokens, host, (size_t)(5 * T + B) * sizeof(int32_t),
                               DSARL_COPY_HOST_TO_DEVICE, err);
-    free(host);
     p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = c->n_rows,
                                  .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_keys};
     // dense attention (DSA warm-up): as in training, a top-k as wide as the longest sequence selects every key
     if (m->dense_attention && max_keys > p->topk_width)
         p->topk_width = max_keys;
+    if (rc == 0)
+        rc = glm5_routing_prepare(p, b, ks, err);
+    free(host);
     return rc;
 }
 
@@ -101,11 +103,13 @@ static int upload_paged_batch(glm5_pass *p, const dsarl_model_cache *c, const ds
     if (rc == 0)
         rc = m->dev_ops->copy(m->dev, p->tokens, host, (size_t)(5 * T + B + K) * sizeof(int32_t),
                               DSARL_COPY_HOST_TO_DEVICE, err);
-    free(host);
     p->batch = (dsarl_dsa_batch){.struct_size = sizeof(p->batch), .n_queries = T, .n_keys = K,
                                  .key_start = p->key_start, .key_end = p->key_end, .max_keys_per_query = max_keys};
     if (m->dense_attention && max_keys > p->topk_width)
         p->topk_width = max_keys;
+    if (rc == 0)
+        rc = glm5_routing_prepare(p, b, ks, err);
+    free(host);
     return rc;
 }
 

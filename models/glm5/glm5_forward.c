@@ -237,7 +237,8 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
         dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = index_keys,
                                        .weights = a->iw_scaled,
                                        .n_heads = (int32_t)nI, .head_dim = (int32_t)dI};
-        return m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, p->topk_width, a->topk, NULL, err);
+        DSARL_TRY(m->dsa_ops->indexer_topk(m->dsa, &p->batch, &in, p->topk_width, a->topk, NULL, err));
+        return glm5_routing_indices(p, a, layer, err);
     }
     if (!prev_topk)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: a shared indexer layer has no earlier full layer's top-k");
@@ -491,6 +492,7 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     if (T <= 0)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: forward needs at least one token, got %lld", (long long)T);
     p->T_real = T;
+    const dsarl_token_batch *caller = batch; // its routing rows (tp padding and cp chunks make new batches)
     dsarl_token_batch padded;
     if (m->parallel.cp_size > 1) { // context parallel: this rank's chunks of every sequence (glm5_cp.c), T = T_local
         DSARL_TRY(glm5_cp_prepare(p, batch, &batch, err));
@@ -525,6 +527,7 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     if (tp > 1)
         DSARL_TRY(glm5_upload_vocab_ids(p, p->cp ? glm5_cp_tokens(p) : batch->tokens, err));
     DSARL_TRY(choose_form(p, err));
+    DSARL_TRY(glm5_routing_prepare(p, caller, NULL, err));
     DSARL_TRY(alloc_head_layout(p, save, err));
     if (!(p->acts = calloc((size_t)p->n_acts, sizeof(glm5_layer_acts))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "glm5: out of memory for activations");

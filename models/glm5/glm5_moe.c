@@ -393,6 +393,7 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(2 * R + N) * sizeof(int32_t), (void **)&rows, err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)E * sizeof(int64_t), (void **)&fill, err));
     DSARL_TRY(d->copy(m->dev, idx, a->route_idx, (size_t)N * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
+    DSARL_TRY(glm5_routing_experts(p, a, (int32_t)(L - m->layers), idx, err));
     int32_t *slot = rows + R, *slot_inv = rows + 2 * R;
     int64_t *count = a->count, largest = 0;
     memset(count, 0, (size_t)(E + 1) * sizeof(int64_t));

@@ -271,7 +271,8 @@ static const dsarl_key_spec glm5_keys[] = {
     .paged_cache_create = glm5_paged_cache_create,  \
     .forward_paged = glm5_forward_paged,            \
     .cache_copy_block = glm5_cache_copy_block,      \
-    .mtp_loss = glm5_mtp_loss
+    .mtp_loss = glm5_mtp_loss,                      \
+    .routing_shape = glm5_routing_shape
 
 const dsarl_model_ops glm5_1_model_ops = {
     .common = DSARL_OPS_COMMON_RANKED(dsarl_model_ops, DSARL_KIND_MODEL, "glm5.1",

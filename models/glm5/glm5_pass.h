@@ -132,6 +132,8 @@ typedef struct glm5_pass {
     int64_t n_key_rows;
     void *key_kv, *key_ik;                     // (n_key_rows, kv_lora + rope), (n_key_rows, index_head_dim)
     bool logits_device;                        // the caller's logits are device memory (forward_paged)
+    dsarl_batch_routing routing;               // routing replay / recording of the batch (glm5_routing.c)
+    int32_t *routing_key_first;                // host (T): key index of each token's sequence's first token
     void **bufs, **host_bufs;                  // everything allocated, freed by glm5_pass_free
     int n_bufs, n_host, cap_bufs, cap_host;
 } glm5_pass;
@@ -284,6 +286,16 @@ int glm5_linear(dsarl_model *m, void *y, const void *x, const void *w, int64_t T
 
 /* Host scratch freed with the pass. */
 int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *err);
+
+/* Routing replay (glm5_routing.c). glm5_routing_prepare takes the batch's replay / record rows into p (after the
+ * batch upload: key_first (T) host is each token's first key, NULL for a packed training batch) and refuses layouts
+ * it cannot serve; glm5_routing_experts replays then records MoE layer `layer`'s expert ids idx (T, K) host (and
+ * when it replays, rewrites a->route_idx and a->route_w from the pass's own scores); glm5_routing_indices does the
+ * same for a full-indexer layer's a->topk. */
+int glm5_routing_shape(const dsarl_model *m, dsarl_routing_shape *out, dsarl_error *err);
+int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t *key_first, dsarl_error *err);
+int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_t *idx, dsarl_error *err);
+int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_error *err);
 
 /* The routed experts of MoE layer L (glm5_moe.c): y (T,C) = sum over the token's top-k experts of the routing weight
  * times the expert's SwiGLU output of a->h2; the routing is kept in a for the backward. */

@@ -103,6 +103,63 @@ static void free_result(dsarl_generator *g)
 {
     free(g->cu_lengths), free(g->tokens), free(g->logprobs), free(g->truncated);
     g->cu_lengths = g->tokens = NULL, g->logprobs = NULL, g->truncated = NULL;
+    free(g->rec_experts), free(g->rec_indices), free(g->cu_routed);
+    g->rec_experts = g->rec_indices = g->cu_routed = NULL;
+    g->rec_w_experts = g->rec_w_indices = g->rec_stride = 0;
+}
+
+void native_store_routing(dsarl_generator *g, const int32_t *step_experts, const int32_t *step_indices, int32_t n,
+                          const int32_t *ids, const int32_t *ctx, const int32_t *cu)
+{
+    int64_t we = g->rec_w_experts, wi = g->rec_w_indices, S = g->rec_stride;
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t t = cu[i]; t < cu[i + 1]; t++) {
+            int64_t row = (int64_t)ids[i] * S + ctx[i] + (t - cu[i]);
+            if (we)
+                memcpy(g->rec_experts + row * we, step_experts + t * we, (size_t)we * sizeof(int32_t));
+            if (wi)
+                memcpy(g->rec_indices + row * wi, step_indices + t * wi, (size_t)wi * sizeof(int32_t));
+        }
+}
+
+void native_copy_routing(dsarl_generator *g, int32_t src, int32_t dst, int32_t n)
+{
+    int64_t we = g->rec_w_experts, wi = g->rec_w_indices, S = g->rec_stride;
+    if (we)
+        memcpy(g->rec_experts + dst * S * we, g->rec_experts + src * S * we, (size_t)(n * we) * sizeof(int32_t));
+    if (wi)
+        memcpy(g->rec_indices + dst * S * wi, g->rec_indices + src * S * wi, (size_t)(n * wi) * sizeof(int32_t));
+}
+
+// Routing buffers for B sequences of up to stride tokens when params ask for them (every row -1: not recorded).
+static int alloc_routing(dsarl_generator *g, const dsarl_sampling_params *p, int32_t B, int32_t stride,
+                         dsarl_error *err)
+{
+    uint32_t flags = dsarl_sampling_record_routing(p);
+    if (!flags)
+        return DSARL_OK;
+    if (!g->paged.enabled)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "generation native: record_routing needs the paged loop; "
+                          "policy.generation.paged_kv_cache is off or model \"%s\" has no paged cache",
+                          g->mo->common.name ? g->mo->common.name : "?");
+    if (!DSARL_MODEL_HAS(g->mo, routing_shape))
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "generation native: record_routing asked, but model \"%s\" "
+                          "cannot record its routing (no routing_shape)", g->mo->common.name ? g->mo->common.name : "?");
+    dsarl_routing_shape sh = {.struct_size = sizeof(sh)};
+    DSARL_TRY(g->mo->routing_shape(g->model, &sh, err));
+    g->rec_stride = stride;
+    g->rec_w_experts = flags & DSARL_RECORD_EXPERTS ? sh.moe_layers * sh.experts_per_token : 0;
+    g->rec_w_indices = flags & DSARL_RECORD_INDICES ? sh.index_layers * sh.index_topk : 0;
+    size_t rows = (size_t)(B > 0 ? B : 1) * (size_t)stride;
+    g->cu_routed = calloc((size_t)B + 1, sizeof(int32_t));
+    g->rec_experts = malloc(rows * (size_t)(g->rec_w_experts > 0 ? g->rec_w_experts : 1) * sizeof(int32_t));
+    g->rec_indices = malloc(rows * (size_t)(g->rec_w_indices > 0 ? g->rec_w_indices : 1) * sizeof(int32_t));
+    if (!g->cu_routed || !g->rec_experts || !g->rec_indices)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory recording the routing of %d "
+                          "sequences of up to %d tokens", B, stride);
+    memset(g->rec_experts, 0xff, rows * (size_t)(g->rec_w_experts > 0 ? g->rec_w_experts : 1) * sizeof(int32_t));
+    memset(g->rec_indices, 0xff, rows * (size_t)(g->rec_w_indices > 0 ? g->rec_w_indices : 1) * sizeof(int32_t));
+    return DSARL_OK;
 }
 
 void native_set_prefill_tokens(dsarl_generator *g, int32_t tokens)
@@ -325,7 +382,8 @@ static int generate_loop(dsarl_generator *g, run *r, const dsarl_token_batch *pr
 }
 
 // Packs the per-sequence completions (stride max_new) into the result's contiguous arrays, in place.
-static void pack_result(dsarl_generator *g, const run *r, dsarl_generation_result *result)
+static void pack_result(dsarl_generator *g, const run *r, const dsarl_token_batch *prompts,
+                        dsarl_generation_result *result)
 {
     g->cu_lengths[0] = 0;
     for (int32_t b = 0; b < r->B; b++) {
@@ -334,9 +392,24 @@ static void pack_result(dsarl_generator *g, const run *r, dsarl_generation_resul
         memmove(g->logprobs + at, g->logprobs + (int64_t)b * r->max_new, (size_t)r->len[b] * sizeof(float));
         g->cu_lengths[b + 1] = at + r->len[b];
     }
+    uint32_t caller_size = result->struct_size;
     *result = (dsarl_generation_result){.struct_size = sizeof(*result), .n_sequences = r->B,
                                         .cu_lengths = g->cu_lengths, .tokens = g->tokens, .logprobs = g->logprobs,
                                         .truncated = g->truncated};
+    if (!g->cu_routed)
+        return;
+    int64_t we = g->rec_w_experts, wi = g->rec_w_indices, S = g->rec_stride;
+    for (int32_t b = 0; b < r->B; b++) { // rows of prompt + completion, packed
+        int64_t at = g->cu_routed[b], n = prompts->cu_seqlens[b + 1] - prompts->cu_seqlens[b] + r->len[b];
+        memmove(g->rec_experts + at * we, g->rec_experts + b * S * we, (size_t)(n * we) * sizeof(int32_t));
+        memmove(g->rec_indices + at * wi, g->rec_indices + b * S * wi, (size_t)(n * wi) * sizeof(int32_t));
+        g->cu_routed[b + 1] = (int32_t)(at + n);
+    }
+    if (caller_size >= offsetof(dsarl_generation_result, routed_indices) + sizeof(result->routed_indices)) {
+        result->cu_routed = g->cu_routed;
+        result->routed_experts = we ? g->rec_experts : NULL;
+        result->routed_indices = wi ? g->rec_indices : NULL;
+    }
 }
 
 int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const dsarl_sampling_params *p,
@@ -364,7 +437,9 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
             return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: prompt token %lld is %d, outside the "
                               "vocabulary [0, %lld)", (long long)t, prompts->tokens[t], (long long)V);
     free_result(g);
+    uint32_t caller_size = result->struct_size;
     memset(result, 0, sizeof(*result));
+    result->struct_size = caller_size;
     run r = {.B = B, .max_new = p->max_new_tokens, .V = V};
     for (int32_t i = 0; i < p->n_stop_strings; i++) {
         int32_t n = (int32_t)strlen(p->stop_strings[i]);
@@ -391,6 +466,8 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
         rc = DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory for %d sequences of up to %d new "
                         "tokens", B, r.max_new);
     if (rc == 0)
+        rc = alloc_routing(g, p, B, longest + r.max_new, err);
+    if (rc == 0)
         rc = g->dev_ops->alloc(g->dev, Bn * (size_t)V * sizeof(float), (void **)&r.dev_logits, err);
     if (rc == 0)
         rc = g->dev_ops->alloc(g->dev, Bn * sizeof(int32_t), (void **)&r.dev_tokens, err);
@@ -405,7 +482,7 @@ int native_generate(dsarl_generator *g, const dsarl_token_batch *prompts, const 
             rc = generate_loop(g, &r, prompts, p, err);
     }
     if (rc == 0)
-        pack_result(g, &r, result);
+        pack_result(g, &r, prompts, result);
     else
         free_result(g);
     run_free(g, &r);

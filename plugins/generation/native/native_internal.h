@@ -23,6 +23,11 @@ struct dsarl_generator {
     int32_t paged_blocks, paged_block_size; // what paged_cache holds
     native_paged_stats stats;            // what the last paged generate() did
     int32_t admitted_cap, retired_cap;   // allocated entries of stats.admitted / stats.retired
+    // routing recording (dsarl_sampling_params.record_routing) of the last generate(): per sequence rows for
+    // rec_stride token positions, rec_w_experts / rec_w_indices int32 each (0: not asked); -1 = not recorded
+    int32_t rec_stride, rec_w_experts, rec_w_indices;
+    int32_t *rec_experts, *rec_indices;  // (B, rec_stride, w), packed in place by the result
+    int32_t *cu_routed;                  // (B + 1)
 };
 
 // Per-call state of one generate().
@@ -52,6 +57,13 @@ int native_is_stop_token(const dsarl_sampling_params *p, int32_t eos, int32_t to
  * r->step_lp: on the device (sample_filtered) when it has the op, else filtered on the host. streams (n) host. */
 int native_sample_rows(dsarl_generator *g, run *r, const dsarl_sampling_params *p, int32_t n, const uint64_t *streams,
                        dsarl_error *err);
+/* Copies the routing rows the model recorded for one forward call's tokens into the sequences' buffers: batch row
+ * i is sequence ids[i]'s tokens from position ctx[i] on, cu (n + 1) its token offsets. No-op when not recording. */
+void native_store_routing(dsarl_generator *g, const int32_t *step_experts, const int32_t *step_indices, int32_t n,
+                          const int32_t *ids, const int32_t *ctx, const int32_t *cu);
+/* Copies sequence src's routing rows of positions [0, n) to sequence dst (a shared prompt prefill). */
+void native_copy_routing(dsarl_generator *g, int32_t src, int32_t dst, int32_t n);
+
 /* The continuous-batching loop over the paged cache: fills g->tokens / logprobs / truncated and r->len. */
 int native_generate_paged(dsarl_generator *g, run *r, const dsarl_token_batch *prompts, const dsarl_sampling_params *p,
                           dsarl_error *err);

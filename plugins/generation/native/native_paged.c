@@ -47,6 +47,7 @@ typedef struct sched {
     int32_t *ids, *take, *cu, *tokens, *tables, *ctx, n;
     int32_t *sample_ids, *sample_rows; // sequences drawing this step and the batch row of their logits
     float *step_logits;                // device (B, V)
+    int32_t *step_experts, *step_indices; // host (budget, width): the routing one step records, or NULL
 } sched;
 
 static int32_t pool_take(block_pool *pl)
@@ -242,6 +243,7 @@ static void share_prompt(sched *k, int32_t leader, int32_t m)
         k->pool.refs[l->table[j]]++;
     }
     q->n_blocks = blocks, q->n_cached = l->prompt_len, q->state = SEQ_RUNNING, q->leader = -1;
+    native_copy_routing(k->g, leader, m, l->prompt_len); // the prefill it shares recorded the leader's rows
 }
 
 static void retire(sched *k, int32_t id)
@@ -313,10 +315,13 @@ static int forward_step(sched *k, dsarl_error *err)
 {
     dsarl_generator *g = k->g;
     dsarl_token_batch batch = {.struct_size = sizeof(batch), .n_tokens = k->cu[k->n], .n_sequences = k->n,
-                               .tokens = k->tokens, .cu_seqlens = k->cu};
+                               .tokens = k->tokens, .cu_seqlens = k->cu, .record_experts = k->step_experts,
+                               .record_indices = k->step_indices};
     dsarl_block_tables bt = {.struct_size = sizeof(bt), .blocks_per_sequence = k->max_blocks, .tables = k->tables,
                              .context_lens = k->ctx};
     DSARL_TRY(g->mo->forward_paged(g->model, g->paged_cache, &batch, &bt, k->step_logits, err));
+    if (k->step_experts || k->step_indices)
+        native_store_routing(g, k->step_experts, k->step_indices, k->n, k->ids, k->ctx, k->cu);
     native_paged_stats *st = &g->stats;
     st->forward_calls++;
     st->tokens_computed += k->cu[k->n];
@@ -365,7 +370,7 @@ static void sched_free(sched *k)
             free(k->s[b].table);
     free(k->s), free(k->pool.free_ids), free(k->pool.refs), free(k->same_next), free(k->active);
     free(k->ids), free(k->take), free(k->cu), free(k->tokens), free(k->tables), free(k->ctx);
-    free(k->sample_ids), free(k->sample_rows);
+    free(k->sample_ids), free(k->sample_rows), free(k->step_experts), free(k->step_indices);
     if (k->step_logits)
         k->g->dev_ops->free(k->g->dev, k->step_logits);
 }
@@ -426,6 +431,11 @@ static int sched_init(sched *k, dsarl_error *err)
               k->tokens && k->tables && k->sample_ids && k->sample_rows;
     for (int32_t b = 0; ok && b < B; b++)
         ok = (k->s[b].table = malloc((size_t)k->max_blocks * sizeof(int32_t))) != NULL;
+    size_t budget = (size_t)(k->budget > 0 ? k->budget : 1);
+    if (ok && g->rec_w_experts)
+        ok = (k->step_experts = malloc(budget * (size_t)g->rec_w_experts * sizeof(int32_t))) != NULL;
+    if (ok && g->rec_w_indices)
+        ok = (k->step_indices = malloc(budget * (size_t)g->rec_w_indices * sizeof(int32_t))) != NULL;
     if (!ok)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory for scheduling %d sequences", B);
     for (int32_t i = 0; i < nb; i++) // a stack: block 0 on top

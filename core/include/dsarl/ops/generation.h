@@ -45,7 +45,21 @@ typedef struct dsarl_sampling_params {
      * all (n_sequences 0). NULL or a group of one: this rank's sequences alone decide. Read only when struct_size
      * covers it. */
     const dsarl_group *lockstep;
+    /* ABI 1.5: what the engine records per token for routing replay (DSARL_RECORD_* flags; 0 = nothing). An engine
+     * or model that cannot record refuses at generate. Read only when struct_size covers it. */
+    uint32_t record_routing;
 } dsarl_sampling_params;
+
+/* dsarl_sampling_params.record_routing flags. */
+#define DSARL_RECORD_EXPERTS 1u /* each MoE layer's routed experts */
+#define DSARL_RECORD_INDICES 2u /* each full-indexer layer's selected key positions */
+
+/* The record_routing flags of params from any 1.x caller (0 when it predates the field). */
+static inline uint32_t dsarl_sampling_record_routing(const dsarl_sampling_params *p)
+{
+    return p->struct_size >= offsetof(dsarl_sampling_params, record_routing) + sizeof(p->record_routing)
+               ? p->record_routing : 0;
+}
 
 /* The lockstep group of params from any 1.x caller (NULL when it predates the field). */
 static inline const dsarl_group *dsarl_sampling_lockstep(const dsarl_sampling_params *p)
@@ -72,6 +86,13 @@ typedef struct dsarl_generation_result {
     const int32_t *tokens;       /* completion tokens */
     const float *logprobs;       /* log-probability of each completion token under the sampling distribution */
     const uint8_t *truncated;    /* (B) 1 when max_new_tokens ended the sequence */
+    /* ABI 1.5, filled when params asked record_routing (else NULL; the caller sets struct_size to cover them): rows
+     * for every prompt and completion token of each sequence, in the layout of dsarl_token_batch.record_experts
+     * (dsarl_model_ops.routing_shape). The last completion token never went through the model: its rows are -1
+     * (not recorded), as are the rows of a flag that was not asked. */
+    const int32_t *cu_routed;      /* (B + 1) prefix sums of prompt + completion lengths */
+    const int32_t *routed_experts; /* (cu_routed[B], moe_layers, experts_per_token) */
+    const int32_t *routed_indices; /* (cu_routed[B], index_layers, index_topk) */
 } dsarl_generation_result;
 
 typedef struct dsarl_generation_ops {

@@ -44,6 +44,15 @@ typedef struct dsarl_token_batch {
      * by the generation temperature so that training log-probs match the sampler's. 0 (or a struct_size that does not
      * cover it) means 1. Cached decode ignores it: the generation engine applies its own temperature. */
     float logit_scale;
+    /* ABI 1.5 (read through dsarl_token_batch_routing): routing replay, per token rows laid out as
+     * dsarl_routing_shape says. A replay row (one layer of one token) whose first entry is < 0 is not recorded: that
+     * token routes by its own scores in that layer. NULL: route as usual. Training passes (forward_logprobs,
+     * backward, train_forward, stage_forward) replay; cached passes (forward_cached, forward_paged) record. */
+    const int32_t *replay_experts; /* (T, moe_layers, experts_per_token) routed expert ids to use instead of top-k */
+    const int32_t *replay_indices; /* (T, index_layers, index_topk) selected key positions within the token's own
+                                      sequence (0 = its first token), -1 past the selected ones */
+    int32_t *record_experts;       /* out (T, moe_layers, experts_per_token): the experts each new token routed to */
+    int32_t *record_indices;       /* out (T, index_layers, index_topk): its selected key positions, ascending, -1 after */
 } dsarl_token_batch;
 
 /* The logit factor of a batch from any 1.x caller (see dsarl_token_batch.logit_scale). */
@@ -52,6 +61,31 @@ static inline float dsarl_token_batch_logit_scale(const dsarl_token_batch *b)
     bool covered = b->struct_size >= offsetof(dsarl_token_batch, logit_scale) + sizeof(b->logit_scale);
     return covered && b->logit_scale > 0.0f ? b->logit_scale : 1.0f;
 }
+
+/* ABI 1.5: the routing replay fields of a batch from any 1.x caller (all NULL when it predates them). */
+typedef struct dsarl_batch_routing {
+    const int32_t *replay_experts, *replay_indices;
+    int32_t *record_experts, *record_indices;
+} dsarl_batch_routing;
+
+/* The routing replay fields of b (see dsarl_token_batch.replay_experts). */
+static inline dsarl_batch_routing dsarl_token_batch_routing(const dsarl_token_batch *b)
+{
+    dsarl_batch_routing r = {NULL, NULL, NULL, NULL};
+    if (b->struct_size >= offsetof(dsarl_token_batch, record_indices) + sizeof(b->record_indices))
+        r = (dsarl_batch_routing){b->replay_experts, b->replay_indices, b->record_experts, b->record_indices};
+    return r;
+}
+
+/* ABI 1.5: what a model records and replays per token (dsarl_model_ops.routing_shape): each MoE layer's routed
+ * experts and each full-indexer layer's selected keys, layers in model order. */
+typedef struct dsarl_routing_shape {
+    uint32_t struct_size;
+    int32_t moe_layers;        /* layers with routed experts */
+    int32_t experts_per_token; /* experts each token routes to in each of them */
+    int32_t index_layers;      /* layers whose sparse-attention indexer selects keys (shared layers reuse one) */
+    int32_t index_topk;        /* keys selected per token in each of them */
+} dsarl_routing_shape;
 
 /* One optimizer step's hyper-parameters (AdamW, torch.optim.AdamW / Megatron Adam with decoupled weight decay).
  * The caller applies the LR schedule and gradient clipping: lr is this step's rate, grad_scale the clip factor
@@ -343,6 +377,10 @@ typedef struct dsarl_model_ops {
      * the global number of valid tokens; 0: the depth's counted positions of the pass). *loss = that MTP loss
      * (mtp_loss_scaling_factor / depths times the sum over depths); without a pending pass, the last pass's. */
     int32_t (*mtp_loss)(dsarl_model *model, const float *mask, double norm_tokens, float *loss);
+
+    /* ABI 1.5, optional: routing replay (dsarl_token_batch.replay_experts). The per-token shape of
+     * the model's recorded routing; NULL: the model neither records nor replays (refused where replay is asked). */
+    int (*routing_shape)(const dsarl_model *model, dsarl_routing_shape *out, dsarl_error *err);
 
     void *reserved[3];
 } dsarl_model_ops;
