@@ -139,6 +139,12 @@ int glm5_model_alloc_staged(const glm5_config *cfg, const dsarl_device_ops *dev_
     m->storage = dev_ops->storage_dtype(dev);
     m->elem = dsarl_dtype_size(m->storage);
     int rc = glm5_param_specs(cfg, &m->shards, &m->params, &m->n_params, &m->n_weights, err);
+    // On the H200, one MTP depth in bf16 storage gave the last trunk layer's router gradient 38% away from the fp32
+    // reference (check_glm5_cuda); fp32 storage agrees. Refused until that is found, rather than trained wrongly.
+    if (rc == 0 && cfg->mtp_layers > 0 && m->storage != DSARL_DTYPE_F32)
+        rc = DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "policy.megatron_cfg.mtp_num_layers is %d, but MTP training runs "
+                        "with float32 storage only for now (this device stores %s); set mtp_num_layers to 0 or use "
+                        "float32 storage", cfg->mtp_layers, dsarl_dtype_name(m->storage));
     if (rc == 0 && stage.size > 1) // only this stage's parameters take device memory
         glm5_stage_filter_specs(cfg, &stage, m->params, &m->n_params, &m->n_weights);
     if (rc == 0 && !(m->layers = calloc((size_t)glm5_built_layers(cfg), sizeof(glm5_layer))))
