@@ -189,10 +189,9 @@ static void remove_tree(const char *path)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static json_t *read_metrics(const char *exp_dir)
+/* Every line of a JSONL file (metrics or sample dumps) as a JSON array. */
+static json_t *read_metrics_file(const char *path)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", exp_dir);
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "no %s", path);
     json_t *rows = json_array();
@@ -205,6 +204,13 @@ static json_t *read_metrics(const char *exp_dir)
     }
     fclose(f);
     return rows;
+}
+
+static json_t *read_metrics(const char *exp_dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", exp_dir);
+    return read_metrics_file(path);
 }
 
 static double metric(json_t *row, const char *name)
@@ -259,6 +265,24 @@ START_TEST(test_micro_run_metrics)
     ck_assert(dsarl_path_exists(path));
     snprintf(path, sizeof path, "%s/val_data_step0.jsonl", sum.exp_dir);
     ck_assert(dsarl_path_exists(path));
+    // val/accuracy_se recomputed from the dumped answers: the prompts' mean rewards (2 answers each, in order) are
+    // the unit, their sample standard deviation over sqrt(4 prompts)
+    json_t *val = read_metrics_file(path);
+    ck_assert_uint_eq(json_array_size(val), 8);
+    double means[4], acc = 0, ss = 0;
+    for (size_t g = 0; g < 4; g++) {
+        json_t *a = json_array_get(val, 2 * g), *b = json_array_get(val, 2 * g + 1);
+        ck_assert_str_eq(json_string_value(json_object_get(a, "prompt")), json_string_value(json_object_get(b, "prompt")));
+        means[g] = (metric(a, "reward") + metric(b, "reward")) / 2.0;
+        acc += means[g] / 4.0;
+    }
+    for (size_t g = 0; g < 4; g++)
+        ss += (means[g] - acc) * (means[g] - acc);
+    ck_assert_msg(fabs(acc - acc0) <= 1e-6, "accuracy %.9g from the samples, %.9g logged", acc, acc0);
+    double se = sqrt(ss / 3.0 / 4.0);
+    ck_assert_msg(fabs(metric(json_array_get(rows, 0), "val/accuracy_se") - se) <= 1e-6, "val/accuracy_se %.9g, expected %.9g",
+                  metric(json_array_get(rows, 0), "val/accuracy_se"), se);
+    json_decref(val);
     json_decref(rows);
     remove_tree(work);
     free(work);

@@ -316,7 +316,21 @@ int grpo_validate(trainer *tr, val_result *out, dsarl_error *err)
         out->accuracy = reward / (double)rs.n;
         out->avg_length = len / (double)rs.n;
         out->pass_k = pass / (double)(rs.n / k);
+        /* the standard error of val/accuracy over prompts: a prompt's k answers are not independent draws of the
+         * split's accuracy (one prompt is easier than another), so the unit is the prompt's mean reward */
+        int64_t n_prompts = rs.n / k;
+        double ss = 0;
+        for (int64_t g = 0; g < n_prompts; g++) {
+            double mean = 0;
+            for (int64_t j = 0; j < k; j++)
+                mean += rs.items[g * k + j].raw_reward;
+            mean /= (double)k;
+            ss += (mean - out->accuracy) * (mean - out->accuracy);
+        }
+        double se = n_prompts > 1 ? sqrt(ss / (double)(n_prompts - 1) / (double)n_prompts) : NAN;
         rc = grpo_set_metric(tr, "val/accuracy", out->accuracy, err);
+        if (rc == DSARL_OK && n_prompts > 1)
+            rc = grpo_set_metric(tr, "val/accuracy_se", se, err);
         if (rc == DSARL_OK)
             rc = grpo_set_metric(tr, "val/avg_length", out->avg_length, err);
         if (rc == DSARL_OK && k > 1)
@@ -325,8 +339,8 @@ int grpo_validate(trainer *tr, val_result *out, dsarl_error *err)
             rc = grpo_set_metric(tr, "timing/validation/total_validation_time", now_s() - t0, err);
         if (rc == DSARL_OK)
             rc = log_samples(tr, "val", tr->step, &rs, NULL, NULL, err);
-        dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f over %" PRId64 " responses",
-                  tr->step, out->accuracy, rs.n);
+        dsarl_log(DSARL_LOG_INFO, "validation at step %" PRId64 ": accuracy %.4f (standard error %.4f) over %" PRId64
+                  " responses to %" PRId64 " prompts", tr->step, out->accuracy, se, rs.n, n_prompts);
         int64_t to_print = tr->opt.num_val_samples_to_print;
         for (int64_t i = 0; rc == DSARL_OK && i < to_print && i < rs.n; i++)
             dsarl_log(DSARL_LOG_INFO, "validation sample %" PRId64 ": prompt '%s' response '%s' reward %g", i,
