@@ -195,6 +195,66 @@ START_TEST(test_arithmetic_knobs)
 }
 END_TEST
 
+/* function: max and min of 3-digit operands, checked by parsing "f(a,b,...)" back; unknown functions refused. */
+START_TEST(test_arithmetic_function)
+{
+    static const char *const functions[] = {"max", "min"};
+    for (int f = 0; f < 2; f++) {
+        dsarl_arithmetic_config cfg;
+        dsarl_arithmetic_config_default(&cfg);
+        cfg.seed = 11 + (uint64_t)getpid();
+        cfg.num_examples = 300;
+        cfg.min_digits = 1;
+        cfg.max_digits = 3;
+        cfg.num_operands = 5;
+        cfg.function = functions[f];
+        cfg.max_answer = 500; // a max above 500 (or a min above it) is redrawn
+        dsarl_dataset *ds = arithmetic(&cfg, DSARL_SPLIT_TRAIN);
+        ck_assert_uint_eq(dsarl_dataset_size(ds), 300);
+        int below_first = 0; // an answer that is not the first operand: the function looked past it
+        for (size_t i = 0; i < 300; i++) {
+            const dsarl_example *e = dsarl_dataset_get(ds, i);
+            char expr[128];
+            expression_of(e, expr, sizeof expr);
+            ck_assert_msg(strncmp(expr, functions[f], 3) == 0 && expr[3] == '(', "%s", expr);
+            const char *p = expr + 4;
+            long long best = 0, first = 0;
+            int operands = 0;
+            for (;;) {
+                int d;
+                long long x = parse_number(&p, &d);
+                ck_assert(d >= 1 && d <= 3);
+                if (operands == 0)
+                    best = first = x;
+                else if (f == 0 ? x > best : x < best)
+                    best = x;
+                operands++;
+                if (*p != ',')
+                    break;
+                p++;
+            }
+            ck_assert_msg(*p == ')' && p[1] == '\0', "unparsed rest '%s' of '%s'", p, expr);
+            ck_assert_int_eq(operands, 5);
+            ck_assert(best <= 500);
+            char answer[32];
+            snprintf(answer, sizeof answer, "%lld", best);
+            ck_assert_str_eq(e->ground_truth, answer);
+            below_first += best != first;
+        }
+        ck_assert_int_gt(below_first, 150);
+        dsarl_dataset_free(ds);
+    }
+    dsarl_arithmetic_config bad;
+    dsarl_arithmetic_config_default(&bad);
+    bad.function = "mean";
+    dsarl_dataset *ds = NULL;
+    dsarl_error err = {0};
+    ck_assert_int_eq(dsarl_dataset_arithmetic(&bad, DSARL_SPLIT_TRAIN, &ds, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "function") && strstr(err.message, "'mean'"), "%s", err.message);
+    ck_assert_ptr_null(ds);
+}
+END_TEST
+
 static void write_text(const char *path, const char *text)
 {
     dsarl_error err = {0};
@@ -484,6 +544,8 @@ START_TEST(test_from_recipe)
         {"data:\n  train:\n    seed: 1\n", "data.train", "neither dataset_name nor data_path"},
         {"data:\n  train:\n    dataset_name: arithmetic\n    arithmetic:\n      operators: 5\n", "test.yaml:5",
          "data.train.arithmetic.operators"},
+        {"data:\n  train:\n    dataset_name: arithmetic\n    arithmetic:\n      function: sum\n", "test.yaml:5",
+         "data.train.arithmetic.function must be max, min or null"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         r = load_recipe(bad[i].yaml);
@@ -531,6 +593,7 @@ static Suite *dataset_suite(void)
     tcase_add_test(tc, test_arithmetic_determinism_and_answers);
     tcase_add_test(tc, test_arithmetic_splits_disjoint);
     tcase_add_test(tc, test_arithmetic_knobs);
+    tcase_add_test(tc, test_arithmetic_function);
     tcase_add_test(tc, test_dapo_jsonl);
     tcase_add_test(tc, test_plain_jsonl);
     tcase_add_test(tc, test_dataloader_epochs_and_resume);

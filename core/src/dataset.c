@@ -196,6 +196,8 @@ static const dsarl_key_spec dataset_keys[] = {
     {"data.*.arithmetic.max_digits", DSARL_KEY_INT, NULL, "most digits per operand (2, at most 9)", 0},
     {"data.*.arithmetic.num_operands", DSARL_KEY_INT, NULL, "operands per problem (2..8)", 0},
     {"data.*.arithmetic.operators", DSARL_KEY_STRING, NULL, "operators to draw from: any of + - * (\"+-\")", 0},
+    {"data.*.arithmetic.function", DSARL_KEY_STRING, NULL, "max or min: the problem is that function of the operands "
+     "(\"max(4,8,2)\"); null: operators join them", DSARL_KEY_NULLABLE},
     {"data.*.arithmetic.min_answer", DSARL_KEY_INT, NULL, "smallest allowed answer (-1e9)", 0},
     {"data.*.arithmetic.max_answer", DSARL_KEY_INT, NULL, "largest allowed answer (1e9)", 0},
     {"data.*.arithmetic.validation_fraction", DSARL_KEY_FLOAT, NULL, "share of problems held out for validation "
@@ -241,6 +243,8 @@ static int arithmetic_from_recipe(const dsarl_node *root, const char *section, d
     DSARL_TRY(read_int_knob(root, section, "max_answer", &cfg.max_answer, err));
     snprintf(path, sizeof path, "%s.arithmetic.operators", section);
     DSARL_TRY(dsarl_recipe_string_or(root, path, cfg.operators, &cfg.operators, err));
+    snprintf(path, sizeof path, "%s.arithmetic.function", section);
+    DSARL_TRY(dsarl_recipe_string_or(root, path, cfg.function, &cfg.function, err));
     snprintf(path, sizeof path, "%s.arithmetic.prompt_format", section);
     DSARL_TRY(dsarl_recipe_string_or(root, path, cfg.prompt_format, &cfg.prompt_format, err));
     snprintf(path, sizeof path, "%s.arithmetic.validation_fraction", section);

@@ -1,7 +1,8 @@
 /* dataset_arithmetic.c: the built-in arithmetic task, so the main job needs no downloads.
  *
  * A problem is num_operands integers joined by operators ("12+7*3"), evaluated with the usual precedence in
- * 64-bit integers (a draw that overflows or whose answer is outside [min_answer, max_answer] is redrawn). Which
+ * 64-bit integers, or with function set that function of them ("max(4,8,2,7)"); a draw that overflows or whose
+ * answer is outside [min_answer, max_answer] is redrawn. Which
  * split a problem belongs to depends only on its expression: FNV-1a(expression) as a fraction in [0, 1) below
  * validation_fraction means validation. So the splits are disjoint for any seeds, and each split holds distinct
  * problems drawn from Philox stream 0 (train) or 1 (validation) of the seed. */
@@ -60,6 +61,9 @@ int dataset_arithmetic_check(const dsarl_arithmetic_config *cfg, const char **fi
     } else if (!(cfg->validation_fraction > 0.0 && cfg->validation_fraction < 1.0)) {
         *field = "validation_fraction";
         snprintf(why, size, "must be strictly between 0 and 1, got %g", cfg->validation_fraction);
+    } else if (cfg->function && strcmp(cfg->function, "max") != 0 && strcmp(cfg->function, "min") != 0) {
+        *field = "function";
+        snprintf(why, size, "must be max, min or null (operators join the operands), got '%s'", cfg->function);
     } else if (!cfg->prompt_format || !strstr(cfg->prompt_format, "{}")) {
         *field = "prompt_format";
         snprintf(why, size, "must contain {} where the expression goes, got '%s'",
@@ -95,10 +99,28 @@ static int64_t draw_operand(dsarl_rng *rng, int min_digits, int max_digits)
     return (int64_t)low + dsarl_rng_below(rng, 9 * low);
 }
 
+/* Draws function(x1, ..., xn) into expr ("max(4,8,2,7)") and its value. */
+static void draw_function(dsarl_rng *rng, const dsarl_arithmetic_config *cfg, char *expr, size_t size, int64_t *value)
+{
+    bool is_max = strcmp(cfg->function, "max") == 0;
+    int len = snprintf(expr, size, "%s(", cfg->function);
+    for (int i = 0; i < cfg->num_operands; i++) {
+        int64_t x = draw_operand(rng, cfg->min_digits, cfg->max_digits);
+        len += snprintf(expr + len, size - (size_t)len, "%s%" PRId64, i ? "," : "", x);
+        if (i == 0 || (is_max ? x > *value : x < *value))
+            *value = x;
+    }
+    snprintf(expr + len, size - (size_t)len, ")");
+}
+
 /* Draws one problem into expr; returns false when its value overflows int64. */
 static bool draw_problem(dsarl_rng *rng, const dsarl_arithmetic_config *cfg, char *expr, size_t size,
                          int64_t *value)
 {
+    if (cfg->function) {
+        draw_function(rng, cfg, expr, size, value);
+        return true;
+    }
     size_t n_ops = strlen(cfg->operators);
     int64_t total = 0, term = draw_operand(rng, cfg->min_digits, cfg->max_digits);
     bool ok = true;

@@ -47,6 +47,7 @@ typedef struct dsarl_arithmetic_config {
     double validation_fraction; /* 0.1: share of the hash buckets that belong to the validation split */
     const char *prompt_format;  /* "What is {}? Give the final answer after 'Answer:'." ("{}" = "12+7") */
     const char *task_name;      /* "math" (the environment that checks it) */
+    const char *function;       /* NULL: operators join the operands; "max" or "min": "max(4,8,2,7)" instead */
 } dsarl_arithmetic_config;
 
 /* Fills *cfg with the defaults above. */
@@ -69,8 +70,8 @@ DSARL_API int dsarl_dataset_load_jsonl(const char *path, const char *input_key, 
  *   dataset_name: arithmetic | DAPOMath17K | DAPOMathAIME2024 | dapo (DAPO layout, read from data_path: dsarl
  *                 downloads nothing) | null or ResponseDataset (plain jsonl from data_path)
  *   data_path, input_key ("input"), output_key ("output"), seed (arithmetic), task_name,
- *   arithmetic: {num_examples, min_digits, max_digits, num_operands, operators, min_answer, max_answer,
- *                validation_fraction, prompt_format}
+ *   arithmetic: {num_examples, min_digits, max_digits, num_operands, operators, function, min_answer,
+ *                max_answer, validation_fraction, prompt_format}
  * Errors name the key and where its value came from. */
 DSARL_API int dsarl_dataset_from_recipe(const dsarl_node *root, const char *section, dsarl_split split,
                                         dsarl_dataset **out, dsarl_error *err);
