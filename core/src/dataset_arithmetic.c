@@ -103,6 +103,7 @@ static int64_t draw_operand(dsarl_rng *rng, int min_digits, int max_digits)
 static void draw_function(dsarl_rng *rng, const dsarl_arithmetic_config *cfg, char *expr, size_t size, int64_t *value)
 {
     bool is_max = strcmp(cfg->function, "max") == 0;
+    *value = 0; // num_operands >= 2 (checked), so the first operand always replaces it
     int len = snprintf(expr, size, "%s(", cfg->function);
     for (int i = 0; i < cfg->num_operands; i++) {
         int64_t x = draw_operand(rng, cfg->min_digits, cfg->max_digits);
