@@ -244,7 +244,8 @@ void dsarl_layout_describe(const dsarl_layout *l, char *buf, size_t size)
     char gen[64] = "";
     if (l->generation > 0)
         snprintf(gen, sizeof gen, ", and %d dedicated generation rank%s", l->generation, l->generation > 1 ? "s" : "");
-    snprintf(buf, size, "%d processes: TP%d x CP%d x DP%d x PP%d%s, experts EP%d x EDP%d%s%s%s", l->world, l->tp,
+    snprintf(buf, size, "%d %sprocesses: TP%d x CP%d x DP%d x PP%d%s, experts EP%d x EDP%d%s%s%s", l->world,
+             l->generation > 0 ? "training " : "", l->tp,
              l->cp, l->dp, l->pp, vpp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
              l->distributed_optimizer && l->dp * l->cp > 1 ? ", distributed optimizer" : "", gen);
 }
