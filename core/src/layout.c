@@ -112,7 +112,7 @@ static int generation_split(const dsarl_node *root, dsarl_layout *l, dsarl_error
     DSARL_TRY(dsarl_recipe_int_or(root, GEN "tensor_parallel_size", 1, &gen_tp, err));
     DSARL_TRY(dsarl_recipe_int_or(root, GEN "pipeline_parallel_size", 1, &gen_pp, err));
     if (nodes < 1 || per_node < 1 || nodes * per_node != 1)
-        return dsarl_recipe_fail(root, GEN "colocated.resources", err, DSARL_E_UNSUPPORTED,
+        return dsarl_recipe_fail(root, GEN "colocated.resources.gpus_per_node", err, DSARL_E_UNSUPPORTED,
                                  "asks for %lld x %lld generation processes in a job of %d, but a non-colocated job of "
                                  "several processes supports exactly one dedicated generation rank (its last "
                                  "process); set resources.num_nodes: 1 and resources.gpus_per_node: 1",
