@@ -56,6 +56,10 @@ if(DSARL_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   add_test(NAME dp_grpo COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_dp_grpo.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
   set_tests_properties(dp_grpo PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
+  # a dedicated generation rank (non-colocated generation, sync and async GRPO) against one process and DP2
+  add_test(NAME gen_ranks COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_gen_ranks.sh" "${CMAKE_BINARY_DIR}"
+           "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")
+  set_tests_properties(gen_ranks PROPERTIES LABELS mpi TIMEOUT 240 ENVIRONMENT "${DSARL_MPI_TEST_ENV}")
   # pipeline-parallel SFT through `dsarl run` (PP2, resume, refusals) against one process
   add_test(NAME pp_run COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli/test_pp_run.sh" "${CMAKE_BINARY_DIR}"
            "${PROJECT_SOURCE_DIR}" "${MPIEXEC_EXECUTABLE}")

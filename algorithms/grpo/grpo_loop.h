@@ -5,6 +5,7 @@
  *   grpo_step.c     one GRPO step end to end, its metrics and samples; validation
  *   grpo_train.c    options, setup, checkpoints and the loop with its stop conditions
  *   grpo_async.c    generation on its own weight copy (refit in buckets) and the async queue of older batches
+ *   grpo_remote.c   that copy on a dedicated generation rank: weights, requests and rollouts over MPI, its serve loop
  * Positions follow the model's convention: logprob j of a sequence scores its token j + 1, so every per-token
  * array is indexed by model position. */
 #ifndef DSARL_GRPO_LOOP_H
@@ -72,6 +73,15 @@ typedef struct rollout_set {
 
 typedef struct grpo_async grpo_async; /* grpo_async.c: the batches generated ahead (async GRPO) */
 
+/* A rollout request sent to the generation rank and not received yet (at most one at a time). */
+typedef struct remote_pending {
+    bool active;
+    bool deferred;        /* async: its verifier failures count when the batch is taken, not now */
+    rollout_set *out;     /* the rows [first, first + rows) wait for the generation rank's answer */
+    int64_t first, rows;
+    double sent_at;       /* when the request went out */
+} remote_pending;
+
 typedef struct trainer {
     const dsarl_run_context *ctx;
     const dsarl_node *root;
@@ -86,6 +96,12 @@ typedef struct trainer {
     dsarl_model *gen_model;    /* non-colocated: the engine's own copy of the weights (NULL: it reads tr->model) */
     grpo_async *async;         /* async GRPO's queue (NULL when off) */
     int64_t refit_buckets;     /* buckets sent by grpo_refit so far */
+    /* dedicated generation rank (grpo_remote.c): remote on training ranks, serving on the generation rank */
+    bool remote, serving;
+    bool remote_defer;         /* grpo_run_rollouts only sends its request (async GRPO's overlap) */
+    remote_pending pending;
+    double remote_wait_s;      /* this step: seconds the trainer waited for rollouts */
+    double remote_generate_s;  /* this step: seconds the generation rank spent on them */
     dsarl_tokenizer *tok;
     dsarl_dataset *train_set, *val_set;
     dsarl_dataloader *loader;
@@ -185,10 +201,21 @@ int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64
 int grpo_collect_rollouts_for(trainer *tr, int64_t step, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out,
                               dsarl_error *err);
 
+/* One rollout's response metadata as GRPO_ROLLOUT_META doubles (length, flags, rewards, verdict, reward vector,
+ * multi-turn counts), and back with its tokens and log-probs (the text decoded here): how rollouts travel between
+ * ranks. */
+#define GRPO_ROLLOUT_META (10 + DSARL_MAX_REWARD_COMPONENTS)
+void grpo_rollout_pack(const rollout *x, double *m);
+int grpo_rollout_unpack(const trainer *tr, const double *m, const int32_t *tokens, const float *logprobs, rollout *x,
+                        dsarl_error *err);
+
 /* grpo_async.c */
-/* Copies every tensor of tr->model into tr->gen_model, policy.refit_buffer_size_gb per bucket; adds the seconds
- * it took to *seconds (may be NULL). */
+/* Copies every tensor of tr->model into the generation copy, policy.refit_buffer_size_gb per bucket: tr->gen_model
+ * in this process, or the dedicated generation rank's model (sent from training rank 0); adds the seconds it took
+ * to *seconds (may be NULL). */
 int grpo_refit(trainer *tr, double *seconds, dsarl_error *err);
+/* The generation rank's side of grpo_refit: receives the buckets into tr->model. */
+int grpo_refit_receive(trainer *tr, int64_t n_tensors, int64_t bucket, dsarl_error *err);
 /* The async queue (nothing when grpo.async_grpo is off). */
 int grpo_async_open(trainer *tr, dsarl_error *err);
 void grpo_async_free(trainer *tr);
@@ -200,6 +227,25 @@ int grpo_async_take(trainer *tr, rollout_set *rs, int64_t *rounds, int64_t *epoc
 /* Where a checkpoint must put the loader (and consumed_samples) so that a resumed run redraws the queued batches:
  * before the oldest of them. False when nothing is queued. */
 bool grpo_async_resume_point(const trainer *tr, dsarl_dataloader_state *loader, int64_t *consumed);
+
+/* grpo_remote.c */
+/* The trainer's side: rows [first, first + n * n_gen) of out (prompts encoded) are generated and scored by the
+ * generation rank; with tr->remote_defer the request is only sent (grpo_remote_finish receives it). */
+int grpo_remote_rollouts(trainer *tr, const dsarl_example *const *examples, size_t n, int64_t n_gen,
+                         float temperature, float top_p, int32_t top_k, uint64_t seed, rollout_set *out,
+                         int64_t first, dsarl_error *err);
+/* Receives the pending request's rollouts (nothing when none is pending). */
+int grpo_remote_finish(trainer *tr, dsarl_error *err);
+/* Training rank 0 sends the command header of a refit to the generation rank. */
+int grpo_remote_send_header(trainer *tr, int64_t cmd, int64_t a, int64_t b, dsarl_error *err);
+/* The peer's rank in the generation group, and that group. */
+int32_t grpo_remote_generation_peer(const trainer *tr);
+const dsarl_group *grpo_remote_group(const trainer *tr);
+/* Ends the generation rank's serve loop (training rank 0; a pending request is received first). */
+int grpo_remote_stop(trainer *tr, dsarl_error *err);
+/* The generation rank: serves refits and rollout requests until the trainer stops it. */
+int grpo_remote_serve(trainer *tr, dsarl_error *err);
+enum { GRPO_REMOTE_STOP = 1, GRPO_REMOTE_WEIGHTS = 2, GRPO_REMOTE_ROLLOUTS = 3 };
 
 /* grpo_batch.c */
 /* Rewards after scaling and shaping, advantages and loss multipliers, in place in the packed batch. */

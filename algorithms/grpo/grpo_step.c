@@ -145,10 +145,18 @@ static int variant_metrics(trainer *tr, const rollout_set *rs, const packed_batc
  * the batch's generator was (every trajectory of a batch comes from one weight version). */
 static int generation_metrics(trainer *tr, int64_t age, double refit_s, int64_t buckets, dsarl_error *err)
 {
-    if (tr->gen_model) {
+    if (tr->gen_model || tr->remote) {
         DSARL_TRY(grpo_set_metric(tr, "timing/train/prepare_for_generation/transfer_and_update_weights", refit_s,
                                   err));
         DSARL_TRY(grpo_set_metric(tr, "train/refit_buckets", (double)buckets, err));
+    }
+    if (tr->remote) {
+        /* the generation rank's seconds on this step's requests, the trainer's wait for them, and what of the
+         * generation ran while the trainer trained (async: the next batch's, behind this step's training) */
+        DSARL_TRY(grpo_set_metric(tr, "timing/train/generation/remote", tr->remote_generate_s, err));
+        DSARL_TRY(grpo_set_metric(tr, "timing/train/generation/wait", tr->remote_wait_s, err));
+        double hidden = tr->remote_generate_s - tr->remote_wait_s;
+        DSARL_TRY(grpo_set_metric(tr, "timing/train/generation/overlapped", hidden > 0 ? hidden : 0.0, err));
     }
     if (!tr->cfg.async.enabled)
         return DSARL_OK;
@@ -161,6 +169,7 @@ static int generation_metrics(trainer *tr, int64_t age, double refit_s, int64_t 
 int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl_error *err)
 {
     double t0 = now_s(), comm0 = collective_seconds(tr);
+    tr->remote_wait_s = tr->remote_generate_s = 0;
     rollout_set rs = {0};
     packed_batch p = {0};
     step_stats st;
@@ -216,7 +225,9 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
         rc = grpo_train_on_batch(tr, &p, &st, err);
     double t_train = now_s(), refit_s = 0;
     int64_t buckets0 = tr->refit_buckets;
-    if (rc == DSARL_OK && tr->gen_model) // the next batch (and validation) generate with the weights just trained
+    if (rc == DSARL_OK && tr->remote) // async: the next batch, generated while this step trained, arrives first
+        rc = grpo_remote_finish(tr, err);
+    if (rc == DSARL_OK && (tr->gen_model || tr->remote)) // the next batch and validation use the weights just trained
         rc = grpo_refit(tr, &refit_s, err);
     /* every rank holds the whole gathered batch, so the rollout metrics below are the one-process ones already;
      * the passes ran on this rank's share only */

@@ -182,6 +182,11 @@ void grpo_trainer_free(trainer *tr)
         ctx->generation_ops->destroy(tr->engine);
     if (tr->gen_model)
         ctx->model_ops->destroy(tr->gen_model);
+    if (tr->remote) { // a rank that failed ends the job anyway: stopping the generation rank is for a clean end
+        dsarl_error ignored;
+        if (grpo_remote_stop(tr, &ignored) < 0)
+            dsarl_log(DSARL_LOG_WARN, "stopping the generation rank: %s", ignored.message);
+    }
     grpo_async_free(tr);
     if (tr->reference)
         ctx->model_ops->destroy(tr->reference);
@@ -242,10 +247,19 @@ static int open_generation_copy(trainer *tr, dsarl_error *err)
                                  "read and write its tensors, which the refit of the generation copy needs",
                                  mo->common.name);
     const dsarl_parallel *par = ctx->parallel;
+    if (dsarl_parallel_generation_ranks(par) > 0) { // the copy lives on the job's dedicated generation rank
+        if (tr->opt.router_replay || tr->opt.index_replay)
+            return dsarl_recipe_fail(tr->root, tr->opt.router_replay ? "policy.router_replay.enabled"
+                                                                     : "policy.dsa_index_replay.enabled",
+                                     err, DSARL_E_UNSUPPORTED, "is true with a dedicated generation rank, which does "
+                                     "not send the routing it records; generate colocated or in one process");
+        tr->remote = true;
+        return DSARL_OK;
+    }
     if (par && par->world_size > 1)
-        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is false in a run of %d ranks, but "
-                                 "dedicated generation ranks are not supported yet: the generation copy lives in the "
-                                 "training process, which needs a one-process run", par->world_size);
+        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is false in a run of %d ranks without "
+                                 "a dedicated generation rank: launch the job with dsarl run under mpirun, which "
+                                 "gives its last process to generation", par->world_size);
     return dsarl_session_create_model(&tr->session, &tr->gen_model, err);
 }
 
@@ -281,10 +295,15 @@ int grpo_trainer_open(trainer *tr, dsarl_error *err)
     DSARL_TRY(dsarl_dataloader_create(tr->train_set, (size_t)per_round, tr->opt.shuffle, 1, (uint64_t)tr->cfg.seed,
                                       &tr->loader, err));
     DSARL_TRY(pick_environment(tr, err));
+    if (tr->serving && !ctx->generation_ops)
+        return dsarl_recipe_fail(tr->root, "policy.generation.backend", err, DSARL_E_UNSUPPORTED, "selects no "
+                                 "generation plugin, but a dedicated generation rank generates with one (native)");
+    if (tr->serving) // the generation rank: its model is the generation copy, refitted by the trainer
+        return ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err);
     if (!tr->cfg.skip_reference_policy_logprobs)
         DSARL_TRY(dsarl_session_create_model(&tr->session, &tr->reference, err)); /* the initial weights, frozen */
     DSARL_TRY(open_generation_copy(tr, err));
-    if (ctx->generation_ops)
+    if (ctx->generation_ops && !tr->remote)
         DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->gen_model ? tr->gen_model : tr->model,
                                               &tr->engine, err));
     DSARL_TRY(grpo_async_open(tr, err));
@@ -298,7 +317,7 @@ int grpo_trainer_start(trainer *tr, dsarl_error *err)
     dsarl_trainer_state st;
     DSARL_TRY(dsarl_session_start(&tr->session, &tr->ckpt, tr->loader, &tr->log_cfg, &st, err));
     tr->log = tr->session.log;
-    if (tr->gen_model) // the generation copy starts from the policy's weights, restored or initial
+    if (tr->gen_model || tr->remote) // the generation copy starts from the policy's weights, restored or initial
         DSARL_TRY(grpo_refit(tr, NULL, err));
     if (st.step < 0)
         return DSARL_OK;
@@ -370,8 +389,17 @@ int grpo_train_run(const dsarl_run_context *ctx, grpo_run_summary *summary, dsar
     int rc = grpo_config_from_recipe(tr.root, &tr.cfg, err);
     if (rc == DSARL_OK)
         rc = grpo_trainer_read_options(&tr, err);
+    tr.serving = dsarl_parallel_is_generation_rank(ctx->parallel);
     if (rc == DSARL_OK)
         rc = grpo_trainer_open(&tr, err);
+    if (tr.serving) { // a dedicated generation rank: no training, no logs, no checkpoints
+        if (rc == DSARL_OK)
+            rc = grpo_remote_serve(&tr, err);
+        if (summary)
+            *summary = sum;
+        grpo_trainer_free(&tr);
+        return rc;
+    }
     if (rc == DSARL_OK)
         rc = grpo_trainer_start(&tr, err);
     sum.first_step = tr.step;

@@ -104,14 +104,14 @@ int cmd_run(int argc, char **argv, const cli_options *opts)
     dsarl_layout layout;
     dsarl_parallel parallel;
     bool log_all_ranks = false;
-    if (dsarl_layout_from_recipe(root, dsarl_comm_world_size(opts->comm), &layout, &err) < 0 ||
+    if (dsarl_layout_for_job(root, dsarl_comm_world_size(opts->comm), &layout, &err) < 0 ||
         dsarl_recipe_bool_or(root, "runtime.log_all_ranks", false, &log_all_ranks, &err) < 0 ||
         dsarl_comm_build(opts->comm, &layout, &parallel, &err) < 0) {
         status = cli_fail(&err);
         goto done;
     }
     dsarl_log_set_all_ranks(log_all_ranks);
-    if (layout.world > 1) {
+    if (layout.world + layout.generation > 1) {
         char text[256];
         dsarl_layout_describe(&layout, text, sizeof text);
         dsarl_log(DSARL_LOG_INFO, "parallel layout: %s", text);

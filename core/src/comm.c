@@ -37,6 +37,7 @@ struct dsarl_group {
 struct dsarl_comm {
     int32_t rank, size, local_rank, local_size;
     dsarl_group groups[DSARL_AXIS_COUNT];
+    dsarl_group generation; /* every process, training ranks first (built with dedicated generation ranks only) */
     bool built;
     /* watchdog: what this process waits for and since when (one collective at a time per process) */
     pthread_mutex_t lock;
@@ -187,11 +188,19 @@ int dsarl_comm_init(dsarl_comm **out, dsarl_error *err)
     return DSARL_OK;
 }
 
-static int build_group(dsarl_comm *c, const dsarl_layout *l, dsarl_axis axis, int32_t *scratch, dsarl_group *g,
+/* members: axis < 0 is the generation group (every process); a generation rank's axis groups are itself alone. */
+static int build_group(dsarl_comm *c, const dsarl_layout *l, int axis, int32_t *scratch, dsarl_group *g,
                        dsarl_error *err)
 {
-    int32_t n = dsarl_layout_group_members(l, c->rank, axis, scratch);
-    snprintf(g->name, sizeof g->name, "%s", dsarl_axis_name(axis));
+    int32_t n = 0;
+    if (axis < 0)
+        for (int32_t r = 0; r < c->size; r++)
+            scratch[n++] = r;
+    else if (c->rank >= l->world)
+        scratch[n++] = c->rank;
+    else
+        n = dsarl_layout_group_members(l, c->rank, (dsarl_axis)axis, scratch);
+    snprintf(g->name, sizeof g->name, "%s", axis < 0 ? "generation" : dsarl_axis_name((dsarl_axis)axis));
     g->owner = c;
     g->size = n;
     if (!(g->world_ranks = malloc((size_t)n * sizeof(int32_t))))
@@ -220,18 +229,29 @@ int dsarl_comm_build(dsarl_comm *c, const dsarl_layout *l, dsarl_parallel *out, 
     }
     if (c->built)
         return DSARL_FAIL(err, DSARL_E_INVALID, "the process groups are built once per run");
-    if (l->world != c->size)
-        return DSARL_FAIL(err, DSARL_E_INTERNAL, "layout for %d ranks in a world of %d", l->world, c->size);
+    if (l->world + l->generation != c->size)
+        return DSARL_FAIL(err, DSARL_E_INTERNAL, "layout for %d + %d ranks in a world of %d", l->world, l->generation,
+                          c->size);
     int32_t *scratch = malloc((size_t)c->size * sizeof(int32_t));
     if (!scratch)
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory building the process groups");
     int rc = DSARL_OK;
     for (int a = 0; a < DSARL_AXIS_COUNT && rc == DSARL_OK; a++)
-        rc = build_group(c, l, (dsarl_axis)a, scratch, &c->groups[a], err);
+        rc = build_group(c, l, a, scratch, &c->groups[a], err);
+    if (rc == DSARL_OK && l->generation > 0)
+        rc = build_group(c, l, -1, scratch, &c->generation, err);
     free(scratch);
     DSARL_TRY(rc);
     c->built = true;
-    dsarl_layout_coords(l, c->rank, out);
+    if (c->rank < l->world) {
+        dsarl_layout_coords(l, c->rank, out);
+    } else { // a generation rank generates alone: a one-process layout (its groups are itself)
+        dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+        *out = single;
+    }
+    out->generation_ranks = l->generation;
+    out->generation_index = c->rank < l->world ? -1 : c->rank - l->world;
+    out->generation = l->generation > 0 ? &c->generation : NULL;
     out->local_rank = c->local_rank, out->local_size = c->local_size;
     dsarl_group *g = c->groups;
     out->comm = &g[DSARL_AXIS_WORLD];
@@ -268,6 +288,9 @@ void dsarl_comm_finalize(dsarl_comm *c)
             MPI_Comm_free(&c->groups[a].comm);
         free(c->groups[a].world_ranks);
     }
+    if (c->generation.world_ranks)
+        MPI_Comm_free(&c->generation.comm);
+    free(c->generation.world_ranks);
     pthread_mutex_destroy(&c->lock);
     free(c);
     MPI_Finalize();

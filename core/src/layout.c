@@ -93,7 +93,48 @@ int dsarl_layout_make(int32_t world, int32_t tp, int32_t pp, int32_t cp, int32_t
     return check(NULL, out, err);
 }
 
-int dsarl_layout_from_recipe(const dsarl_node *root, int32_t world, dsarl_layout *out, dsarl_error *err)
+#define GEN "policy.generation."
+
+/* Non-colocated generation in a job of several processes: the last resources.num_nodes x resources.gpus_per_node
+ * processes generate, the others train. One process keeps its generation copy inside (no split). The generation
+ * side is one rank without model parallelism, and the refit sends whole tensors from training rank 0, which holds
+ * them only when the training side has no model parallelism either: the other layouts are refused here. */
+static int generation_split(const dsarl_node *root, dsarl_layout *l, dsarl_error *err)
+{
+    bool colocated;
+    DSARL_TRY(dsarl_recipe_bool_or(root, GEN "colocated.enabled", true, &colocated, err));
+    l->generation = 0;
+    if (colocated || l->world == 1)
+        return DSARL_OK;
+    int64_t nodes, per_node, gen_tp, gen_pp;
+    DSARL_TRY(dsarl_recipe_int_or(root, GEN "colocated.resources.num_nodes", 1, &nodes, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, GEN "colocated.resources.gpus_per_node", l->gpus_per_node, &per_node, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, GEN "tensor_parallel_size", 1, &gen_tp, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, GEN "pipeline_parallel_size", 1, &gen_pp, err));
+    if (nodes < 1 || per_node < 1 || nodes * per_node != 1)
+        return dsarl_recipe_fail(root, GEN "colocated.resources.gpus_per_node", err, DSARL_E_UNSUPPORTED,
+                                 "asks for %lld x %lld generation processes in a job of %d, but a non-colocated job of "
+                                 "several processes supports exactly one dedicated generation rank (its last "
+                                 "process); set resources.num_nodes: 1 and resources.gpus_per_node: 1",
+                                 (long long)nodes, (long long)per_node, l->world);
+    if (gen_tp != 1 || gen_pp != 1)
+        return dsarl_recipe_fail(root, GEN "tensor_parallel_size", err, DSARL_E_UNSUPPORTED,
+                                 "is %lld (pipeline_parallel_size %lld) with a dedicated generation rank, which "
+                                 "generates alone on its one process; use 1 and 1", (long long)gen_tp,
+                                 (long long)gen_pp);
+    if (l->tp * l->pp * l->cp * l->ep != 1)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED,
+                          GEN "colocated.enabled is false with tensor %d x pipeline %d x context %d x expert %d "
+                          "parallel training, but the refit to the dedicated generation rank sends whole tensors "
+                          "from training rank 0, which holds them only under data parallelism alone; set "
+                          MCFG "*_parallel_size to 1 or generate colocated", l->tp, l->pp, l->cp, l->ep);
+    l->generation = 1;
+    l->world -= 1;
+    return DSARL_OK;
+}
+
+static int layout_from_recipe(const dsarl_node *root, int32_t world, bool split_generation, dsarl_layout *out,
+                              dsarl_error *err)
 {
     memset(out, 0, sizeof *out);
     out->world = world;
@@ -136,6 +177,8 @@ int dsarl_layout_from_recipe(const dsarl_node *root, int32_t world, dsarl_layout
                           "%lld)", out->num_nodes, out->gpus_per_node, (long long)cluster, world,
                           world == 1 ? "a plain `dsarl run` is one process" : "mpirun -np / srun -n", (long long)cluster,
                           (long long)cluster, (long long)cluster);
+    if (split_generation)
+        DSARL_TRY(generation_split(root, out, err));
     DSARL_TRY(check(root, out, err));
     if (out->bucket_elements == 0) // Megatron's default: max(4e7, 1e6 x the data-parallel (with context) size)
         out->bucket_elements = out->overlap_grad_reduce
@@ -151,6 +194,16 @@ int dsarl_layout_from_recipe(const dsarl_node *root, int32_t world, dsarl_layout
                                  out->sequence_parallel && out->tp > 1 ? "tensor parallel with sequence parallelism" : "",
                                  out->cp > 1 ? " x 2 x context parallel" : "");
     return DSARL_OK;
+}
+
+int dsarl_layout_from_recipe(const dsarl_node *root, int32_t world, dsarl_layout *out, dsarl_error *err)
+{
+    return layout_from_recipe(root, world, false, out, err);
+}
+
+int dsarl_layout_for_job(const dsarl_node *root, int32_t processes, dsarl_layout *out, dsarl_error *err)
+{
+    return layout_from_recipe(root, processes, true, out, err);
 }
 
 int32_t dsarl_layout_dense_rank(const dsarl_layout *l, int32_t tp, int32_t cp, int32_t dp, int32_t pp)
@@ -188,9 +241,13 @@ void dsarl_layout_describe(const dsarl_layout *l, char *buf, size_t size)
     char vpp[48] = "";
     if (l->vpp > 1)
         snprintf(vpp, sizeof vpp, " (%d interleaved model chunks each)", l->vpp);
-    snprintf(buf, size, "%d processes: TP%d x CP%d x DP%d x PP%d%s, experts EP%d x EDP%d%s%s", l->world, l->tp, l->cp,
-             l->dp, l->pp, vpp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
-             l->distributed_optimizer && l->dp * l->cp > 1 ? ", distributed optimizer" : "");
+    char gen[64] = "";
+    if (l->generation > 0)
+        snprintf(gen, sizeof gen, ", and %d dedicated generation rank%s", l->generation, l->generation > 1 ? "s" : "");
+    snprintf(buf, size, "%d %sprocesses: TP%d x CP%d x DP%d x PP%d%s, experts EP%d x EDP%d%s%s%s", l->world,
+             l->generation > 0 ? "training " : "", l->tp,
+             l->cp, l->dp, l->pp, vpp, l->ep, l->edp, l->sequence_parallel && l->tp > 1 ? ", sequence parallel" : "",
+             l->distributed_optimizer && l->dp * l->cp > 1 ? ", distributed optimizer" : "", gen);
 }
 
 const char *dsarl_axis_name(dsarl_axis axis)

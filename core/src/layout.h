@@ -12,7 +12,8 @@
 #include "dsarl/recipe.h"
 
 typedef struct dsarl_layout {
-    int32_t world;                 /* processes */
+    int32_t world;                 /* training processes (the grids below span them) */
+    int32_t generation;            /* dedicated generation processes after them (0: generation in the trainers) */
     int32_t tp, pp, cp, ep, dp;    /* dense grid tp x cp x dp x pp (dp derived) */
     int32_t edp;                   /* expert grid ep x edp x pp (edp derived; expert tensor parallelism 1) */
     int32_t vpp;                   /* model chunks per pp rank (virtual_pipeline_model_parallel_size; 1: none) */
@@ -30,8 +31,15 @@ DSARL_API extern const size_t dsarl_layout_n_keys;
 
 /* Reads policy.megatron_cfg.{tensor,pipeline,context,expert,expert_tensor}_model_parallel_size, sequence_parallel,
  * the distributed-optimizer keys, cluster.{num_nodes,gpus_per_node} and runtime.collective_timeout_s, and checks
- * them against world processes: one sentence naming the key and the numbers when they do not fit. */
+ * them against world processes: one sentence naming the key and the numbers when they do not fit. world is the
+ * training processes (`dsarl plan` takes the generation nodes away before). */
 DSARL_API int dsarl_layout_from_recipe(const dsarl_node *root, int32_t world, dsarl_layout *out, dsarl_error *err);
+
+/* The layout of a launched job of `processes`: as dsarl_layout_from_recipe, but a job of more than one process
+ * with policy.generation.colocated.enabled false gives its last process to generation (exactly one, as
+ * policy.generation.colocated.resources must say; other layouts refused in one sentence): out->world then counts
+ * the training processes, out->generation the generation ones. cluster.* counts all processes. */
+DSARL_API int dsarl_layout_for_job(const dsarl_node *root, int32_t processes, dsarl_layout *out, dsarl_error *err);
 
 /* A layout of the given sizes with everything else at its default (tests, tools); checked as from_recipe. */
 DSARL_API int dsarl_layout_make(int32_t world, int32_t tp, int32_t pp, int32_t cp, int32_t ep, dsarl_layout *out,

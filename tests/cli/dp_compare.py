@@ -2,7 +2,9 @@
 """dp_compare.py: the comparisons of the data-parallel CLI tests (test_dp_grpo.sh, test_dp_sft.sh).
   dp_compare.py metrics A_LOG_DIR B_LOG_DIR [STEP]  every logged metric of every step (only STEP when given) of two
                                                   runs agrees within 1e-5 relative (timings excepted), and so do the
-                                                  prompt/response sample dumps
+                                                  prompt/response sample dumps; DP_COMPARE_IGNORE (comma-separated
+                                                  names) drops metrics only one layout logs, and
+                                                  DP_COMPARE_EXACT=1 asks every value bit for bit
   dp_compare.py weights A_DIR B_DIR [TOL]         two model.safetensors agree within TOL (1e-5) relative per tensor
                                                   (to the tensor's largest value)"""
 import glob, json, os, struct, sys
@@ -16,20 +18,24 @@ def compare_metrics(a_dir, b_dir, only):
     steps = [int(only)] if only else sorted(a)
     assert steps and all(s in a and s in b for s in steps), f"steps {sorted(a)} vs {sorted(b)}"
     worst, n = 0.0, 0
+    exact = os.environ.get("DP_COMPARE_EXACT") == "1"
+    ignored = set(filter(None, os.environ.get("DP_COMPARE_IGNORE", "").split(",")))
+
     def names(r):
-        return {k for k in r if not k.startswith("timing/")}
+        return {k for k in r if not k.startswith("timing/") and k not in ignored}
 
     for s in steps:
         assert names(a[s]) == names(b[s]), f"step {s}: metric names differ: {names(a[s]) ^ names(b[s])}"
         for k, x in a[s].items():
-            y = b[s][k]
-            if k.startswith("timing/") or k == "train/tokens_per_sec" or k not in b[s]:
+            if k.startswith("timing/") or k == "train/tokens_per_sec" or k in ignored or k not in b[s]:
                 continue
+            y = b[s][k]
             if x is None or y is None:
                 assert x is None and y is None, f"step {s} {k}: {x} vs {y}"
                 continue
             # the KL estimators of an on-policy step are ~1e-15 rounding noise: an absolute floor for them
             d = abs(x - y) / max(abs(x), abs(y), 1e-6)
+            assert not exact or x == y, f"step {s} {k}: {x!r} vs {y!r} (not bit for bit)"
             assert abs(x - y) <= 1e-9 or d <= 1e-5, f"step {s} {k}: {x} vs {y} (relative {d:.3g})"
             worst, n = max(worst, d if abs(x - y) > 1e-9 else 0.0), n + 1
     for s in steps:

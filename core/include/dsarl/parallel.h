@@ -34,6 +34,14 @@ typedef struct dsarl_parallel {
     int64_t grad_bucket_elements;    /* ABI 1.3: elements per gradient bucket (0: one bucket) */
     int32_t vpp_size;                /* ABI 1.5: model chunks (virtual pipeline stages) per pp rank, 1 without */
     int32_t reserved0;
+    /* ABI 1.5: dedicated generation ranks (policy.generation.colocated.enabled false under one MPI job). The job's
+     * processes are the training ranks (world_rank 0 .. world_size - 1 of the groups above) followed by
+     * generation_ranks generation ranks. A generation rank sees a one-process layout (world_size 1, its groups of
+     * one) with generation_index >= 0; a training rank has generation_index -1. generation is the group of every
+     * process of the job (training ranks first, in order): weights, requests and rollouts travel over it. */
+    int32_t generation_ranks;        /* 0: generation runs inside the training ranks */
+    int32_t generation_index;        /* this process among the generation ranks, -1 on a training rank */
+    const dsarl_group *generation;   /* NULL without generation ranks */
 } dsarl_parallel;
 
 /* Whether the layout struct p (from any 1.x core) carries the ABI 1.3 groups. */
@@ -46,11 +54,25 @@ static inline int32_t dsarl_parallel_vpp(const dsarl_parallel *p)
                ? p->vpp_size : 1;
 }
 
+/* The dedicated generation ranks of layout p (0 from a core that predates them). */
+static inline int32_t dsarl_parallel_generation_ranks(const dsarl_parallel *p)
+{
+    return p && p->struct_size >= offsetof(dsarl_parallel, generation) + sizeof(p->generation) ? p->generation_ranks
+                                                                                              : 0;
+}
+
+/* Whether this process is a dedicated generation rank of layout p. */
+static inline int dsarl_parallel_is_generation_rank(const dsarl_parallel *p)
+{
+    return dsarl_parallel_generation_ranks(p) > 0 && p->generation_index >= 0;
+}
+
 /* A single-process layout. */
 #define DSARL_PARALLEL_SINGLE                                                                               \
     { .struct_size = sizeof(dsarl_parallel), .world_rank = 0, .world_size = 1, .local_rank = 0,            \
       .local_size = 1, .tp_rank = 0, .tp_size = 1, .pp_rank = 0, .pp_size = 1, .cp_rank = 0, .cp_size = 1,  \
       .ep_rank = 0, .ep_size = 1, .dp_rank = 0, .dp_size = 1, .sequence_parallel = 0, .comm = 0,        \
-      .edp_rank = 0, .edp_size = 1, .vpp_size = 1 }
+      .edp_rank = 0, .edp_size = 1, .vpp_size = 1, .generation_ranks = 0, .generation_index = -1,           \
+      .generation = 0 }
 
 #endif /* DSARL_PARALLEL_H */
