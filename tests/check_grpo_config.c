@@ -279,7 +279,7 @@ static const bad_case bad_cases[] = {
     {{"grpo.max_rollout_turns=3", "++grpo.adv_estimator.name=gdpo"}, "grpo.max_rollout_turns", DSARL_E_INVALID},
     {{"++grpo.adv_estimator.name=opd"}, "grpo.adv_estimator.name", DSARL_E_UNSUPPORTED},
     {{"++grpo.adv_estimator.name=ppo"}, "grpo.adv_estimator.name", DSARL_E_INVALID},
-    {{"++grpo.async_grpo.enabled=true"}, "grpo.async_grpo.enabled", DSARL_E_UNSUPPORTED},
+    {{"++grpo.async_grpo.enabled=true"}, "grpo.async_grpo.enabled", DSARL_E_INVALID}, // colocated by default
     // NeMo RL's variant combinations its loss and setup assert against, and values that would drop all data.
     {{"loss_fn.sequence_level_importance_ratios=true"}, "loss_fn.token_level_loss", DSARL_E_INVALID},
     {{"loss_fn.sequence_level_importance_ratios=true", "loss_fn.token_level_loss=false",

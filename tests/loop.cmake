@@ -37,3 +37,11 @@ set_tests_properties(grpo_cli_variants PROPERTIES LABELS unit TIMEOUT 300 SKIP_R
 add_test(NAME grpo_paged_cache COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_grpo_paged_cache.sh ${CMAKE_BINARY_DIR}
          ${PROJECT_SOURCE_DIR})
 set_tests_properties(grpo_paged_cache PROPERTIES LABELS unit TIMEOUT 300)
+# Generation on its own refitted weight copy and asynchronous GRPO against the one-process colocated run.
+if(TARGET dsarl-algorithm-grpo-objects)
+  dsarl_add_check_test(check_grpo_async SOURCES check_grpo_async.c LABELS unit
+                       LIBS dsarl-algorithm-grpo-objects PkgConfig::JANSSON TIMEOUT 300)
+  target_include_directories(check_grpo_async PRIVATE ${PROJECT_SOURCE_DIR}/core/src ${PROJECT_SOURCE_DIR}/algorithms/grpo)
+  add_dependencies(check_grpo_async dsarl-algorithm-grpo dsarl-model-glm5 dsarl-device-cpu dsarl-dsa-reference
+                   dsarl-environment-math)
+endif()

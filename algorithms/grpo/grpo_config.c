@@ -41,6 +41,7 @@ void grpo_config_defaults(grpo_config *cfg)
         .loss = {.ratio_clip_min = 0.2, .ratio_clip_max = 0.2, .reference_policy_kl_penalty = 0.01,
                  .kl_type = GRPO_KL_K3, .kl_input_clamp_value = 20.0, .kl_output_clamp_value = 10.0,
                  .truncation_ratio = INFINITY, .token_level_loss = true},
+        .async = {.max_trajectory_age_steps = 1, .colocated = true, .refit_buffer_size_gb = 1.0},
         .train_global_batch_size = 512,
         .lr_schedule = {.struct_size = sizeof(dsarl_lr_schedule), .lr = 5.0e-6, .min_lr = 5.0e-7,
                         .warmup_init = 5.0e-7, .warmup_iters = 13, .decay_iters = 1000000,
@@ -242,6 +243,15 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
     DSARL_TRY(dsarl_recipe_double_or(root, "loss_fn.positive_example_nll_weight", 0.0,
                                      &loss->positive_example_nll_weight, err));
 
+    // async GRPO and the generation placement (validated in validate_async)
+    grpo_async_config *as = &cfg->async;
+    DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.enabled", false, &as->enabled, err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "grpo.async_grpo.max_trajectory_age_steps", d.async.max_trajectory_age_steps,
+                                  &as->max_trajectory_age_steps, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "policy.generation.colocated.enabled", true, &as->colocated, err));
+    DSARL_TRY(nullable_double(root, "policy.refit_buffer_size_gb", d.async.refit_buffer_size_gb,
+                              &as->refit_buffer_size_gb, err));
+
     bool skip_ref;
     DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.skip_reference_policy_logprobs_calculation", false, &skip_ref, err));
     // NeMo forces the skip when beta == 0: the reference model is not even built.
@@ -257,13 +267,47 @@ int grpo_config_load(const dsarl_node *root, grpo_config *cfg, dsarl_error *err)
 #define REFUSE(path, ...) return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, __VA_ARGS__)
 #define NOT_YET(path, ...) return dsarl_recipe_fail(root, path, err, DSARL_E_UNSUPPORTED, __VA_ARGS__)
 
-/* Features NeMo RL has and dsarl does not: refused unless left at their default. */
-static int refuse_unsupported(const dsarl_node *root, dsarl_error *err)
+/* grpo.async_grpo and the generation placement: the combinations NeMo RL refuses, and the knobs that have no
+ * meaning for an engine whose weights change only between two generate() calls. */
+static int validate_async(const dsarl_node *root, const grpo_config *cfg, dsarl_error *err)
 {
-    bool async_enabled;
-    DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.enabled", false, &async_enabled, err));
-    if (async_enabled)
-        NOT_YET("grpo.async_grpo.enabled", "is true but asynchronous GRPO is not supported yet; use false");
+    const grpo_async_config *a = &cfg->async;
+    if (!(a->refit_buffer_size_gb > 0.0) || !isfinite(a->refit_buffer_size_gb) || a->refit_buffer_size_gb > 1024.0)
+        REFUSE("policy.refit_buffer_size_gb", "must be in (0, 1024] GiB (the bucket weights travel to generation in), "
+               "or null for 1, got %g", a->refit_buffer_size_gb);
+    bool in_flight, recompute;
+    int64_t failures;
+    DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.in_flight_weight_updates", false, &in_flight, err));
+    DSARL_TRY(dsarl_recipe_bool_or(root, "grpo.async_grpo.recompute_kv_cache_after_weight_updates", false, &recompute,
+                                   err));
+    DSARL_TRY(dsarl_recipe_int_or(root, "grpo.async_grpo.max_generation_failures", 0, &failures, err));
+    if (!a->enabled)
+        return DSARL_OK;
+    if (a->colocated)
+        REFUSE("grpo.async_grpo.enabled", "is true but policy.generation.colocated.enabled is true: asynchronous GRPO "
+               "generates with its own copy of the weights while the policy trains, so set "
+               "policy.generation.colocated.enabled: false (NeMo RL refuses the same)");
+    if (!cfg->loss.use_importance_sampling_correction)
+        REFUSE("grpo.async_grpo.enabled", "is true but loss_fn.use_importance_sampling_correction is false: "
+               "trajectories of older weights need the importance-sampling correction; set it true (NeMo RL "
+               "requires it)");
+    if (a->max_trajectory_age_steps < 0 || a->max_trajectory_age_steps > 64)
+        REFUSE("grpo.async_grpo.max_trajectory_age_steps", "must be in [0, 64] optimizer steps, got %lld",
+               (long long)a->max_trajectory_age_steps);
+    if (cfg->use_dynamic_sampling)
+        REFUSE("grpo.use_dynamic_sampling", "is true with grpo.async_grpo.enabled: the queue holds one generated batch "
+               "per training step, and dynamic sampling's extra rounds would mix weight versions within it; turn "
+               "one of them off");
+    if (in_flight)
+        REFUSE("grpo.async_grpo.in_flight_weight_updates", "is true, but the native engine generates a whole batch "
+               "per call and takes new weights only between calls, so there is no in-flight update; use false");
+    if (recompute)
+        REFUSE("grpo.async_grpo.recompute_kv_cache_after_weight_updates", "is true, but weights never change under "
+               "a live KV cache here (no in-flight weight updates: every batch is prefilled with the weights it "
+               "decodes with); use false");
+    if (failures != 0)
+        REFUSE("grpo.async_grpo.max_generation_failures", "is %lld, but generation runs in the job's own ranks and "
+               "a failure there ends the run; use 0", (long long)failures);
     return DSARL_OK;
 }
 
@@ -483,7 +527,7 @@ static int validate_optimizer(const dsarl_node *root, const grpo_config *cfg, ds
 
 int grpo_config_validate(const dsarl_node *root, const grpo_config *cfg, dsarl_error *err)
 {
-    DSARL_TRY(refuse_unsupported(root, err));
+    DSARL_TRY(validate_async(root, cfg, err));
     DSARL_TRY(validate_loop(root, cfg, err));
     DSARL_TRY(validate_rewards(root, cfg, err));
     DSARL_TRY(validate_loss(root, cfg, err));

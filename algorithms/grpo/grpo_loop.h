@@ -4,6 +4,7 @@
  *   grpo_update.c   the batch -> log-prob passes -> ClippedPGLoss microbatches -> one optimizer step per slice
  *   grpo_step.c     one GRPO step end to end, its metrics and samples; validation
  *   grpo_train.c    options, setup, checkpoints and the loop with its stop conditions
+ *   grpo_async.c    generation on its own weight copy (refit in buckets) and the async queue of older batches
  * Positions follow the model's convention: logprob j of a sequence scores its token j + 1, so every per-token
  * array is indexed by model position. */
 #ifndef DSARL_GRPO_LOOP_H
@@ -69,6 +70,8 @@ typedef struct rollout_set {
     int64_t n, cap;
 } rollout_set;
 
+typedef struct grpo_async grpo_async; /* grpo_async.c: the batches generated ahead (async GRPO) */
+
 typedef struct trainer {
     const dsarl_run_context *ctx;
     const dsarl_node *root;
@@ -80,6 +83,9 @@ typedef struct trainer {
     dsarl_session session;     /* device, DSA, policy, tokenizer, metrics; the pointers below borrow from it */
     dsarl_model *model, *reference;
     dsarl_generator *engine;
+    dsarl_model *gen_model;    /* non-colocated: the engine's own copy of the weights (NULL: it reads tr->model) */
+    grpo_async *async;         /* async GRPO's queue (NULL when off) */
+    int64_t refit_buckets;     /* buckets sent by grpo_refit so far */
     dsarl_tokenizer *tok;
     dsarl_dataset *train_set, *val_set;
     dsarl_dataloader *loader;
@@ -175,6 +181,25 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
                       float top_p, int32_t top_k, uint64_t seed, rollout_set *out, dsarl_error *err);
 /* Draws prompt batches and generates until the step's rollouts are complete (one round without dynamic sampling). */
 int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out, dsarl_error *err);
+/* The same for training step `step` (its sampling seeds), which need not be tr->step (async GRPO draws ahead). */
+int grpo_collect_rollouts_for(trainer *tr, int64_t step, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out,
+                              dsarl_error *err);
+
+/* grpo_async.c */
+/* Copies every tensor of tr->model into tr->gen_model, policy.refit_buffer_size_gb per bucket; adds the seconds
+ * it took to *seconds (may be NULL). */
+int grpo_refit(trainer *tr, double *seconds, dsarl_error *err);
+/* The async queue (nothing when grpo.async_grpo is off). */
+int grpo_async_open(trainer *tr, dsarl_error *err);
+void grpo_async_free(trainer *tr);
+/* Generates the batches of steps tr->step .. tr->step + max_trajectory_age_steps not queued yet (with the current
+ * weights), then hands over the one of step tr->step and the weight version that generated it; *out_of_epochs when
+ * the data ran out before it (nothing handed over). */
+int grpo_async_take(trainer *tr, rollout_set *rs, int64_t *rounds, int64_t *epoch, bool *out_of_epochs,
+                    int64_t *weight_version, dsarl_error *err);
+/* Where a checkpoint must put the loader (and consumed_samples) so that a resumed run redraws the queued batches:
+ * before the oldest of them. False when nothing is queued. */
+bool grpo_async_resume_point(const trainer *tr, dsarl_dataloader_state *loader, int64_t *consumed);
 
 /* grpo_batch.c */
 /* Rewards after scaling and shaping, advantages and loss multipliers, in place in the packed batch. */

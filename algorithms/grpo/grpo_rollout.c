@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 /* grpo_rollout.c: prompts -> chat template + tokenizer -> each prompt repeated num_generations_per_prompt times
- * -> generation (colocated: the policy's own weights) -> environment rewards; dynamic sampling keeps drawing
+ * -> generation (colocated: the policy's own weights; else the copy grpo_async.c refits) -> environment rewards; dynamic sampling keeps drawing
  * rounds until enough prompt groups have non-zero reward variance. */
 #include <inttypes.h>
 #include <math.h>
@@ -631,6 +631,12 @@ int grpo_run_rollouts(trainer *tr, const dsarl_example *const *examples, size_t 
 /* Draws prompt batches and generates until the step's rollouts are complete (one round without dynamic sampling). */
 int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out, dsarl_error *err)
 {
+    return grpo_collect_rollouts_for(tr, tr->step, rs, n_rounds, epoch_out, err);
+}
+
+int grpo_collect_rollouts_for(trainer *tr, int64_t step, rollout_set *rs, int64_t *n_rounds, int64_t *epoch_out,
+                              dsarl_error *err)
+{
     const grpo_config *c = &tr->cfg;
     int64_t G = c->num_generations_per_prompt;
     grpo_dynamic_sampler ds;
@@ -648,7 +654,7 @@ int grpo_collect_rollouts(trainer *tr, rollout_set *rs, int64_t *n_rounds, int64
         rc = dsarl_dataloader_next(tr->loader, batch, NULL, &n, epoch_out, err);
         if (rc < 0)
             break;
-        uint64_t seed = mix_seed((uint64_t)c->seed, 1 + (uint64_t)*n_rounds, (uint64_t)tr->step);
+        uint64_t seed = mix_seed((uint64_t)c->seed, 1 + (uint64_t)*n_rounds, (uint64_t)step);
         if (!c->use_dynamic_sampling) {
             rc = grpo_run_rollouts(tr, batch, n, G, tr->opt.temperature, tr->opt.top_p, tr->opt.top_k, seed, rs, err);
             tr->consumed_samples += (int64_t)n * G;

@@ -180,6 +180,9 @@ void grpo_trainer_free(trainer *tr)
     const dsarl_run_context *ctx = tr->ctx;
     if (tr->engine)
         ctx->generation_ops->destroy(tr->engine);
+    if (tr->gen_model)
+        ctx->model_ops->destroy(tr->gen_model);
+    grpo_async_free(tr);
     if (tr->reference)
         ctx->model_ops->destroy(tr->reference);
     dsarl_session_close(&tr->session);
@@ -221,6 +224,31 @@ static int open_replay(trainer *tr, dsarl_error *err)
     return DSARL_OK;
 }
 
+/* policy.generation.colocated.enabled false: the engine's own copy of the weights (grpo_trainer_start refits it
+ * once the policy is restored), refused where this process cannot hold one. */
+static int open_generation_copy(trainer *tr, dsarl_error *err)
+{
+    if (tr->cfg.async.colocated)
+        return DSARL_OK;
+    const char *key = "policy.generation.colocated.enabled";
+    const dsarl_run_context *ctx = tr->ctx;
+    const dsarl_model_ops *mo = ctx->model_ops;
+    if (!ctx->generation_ops)
+        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is false, but no generation plugin is "
+                                 "selected: the built-in sampler reads the policy in place; set "
+                                 "policy.generation.backend (native)");
+    if (!mo->parameter_tensors || !mo->parameter_info || !mo->read_parameter || !mo->write_parameter)
+        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is false, but model plugin '%s' cannot "
+                                 "read and write its tensors, which the refit of the generation copy needs",
+                                 mo->common.name);
+    const dsarl_parallel *par = ctx->parallel;
+    if (par && par->world_size > 1)
+        return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is false in a run of %d ranks, but "
+                                 "dedicated generation ranks are not supported yet: the generation copy lives in the "
+                                 "training process, which needs a one-process run", par->world_size);
+    return dsarl_session_create_model(&tr->session, &tr->gen_model, err);
+}
+
 int grpo_trainer_open(trainer *tr, dsarl_error *err)
 {
     const dsarl_run_context *ctx = tr->ctx;
@@ -255,8 +283,11 @@ int grpo_trainer_open(trainer *tr, dsarl_error *err)
     DSARL_TRY(pick_environment(tr, err));
     if (!tr->cfg.skip_reference_policy_logprobs)
         DSARL_TRY(dsarl_session_create_model(&tr->session, &tr->reference, err)); /* the initial weights, frozen */
+    DSARL_TRY(open_generation_copy(tr, err));
     if (ctx->generation_ops)
-        DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err));
+        DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->gen_model ? tr->gen_model : tr->model,
+                                              &tr->engine, err));
+    DSARL_TRY(grpo_async_open(tr, err));
     return open_replay(tr, err);
 }
 
@@ -267,6 +298,8 @@ int grpo_trainer_start(trainer *tr, dsarl_error *err)
     dsarl_trainer_state st;
     DSARL_TRY(dsarl_session_start(&tr->session, &tr->ckpt, tr->loader, &tr->log_cfg, &st, err));
     tr->log = tr->session.log;
+    if (tr->gen_model) // the generation copy starts from the policy's weights, restored or initial
+        DSARL_TRY(grpo_refit(tr, NULL, err));
     if (st.step < 0)
         return DSARL_OK;
     tr->step = st.step;
@@ -284,7 +317,10 @@ int grpo_trainer_save_checkpoint(trainer *tr, double val_accuracy, double train_
     st.step = tr->step;
     st.consumed_samples = tr->consumed_samples;
     st.total_train_time_s = tr->train_time_s;
-    DSARL_TRY(dsarl_trainer_state_set_loader(&st, "train", dsarl_dataloader_get_state(tr->loader), err));
+    dsarl_dataloader_state loader = dsarl_dataloader_get_state(tr->loader);
+    // async: the queued batches were drawn already; a resumed run redraws them (with the restored weights)
+    grpo_async_resume_point(tr, &loader, &st.consumed_samples);
+    DSARL_TRY(dsarl_trainer_state_set_loader(&st, "train", loader, err));
     /* rollouts draw from Philox streams keyed by (grpo.seed, step): the seed is the whole sampling state */
     dsarl_rng_state sampling = {.seed = (uint64_t)tr->cfg.seed, .stream = 0, .offset = 0};
     DSARL_TRY(dsarl_trainer_state_set_rng(&st, "sampling", sampling, err));
