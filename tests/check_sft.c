@@ -427,7 +427,8 @@ START_TEST(test_recipe_values)
         dsarl_recipe_free(r);
     }
     size_t n = 0;
-    const dsarl_key_spec *keys = sft_recipe_keys(&n);
+    const dsarl_key_spec *keys = NULL;
+    ck_assert_int_eq(sft_recipe_keys(&keys, &n, &err), 0);
     int owned = 0, ckpt = 0;
     for (size_t i = 0; i < n; i++) {
         owned += strcmp(keys[i].path, "sft") == 0 && (keys[i].flags & DSARL_KEY_OWNED);

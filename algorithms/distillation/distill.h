@@ -45,8 +45,9 @@ typedef struct distill_config {
 int distill_config_from_recipe(const dsarl_node *root, distill_config *cfg, dsarl_error *err);
 
 /* The recipe keys of algorithm/distillation, then the shared loop's, logger's, checkpointing's, optimizer's and
- * datasets' keys. One static table, built on the first call. */
-const dsarl_key_spec *distill_recipe_keys(size_t *n);
+ * datasets' keys. One static table, joined on the first call; fails (and every later call with it) only if they
+ * outgrow it. */
+int distill_recipe_keys(const dsarl_key_spec **keys, size_t *n, dsarl_error *err);
 
 /* The k largest of logits (V) in descending order, ties to the lower index: idx (k) and their values val (k).
  * Needs 1 <= k <= V. */

@@ -61,39 +61,37 @@ static const dsarl_lr_schedule distill_schedule_defaults = {
     .warmup_iters = 10, .decay_iters = 1000, .decay_style = DSARL_LR_CONSTANT, .max_grad_norm = 1.0};
 
 static dsarl_lr_schedule_key_table schedule_keys;
+/* Joined once, on first use (the lists it joins live in libdsarl, so it cannot be a static initializer); 512 leaves
+ * room to grow, and the join fails the plugin's load if it ever does not. */
 static dsarl_key_spec all_keys[512];
 static size_t n_all_keys;
+static int join_rc;
+static dsarl_error join_err;
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
-
-static void append(const dsarl_key_spec *keys, size_t n)
-{
-    for (size_t i = 0; i < n && n_all_keys < DSARL_ARRAY_LEN(all_keys); i++)
-        all_keys[n_all_keys++] = keys[i];
-}
 
 static void join_keys(void)
 {
-    size_t n;
-    const dsarl_key_spec *t;
-    append(distill_own_keys, DSARL_ARRAY_LEN(distill_own_keys));
-    t = dsarl_lr_schedule_keys(&distill_schedule_defaults, "distillation.max_num_steps", &schedule_keys, &n);
-    append(t, n);
-    append(grpo_train_keys, grpo_train_n_keys);
-    t = dsarl_metrics_keys(&n);
-    append(t, n);
-    t = dsarl_checkpoint_keys(&n);
-    append(t, n);
-    t = dsarl_optimizer_keys(&n);
-    append(t, n);
-    t = dsarl_dataset_keys(&n);
-    append(t, n);
+    dsarl_key_list lists[7];
+    lists[0] = (dsarl_key_list){distill_own_keys, DSARL_ARRAY_LEN(distill_own_keys)};
+    lists[1].keys = dsarl_lr_schedule_keys(&distill_schedule_defaults, "distillation.max_num_steps", &schedule_keys,
+                                           &lists[1].n_keys);
+    lists[2] = (dsarl_key_list){grpo_train_keys, grpo_train_n_keys};
+    lists[3].keys = dsarl_metrics_keys(&lists[3].n_keys);
+    lists[4].keys = dsarl_checkpoint_keys(&lists[4].n_keys);
+    lists[5].keys = dsarl_optimizer_keys(&lists[5].n_keys);
+    lists[6].keys = dsarl_dataset_keys(&lists[6].n_keys);
+    join_rc = dsarl_key_table_join("algorithm/distillation", lists, DSARL_ARRAY_LEN(lists), all_keys,
+                                   DSARL_ARRAY_LEN(all_keys), &n_all_keys, &join_err);
 }
 
-const dsarl_key_spec *distill_recipe_keys(size_t *n)
+int distill_recipe_keys(const dsarl_key_spec **keys, size_t *n, dsarl_error *err)
 {
     pthread_once(&keys_once, join_keys);
+    *keys = all_keys;
     *n = n_all_keys;
-    return all_keys;
+    if (join_rc != DSARL_OK && err)
+        *err = join_err; /* the join's own message and source location */
+    return join_rc;
 }
 
 #define REFUSE(path, ...) return dsarl_recipe_fail(root, path, err, DSARL_E_INVALID, __VA_ARGS__)

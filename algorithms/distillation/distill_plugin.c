@@ -17,7 +17,7 @@ static dsarl_algorithm_ops distill_ops = {
 
 static int distill_init(const dsarl_host *host, dsarl_error *err)
 {
-    distill_ops.common.keys = distill_recipe_keys(&distill_ops.common.n_keys);
+    DSARL_TRY(distill_recipe_keys(&distill_ops.common.keys, &distill_ops.common.n_keys, err));
     return host->register_ops(host, DSARL_KIND_ALGORITHM, &distill_ops.common, err);
 }
 

@@ -46,8 +46,9 @@ static int refuse_parallel(const dsarl_run_context *ctx, dsarl_error *err)
     const dsarl_parallel *p = ctx->parallel;
     if (p && (p->dp_size > 1 || p->tp_size > 1 || p->pp_size > 1 || p->cp_size > 1 || p->ep_size > 1))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "algorithm distillation runs in one process only for now "
-                          "(got dp %d tp %d pp %d cp %d ep %d): drop the parallel.* sizes", p->dp_size, p->tp_size,
-                          p->pp_size, p->cp_size, p->ep_size);
+                          "(got dp %d tp %d pp %d cp %d ep %d): launch one process (no mpirun or srun), with "
+                          "cluster.num_nodes, cluster.gpus_per_node and policy.megatron_cfg's "
+                          "*_model_parallel_size at 1", p->dp_size, p->tp_size, p->pp_size, p->cp_size, p->ep_size);
     return DSARL_OK;
 }
 

@@ -190,6 +190,12 @@ int grpo_reinforce_pp_advantages(const grpo_advantage_config *cfg, const float *
                                  const float *lp_policy, const float *lp_ref, float *token_advantages,
                                  dsarl_error *err);
 
+/* The KL that use_kl_in_reward takes out of the Reinforce++ advantages, before its coefficient: the mean of the same
+ * clamped estimator over the tokens with token_mask * sample_mask != 0 (0 when there is none). Shapes as
+ * grpo_reinforce_pp_advantages: sample_mask (S), cu_seqlens (S + 1), token_mask, lp_policy, lp_ref (cu_seqlens[S]). */
+double grpo_reward_kl_mean(grpo_kl_type kl_type, int64_t n_seqs, const int32_t *cu_seqlens, const float *token_mask,
+                           const float *sample_mask, const float *lp_policy, const float *lp_ref);
+
 /* Sequence-level train/inference error (NeMo's seq_mult_prob_error): per sequence with a valid token, the mean over
  * its tokens with token_mask * sample_mask of exp(|lp_gen - lp_old|), and the statistics NeMo logs. */
 typedef struct grpo_seq_error_stats {

@@ -168,6 +168,19 @@ static double reward_kl(grpo_kl_type type, double lp, double lp_ref)
     return k > 10.0 ? 10.0 : k < -10.0 ? -10.0 : k;
 }
 
+double grpo_reward_kl_mean(grpo_kl_type kl_type, int64_t n_seqs, const int32_t *cu_seqlens, const float *token_mask,
+                           const float *sample_mask, const float *lp_policy, const float *lp_ref)
+{
+    double sum = 0.0, count = 0.0;
+    for (int64_t s = 0; s < n_seqs; s++)
+        for (int64_t t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++) {
+            double m = (double)token_mask[t] * sample_mask[s];
+            if (m != 0.0)
+                sum += m * reward_kl(kl_type, lp_policy[t], lp_ref[t]), count += m;
+        }
+    return count > 0.0 ? sum / count : 0.0;
+}
+
 int grpo_reinforce_pp_advantages(const grpo_advantage_config *cfg, const float *rewards, int64_t n_groups,
                                  int64_t group_size, const int32_t *cu_seqlens, const float *token_mask,
                                  const float *sample_mask, double kl_coef, grpo_kl_type kl_type,

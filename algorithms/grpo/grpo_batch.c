@@ -10,6 +10,22 @@
 
 #include "grpo_loop.h"
 
+/* train/reward_components/<name>: the batch mean of each reward component GDPO normalises separately. */
+static int log_component_means(trainer *tr, const packed_batch *p, dsarl_error *err)
+{
+    const char *const *names = NULL;
+    size_t k = tr->env_ops->reward_components(tr->env, &names);
+    for (int64_t c = 0; c < p->n_components && (size_t)c < k && names; c++) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < p->B; i++)
+            sum += p->components[i * p->n_components + c];
+        char key[160];
+        snprintf(key, sizeof key, "train/reward_components/%s", names[c]);
+        DSARL_TRY(grpo_set_metric(tr, key, p->B > 0 ? sum / (double)p->B : 0.0, err));
+    }
+    return DSARL_OK;
+}
+
 int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err)
 {
     const grpo_config *c = &tr->cfg;
@@ -17,8 +33,10 @@ int grpo_batch_advantages(trainer *tr, packed_batch *p, dsarl_error *err)
     memcpy(p->reward, p->raw_reward, sizeof(float) * (size_t)n);
     grpo_scale_rewards(&c->reward_scaling, p->reward, n);
     DSARL_TRY(grpo_shape_rewards(&c->reward_shaping, p->reward, p->response_len, p->truncated, n, err));
-    if (c->advantage.estimator == GRPO_ESTIMATOR_GDPO)
+    if (c->advantage.estimator == GRPO_ESTIMATOR_GDPO) {
         DSARL_TRY(grpo_gdpo_advantages(&c->advantage, p->components, p->n_components, n / G, G, p->advantages, err));
+        DSARL_TRY(log_component_means(tr, p, err));
+    }
     else if (c->advantage.estimator == GRPO_ESTIMATOR_GRPO)
         DSARL_TRY(grpo_compute_advantages(&c->advantage, p->reward, n / G, G, p->advantages, err));
     /* Reinforce++ normalises over the tokens that train: grpo_batch_late_advantages, once the masks are final */
@@ -50,6 +68,10 @@ int grpo_batch_late_advantages(trainer *tr, const rollout_set *rs, packed_batch 
         DSARL_TRY(grpo_reinforce_pp_advantages(&c->advantage, p->reward, n / G, G, p->cu, p->mask, p->sample_mask,
                                                kl_coef, c->loss.kl_type, p->lp_old, tr->reference ? p->lp_ref : NULL,
                                                p->token_adv, err));
+        if (kl_coef != 0.0 && tr->reference)
+            DSARL_TRY(grpo_set_metric(tr, "train/kl_in_reward",
+                                      grpo_reward_kl_mean(c->loss.kl_type, n, p->cu, p->mask, p->sample_mask,
+                                                          p->lp_old, p->lp_ref), err));
         /* the per-sequence value logged and dumped: the mean over its trained tokens */
         for (int64_t s = 0; s < n; s++) {
             double sum = 0.0, cnt = 0.0;

@@ -1,7 +1,6 @@
 /* grpo_plugin.c: entry of dsarl-algorithm-grpo.so. Registers the algorithm ops table "grpo" with its recipe keys:
  * the GRPO math keys first (grpo_recipe_keys), then what the loop reads (grpo_train_keys), the logger's,
  * the checkpointing section's, the optimizer's and the datasets'. */
-#include <string.h>
 
 #include "dsarl/checkpoint.h"
 #include "dsarl/dataset.h"
@@ -15,8 +14,9 @@ static int grpo_run(const dsarl_run_context *ctx, dsarl_error *err)
     return grpo_train_run(ctx, NULL, err);
 }
 
-/* all_keys and grpo_ops.common.n_keys are filled by grpo_init before registration (the tables it joins live in libdsarl, so it cannot be a static
- * initializer); large enough for every table with room to grow. */
+/* all_keys and grpo_ops.common.n_keys are filled by grpo_init before registration (the tables it joins live in
+ * libdsarl, so it cannot be a static initializer); large enough for every table with room to grow, and the join
+ * fails the load if it ever is not. */
 static dsarl_key_spec all_keys[512];
 
 static dsarl_algorithm_ops grpo_ops = {
@@ -26,31 +26,18 @@ static dsarl_algorithm_ops grpo_ops = {
     .run = grpo_run,
 };
 
-static size_t append_keys(size_t at, const dsarl_key_spec *keys, size_t n)
-{
-    for (size_t i = 0; i < n && at < DSARL_ARRAY_LEN(all_keys); i++)
-        all_keys[at++] = keys[i];
-    return at;
-}
-
 static int grpo_init(const dsarl_host *host, dsarl_error *err)
 {
-    size_t n = 0, k;
-    const dsarl_key_spec *t;
-    t = grpo_recipe_keys(&k);
-    n = append_keys(n, t, k);
-    n = append_keys(n, grpo_train_keys, grpo_train_n_keys);
-    t = dsarl_metrics_keys(&k);
-    n = append_keys(n, t, k);
-    t = dsarl_checkpoint_keys(&k);
-    n = append_keys(n, t, k);
-    t = dsarl_optimizer_keys(&k);
-    n = append_keys(n, t, k);
-    t = dsarl_dataset_keys(&k);
-    n = append_keys(n, t, k);
-    if (n == DSARL_ARRAY_LEN(all_keys))
-        return DSARL_FAIL(err, DSARL_E_INTERNAL, "algorithm/grpo: more recipe keys than its table holds (%zu)", n);
-    grpo_ops.common.n_keys = n; /* the one field that depends on the joined tables */
+    dsarl_key_list lists[6];
+    lists[0].keys = grpo_recipe_keys(&lists[0].n_keys);
+    lists[1] = (dsarl_key_list){grpo_train_keys, grpo_train_n_keys};
+    lists[2].keys = dsarl_metrics_keys(&lists[2].n_keys);
+    lists[3].keys = dsarl_checkpoint_keys(&lists[3].n_keys);
+    lists[4].keys = dsarl_optimizer_keys(&lists[4].n_keys);
+    lists[5].keys = dsarl_dataset_keys(&lists[5].n_keys);
+    /* n_keys is the one field that depends on the joined tables */
+    DSARL_TRY(dsarl_key_table_join("algorithm/grpo", lists, DSARL_ARRAY_LEN(lists), all_keys,
+                                   DSARL_ARRAY_LEN(all_keys), &grpo_ops.common.n_keys, err));
     return host->register_ops(host, DSARL_KIND_ALGORITHM, &grpo_ops.common, err);
 }
 

@@ -218,5 +218,18 @@ int grpo_train_on_batch(trainer *tr, packed_batch *p, step_stats *st, dsarl_erro
         st->mtp_loss += mtp;
         st->n_slices++;
     }
+    /* The extremes over every trained token of the step (already reduced over ranks): under GSPO they are the
+     * sequence ratios' range, the one place where a per-sequence ratio shows. A step with no trained token has
+     * none (they stay +-inf) and logs none. */
+    const grpo_loss_metrics *m = &st->loss;
+    struct { const char *name; double v; } rows[] = {
+        {"train/probs_ratio_min", m->probs_ratio_min},
+        {"train/probs_ratio_max", m->probs_ratio_max},
+        {"train/probs_ratio_clamped_min", m->probs_ratio_clamped_min},
+        {"train/probs_ratio_clamped_max", m->probs_ratio_clamped_max},
+    };
+    for (size_t i = 0; i < DSARL_ARRAY_LEN(rows); i++)
+        if (isfinite(rows[i].v))
+            DSARL_TRY(grpo_set_metric(tr, rows[i].name, rows[i].v, err));
     return DSARL_OK;
 }

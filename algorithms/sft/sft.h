@@ -42,8 +42,9 @@ typedef struct sft_config {
 } sft_config;
 
 /* The keys of algorithm/sft: the owned sft section plus the policy/data keys it reads, the checkpointing,
- * optimizer, logger and dataset keys. Filled on first use; valid for the life of the process. */
-const dsarl_key_spec *sft_recipe_keys(size_t *n);
+ * optimizer, logger and dataset keys. Joined on first use; valid for the life of the process. Fails (and every
+ * later call with it) only if they outgrow the table. */
+int sft_recipe_keys(const dsarl_key_spec **keys, size_t *n, dsarl_error *err);
 
 /* Reads and range-checks every SFT setting, naming the key's location on a bad value. */
 int sft_config_from_recipe(const dsarl_node *root, sft_config *cfg, dsarl_error *err);

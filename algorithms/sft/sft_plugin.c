@@ -13,7 +13,7 @@ static dsarl_algorithm_ops sft_ops = {
 
 static int sft_init(const dsarl_host *host, dsarl_error *err)
 {
-    sft_ops.common.keys = sft_recipe_keys(&sft_ops.common.n_keys);
+    DSARL_TRY(sft_recipe_keys(&sft_ops.common.keys, &sft_ops.common.n_keys, err));
     return host->register_ops(host, DSARL_KIND_ALGORITHM, &sft_ops.common, err);
 }
 
