@@ -12,7 +12,8 @@ int cli_exit_status(int code)
     switch (code) {
     case DSARL_OK: return CLI_EXIT_OK;
     case DSARL_E_INVALID:
-    case DSARL_E_NOT_FOUND: return CLI_EXIT_INVALID;
+    case DSARL_E_NOT_FOUND:
+    case DSARL_E_UNSUPPORTED: return CLI_EXIT_INVALID; // a recipe asking for what is not supported (yet) is bad input
     case DSARL_E_ABI: return CLI_EXIT_PLUGIN;
     default: return CLI_EXIT_FAILED;
     }

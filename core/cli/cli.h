@@ -12,7 +12,7 @@ enum {
     CLI_EXIT_OK = 0,          /* success */
     CLI_EXIT_FAILED = 1,      /* the job started and failed (device error, I/O during training, ...) */
     CLI_EXIT_USAGE = 2,       /* bad command line: unknown subcommand or option, missing argument */
-    CLI_EXIT_INVALID = 3,     /* bad input: recipe, override, model directory, data file */
+    CLI_EXIT_INVALID = 3,     /* bad input: recipe, override, model directory, data file, an unsupported combination */
     CLI_EXIT_PLUGIN = 4,      /* a selected plugin is missing or was refused */
     CLI_EXIT_INTERRUPTED = 130 /* stopped by SIGINT/SIGTERM after a clean checkpoint */
 };
