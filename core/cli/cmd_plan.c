@@ -188,8 +188,9 @@ static int choose_model_config(const dsarl_node *root, const plan_opts *o, plan_
         json_decref(cfg);
         return DSARL_FAIL(err, DSARL_E_INVALID, "%s: a model config must be a JSON object", file);
     }
-    // NeMo RL trains no multi-token-prediction layers (mtp_num_layers 0) and glm5 does not build them: drop the
-    // key so the model does not log that once per query
+    // the plan's figures cover the main layers only: the multi-token-prediction depths (kept on load, trained
+    // with policy.megatron_cfg.mtp_num_layers) are left out, said once in the source line; dropping the key keeps
+    // the model from logging them once per query
     json_int_t mtp = json_integer_value(json_object_get(cfg, "num_nextn_predict_layers"));
     json_object_del(cfg, "num_nextn_predict_layers");
     // JSON with ", " and ": " separators is YAML flow, so the config drops into the override as it is
@@ -205,7 +206,7 @@ static int choose_model_config(const dsarl_node *root, const plan_opts *o, plan_
     pm->replace_inline = inline_cfg && dsarl_node_kind(inline_cfg) == DSARL_NODE_MAP;
     free(flow);
     snprintf(pm->config_from, sizeof pm->config_from, "%s%s%s", file, o->model_config ? " (--model-config)" : "",
-             mtp > 0 ? ", its MTP layers not planned (not trained)" : "");
+             mtp > 0 ? ", its MTP layers not planned" : "");
     return DSARL_OK;
 }
 

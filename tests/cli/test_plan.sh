@@ -95,7 +95,7 @@ run 0 model-config "$recipes/grpo-glm5.2-tiny.yaml" --model-config "$src/configs
   cluster.num_nodes=64 cluster.gpus_per_node=8 policy.megatron_cfg.tensor_model_parallel_size=8 \
   policy.megatron_cfg.expert_model_parallel_size=64 policy.megatron_cfg.sequence_parallel=true \
   policy.make_sequence_length_divisible_by=8 policy.train_micro_batch_size=1
-grep -q "(--model-config), its MTP layers not planned (not trained): 78 layers (75 MoE, 21 running their indexer)" \
+grep -q "(--model-config), its MTP layers not planned: 78 layers (75 MoE, 21 running their indexer)" \
   "$tmp/out" || fail "model-config: the file's config is not the one planned: $(head -3 "$tmp/out")"
 # bad options
 run 2 option "$recipes/grpo-glm5.1-64n8g-megatron.yaml" --gpu-memory lots
