@@ -13,20 +13,7 @@
 #include "distill.h"
 #include "dsarl/fileutil.h"
 #include "dsarl/trainer.h"
-#include "recipe_internal.h"
-#include "registry.h"
-#include "selection.h"
-
-typedef struct harness {
-    dsarl_recipe *recipe;
-    dsarl_registry *reg;
-    dsarl_selection sel;
-    const dsarl_environment_ops *env_ops[DSARL_MAX_ENVIRONMENTS];
-    const char *env_names[DSARL_MAX_ENVIRONMENTS];
-    dsarl_parallel parallel;
-    volatile sig_atomic_t stop;
-    dsarl_run_context ctx;
-} harness;
+#include "run_harness.h"
 
 static const char *const micro[] = {
     "distillation.num_prompts_per_step=8", "distillation.num_generations_per_prompt=2",
@@ -37,58 +24,14 @@ static const char *const micro[] = {
     "policy.megatron_cfg.optimizer.min_lr=5.0e-3",
 };
 
-static int open_harness(harness *h, const char *work, const char *const *extra, size_t n_extra, dsarl_error *err)
+static int open_harness(run_harness *h, const char *work, const char *const *extra, size_t n_extra, dsarl_error *err)
 {
-    memset(h, 0, sizeof *h);
-    int rc = dsarl_recipe_load_file(DSARL_SOURCE_DIR "/configs/recipes/llm/distillation-glm5.2-tiny.yaml", &h->recipe,
-                                    err);
     char arg[2][512];
     snprintf(arg[0], sizeof arg[0], "logger.log_dir=%s/logs", work);
     snprintf(arg[1], sizeof arg[1], "teacher.model_name=%s/teacher", work);
-    int index = 1;
-    for (size_t i = 0; rc == 0 && i < DSARL_ARRAY_LEN(micro); i++)
-        rc = dsarl_recipe_override(h->recipe, micro[i], index++, err);
-    for (size_t i = 0; rc == 0 && i < 2; i++)
-        rc = dsarl_recipe_override(h->recipe, arg[i], index++, err);
-    for (size_t i = 0; rc == 0 && i < n_extra; i++)
-        rc = dsarl_recipe_override(h->recipe, extra[i], index++, err);
-    if (rc == 0)
-        rc = dsarl_recipe_resolve(h->recipe, err);
-    if (rc == 0)
-        rc = dsarl_registry_create(&h->reg, err);
-    if (rc == 0)
-        rc = dsarl_registry_add_search_path(h->reg, DSARL_BINARY_DIR "/lib/dsarl/plugins", "test", err);
-    if (rc == 0)
-        rc = dsarl_registry_load_all(h->reg, err);
-    const dsarl_node *root = rc == 0 ? dsarl_recipe_root(h->recipe) : NULL;
-    if (rc == 0)
-        rc = dsarl_select_plugins(root, h->reg, &h->sel, err);
-    if (rc == 0) {
-        dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
-        size_t n = dsarl_selection_schema_tables(&h->sel, tables);
-        rc = dsarl_schema_validate(h->recipe, tables, n, NULL, err);
-    }
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < h->sel.n_environments; i++) {
-        h->env_ops[i] = (const dsarl_environment_ops *)h->sel.environments[i].ops;
-        h->env_names[i] = h->sel.environments[i].name;
-    }
-    h->parallel = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
-    h->ctx = (dsarl_run_context){
-        .struct_size = sizeof h->ctx, .host = dsarl_registry_host(h->reg), .recipe = root, .parallel = &h->parallel,
-        .model_ops = (const dsarl_model_ops *)h->sel.model.ops,
-        .device_ops = (const dsarl_device_ops *)h->sel.device.ops,
-        .dsa_ops = (const dsarl_dsa_ops *)h->sel.dsa.ops,
-        .generation_ops = (const dsarl_generation_ops *)h->sel.generation.ops, .environment_ops = h->env_ops,
-        .environment_names = h->env_names, .n_environments = h->sel.n_environments, .stop_requested = &h->stop};
-    return 0;
-}
-
-static void close_harness(harness *h)
-{
-    dsarl_registry_free(h->reg);
-    dsarl_recipe_free(h->recipe);
+    const char *const args[] = {arg[0], arg[1]};
+    const run_overrides lists[] = {{micro, DSARL_ARRAY_LEN(micro)}, {args, 2}, {extra, n_extra}};
+    return run_harness_open(h, "configs/recipes/llm/distillation-glm5.2-tiny.yaml", lists, 3, err);
 }
 
 /* The teacher fixture: the micro recipe's model made bigger (5 layers, hidden 80), built with random weights, its
@@ -99,7 +42,7 @@ static void make_teacher(const char *work)
     static const char *const bigger[] = {
         "policy.model_config.num_hidden_layers=5", "policy.model_config.hidden_size=80",
         "policy.model_config.intermediate_size=160"};
-    harness h;
+    run_harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, bigger, DSARL_ARRAY_LEN(bigger), &err) == 0, "%s", err.message);
     dsarl_session_config sc = {.struct_size = sizeof sc, .host = h.ctx.host, .recipe = h.ctx.recipe,
@@ -134,31 +77,14 @@ static void make_teacher(const char *work)
     snprintf(dir, sizeof dir, "%s/teacher", work);
     ck_assert_msg(s.model_ops->save(s.model, dir, &err) == 0, "%s", err.message);
     dsarl_session_close(&s);
-    close_harness(&h);
+    run_harness_close(&h);
 }
 
-static char *make_work_dir(void)
-{
-    char *t = strdup("/tmp/check_distill_run_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(t));
-    return t;
-}
+static char *make_work_dir(void) { return run_harness_work_dir("check_distill_run"); }
+/* CHECK_DISTILL_RUN_KEEP set: the run directories (and the teacher) are left for inspection */
+static void remove_tree(const char *path) { run_harness_remove_tree(path, "CHECK_DISTILL_RUN_KEEP"); }
 
-static void remove_tree(const char *path)
-{
-    if (getenv("CHECK_DISTILL_RUN_KEEP")) /* debugging: leave the run directories (and the teacher) for inspection */
-        return;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-static double metric(json_t *row, const char *name)
-{
-    json_t *v = json_object_get(row, name);
-    ck_assert_msg(v != NULL && json_is_number(v), "metric %s missing or not a number", name);
-    return json_number_value(v);
-}
+static double metric(json_t *row, const char *name) { return run_harness_metric(row, name); }
 
 static json_t *read_metrics(const char *exp_dir)
 {
@@ -191,12 +117,12 @@ START_TEST(test_kl_falls)
     char n_steps[64];
     snprintf(n_steps, sizeof n_steps, "distillation.max_num_steps=%lld", (long long)steps[_i]);
     const char *extra[] = {n_steps, kl[_i]};
-    harness h;
+    run_harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, extra, DSARL_ARRAY_LEN(extra), &err) == 0, "%s", err.message);
     distill_run_summary sum;
     ck_assert_msg(distill_train_run(&h.ctx, &sum, &err) == 0, "%s", err.message);
-    close_harness(&h);
+    run_harness_close(&h);
     ck_assert_int_eq(sum.last_step, steps[_i]);
     json_t *rows = read_metrics(sum.exp_dir);
     size_t n = json_array_size(rows);
@@ -247,11 +173,11 @@ START_TEST(test_bad_recipe_refused)
 {
     char *work = make_work_dir();
     const char *extra[] = {bad_cases[_i].override};
-    harness h;
+    run_harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, extra, 1, &err) == 0, "%s", err.message);
     int rc = distill_train_run(&h.ctx, NULL, &err);
-    close_harness(&h);
+    run_harness_close(&h);
     ck_assert_msg(rc == bad_cases[_i].code, "%s: rc %d (%s)", bad_cases[_i].override, rc, err.message);
     ck_assert_msg(strstr(err.message, bad_cases[_i].key) != NULL, "%s: message '%s'", bad_cases[_i].override,
                   err.message);

@@ -14,9 +14,7 @@
 
 #include "dsarl/fileutil.h"
 #include "grpo_train.h"
-#include "recipe_internal.h"
-#include "registry.h"
-#include "selection.h"
+#include "run_harness.h"
 
 /* --- the scripted policy, as a generation engine --------------------------------------------------------------- */
 
@@ -124,9 +122,6 @@ static const dsarl_generation_ops script_ops = {
 
 static json_t *run_one_step(const char *work)
 {
-    dsarl_recipe *recipe = NULL;
-    dsarl_registry *reg = NULL;
-    dsarl_selection sel;
     dsarl_error err = {0};
     char logs[600];
     snprintf(logs, sizeof logs, "logger.log_dir=%s/logs", work);
@@ -134,38 +129,19 @@ static json_t *run_one_step(const char *work)
                           "policy.train_global_batch_size=8", "policy.train_micro_batch_size=4",
                           "grpo.max_num_steps=1", "grpo.val_period=0", "grpo.val_at_start=false",
                           "grpo.val_at_end=false", "checkpointing.enabled=false", "runtime.threads=1", logs};
-    ck_assert_msg(dsarl_recipe_load_file(DSARL_SOURCE_DIR "/configs/recipes/llm/grpo-glm5.2-tiny-calculator.yaml",
-                                         &recipe, &err) == 0, "%s", err.message);
-    for (size_t i = 0; i < sizeof over / sizeof over[0]; i++)
-        ck_assert_msg(dsarl_recipe_override(recipe, over[i], (int)i + 1, &err) == 0, "%s", err.message);
-    ck_assert_msg(dsarl_recipe_resolve(recipe, &err) == 0, "%s", err.message);
-    ck_assert_msg(dsarl_registry_create(&reg, &err) == 0, "%s", err.message);
-    ck_assert_msg(dsarl_registry_add_search_path(reg, DSARL_BINARY_DIR "/lib/dsarl/plugins", "test", &err) == 0, "%s",
-                  err.message);
-    ck_assert_msg(dsarl_registry_load_all(reg, &err) == 0, "%s", err.message);
-    const dsarl_node *root = dsarl_recipe_root(recipe);
-    ck_assert_msg(dsarl_select_plugins(root, reg, &sel, &err) == 0, "%s", err.message);
-    const dsarl_environment_ops *env_ops[DSARL_MAX_ENVIRONMENTS];
-    const char *env_names[DSARL_MAX_ENVIRONMENTS];
+    const run_overrides lists[] = {{over, DSARL_ARRAY_LEN(over)}};
+    run_harness h;
+    ck_assert_msg(run_harness_open(&h, "configs/recipes/llm/grpo-glm5.2-tiny-calculator.yaml", lists, 1, &err) == 0,
+                  "%s", err.message);
     bool calculator = false; // data.env_name picks it among the selected ones
-    for (int i = 0; i < sel.n_environments; i++) {
-        env_ops[i] = (const dsarl_environment_ops *)sel.environments[i].ops;
-        env_names[i] = sel.environments[i].name;
-        calculator |= strcmp(env_names[i], "calculator") == 0;
-    }
+    for (int i = 0; i < h.ctx.n_environments; i++)
+        calculator |= strcmp(h.env_names[i], "calculator") == 0;
     ck_assert(calculator);
-    dsarl_parallel parallel = DSARL_PARALLEL_SINGLE;
-    volatile sig_atomic_t stop = 0;
-    dsarl_run_context ctx = {
-        .struct_size = sizeof ctx, .host = dsarl_registry_host(reg), .recipe = root, .parallel = &parallel,
-        .model_ops = (const dsarl_model_ops *)sel.model.ops, .device_ops = (const dsarl_device_ops *)sel.device.ops,
-        .dsa_ops = (const dsarl_dsa_ops *)sel.dsa.ops, .generation_ops = &script_ops, .environment_ops = env_ops,
-        .environment_names = env_names, .n_environments = sel.n_environments, .stop_requested = &stop};
+    h.ctx.generation_ops = &script_ops;
     grpo_run_summary sum;
     turn2_contexts = observation_bytes = good_calls = 0;
-    ck_assert_msg(grpo_train_run(&ctx, &sum, &err) == 0, "%s", err.message);
-    dsarl_registry_free(reg);
-    dsarl_recipe_free(recipe);
+    ck_assert_msg(grpo_train_run(&h.ctx, &sum, &err) == 0, "%s", err.message);
+    run_harness_close(&h);
     char path[1200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", sum.exp_dir);
     json_error_t je;
@@ -174,20 +150,9 @@ static json_t *run_one_step(const char *work)
     return row;
 }
 
-static double metric(json_t *row, const char *name)
-{
-    json_t *v = json_object_get(row, name);
-    ck_assert_msg(v != NULL && json_is_number(v), "metric %s missing or not a number", name);
-    return json_number_value(v);
-}
+static double metric(json_t *row, const char *name) { return run_harness_metric(row, name); }
 
-static void remove_tree(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
+static void remove_tree(const char *path) { run_harness_remove_tree(path, NULL); }
 /* The tool-using script solves every two-digit product in two turns; the one that answers at once solves none; the
  * mixed one solves exactly the products it called the tool on, although the failed calls' long error observations
  * run in the same turn batches (each episode's answer has the room its own conversation leaves). */

@@ -1,5 +1,8 @@
-/* fuzz_tokenizer.c: a tokenizer.json loaded, then text encoded, the ids decoded (with and without special tokens)
- * and both chat templates rendered and encoded. Input: tokenizer.json, then optionally "\n%%\n" and the text. */
+/* fuzz_tokenizer_load.c: a tokenizer.json loaded, then text encoded, the ids decoded (with and without special
+ * tokens) and the built-in chat templates rendered and encoded: what a tokenizer.json does to everything after the
+ * load. Input: tokenizer.json, then optionally "\n%%\n" and the text. Seeds are small tokenizers (see
+ * make_tokenizer_seeds.py) and options/tokenizer_load caps inputs at 8 KiB: the JSON parse is the cost of an input.
+ * fuzz_tokenizer_encode fuzzes the text side against one fixed tokenizer. */
 #include "fuzz_common.h"
 
 #include "dsarl/tokenizer.h"
