@@ -34,7 +34,7 @@ typedef struct dsarl_parallel {
     int64_t grad_bucket_elements;    /* ABI 1.3: elements per gradient bucket (0: one bucket) */
     int32_t vpp_size;                /* ABI 1.5: model chunks (virtual pipeline stages) per pp rank, 1 without */
     int32_t reserved0;
-    /* ABI 1.5: dedicated generation ranks (policy.generation.colocated.enabled false under one MPI job). The job's
+    /* ABI 1.6: dedicated generation ranks (policy.generation.colocated.enabled false under one MPI job). The job's
      * processes are the training ranks (world_rank 0 .. world_size - 1 of the groups above) followed by
      * generation_ranks generation ranks. A generation rank sees a one-process layout (world_size 1, its groups of
      * one) with generation_index >= 0; a training rank has generation_index -1. generation is the group of every

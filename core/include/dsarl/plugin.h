@@ -55,7 +55,7 @@ DSARL_BEGIN_DECLS
  * interleaved virtual pipeline stages: dsarl_parallel.vpp_size, dsarl/pipeline.h's chunk split
  * (dsarl_pipeline_chunk_layers), the stage ops' slots under the interleaved schedule. */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 5
+#define DSARL_ABI_MINOR 6
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"
@@ -106,13 +106,13 @@ typedef struct dsarl_key_spec {
     uint32_t flags;            /* DSARL_KEY_* flags */
 } dsarl_key_spec;
 
-/* ABI 1.5: one list of keys to join into a plugin's table, e.g. its own keys and libdsarl's checkpoint keys. */
+/* ABI 1.6: one list of keys to join into a plugin's table, e.g. its own keys and libdsarl's checkpoint keys. */
 typedef struct dsarl_key_list {
     const dsarl_key_spec *keys;
     size_t n_keys;
 } dsarl_key_list;
 
-/* ABI 1.5: copies lists[0..n_lists), in order, into table[0..capacity) and sets *n_out to the keys copied. When
+/* ABI 1.6: copies lists[0..n_lists), in order, into table[0..capacity) and sets *n_out to the keys copied. When
  * they hold more than capacity keys it copies nothing, sets *n_out to 0 and fails (DSARL_E_INTERNAL, naming owner
  * and both counts), so a table too small is an error at plugin load and never a silently shortened key list. */
 DSARL_API int dsarl_key_table_join(const char *owner, const dsarl_key_list *lists, size_t n_lists,
