@@ -15,9 +15,7 @@
 #include "dsarl/fileutil.h"
 #include "grpo.h"
 #include "grpo_train.h"
-#include "recipe_internal.h"
-#include "registry.h"
-#include "selection.h"
+#include "run_harness.h"
 
 /* A test environment whose reward varies between random responses (the share of ASCII bytes in it), so a
  * random-init model gets non-zero advantages and the weights really move. */
@@ -56,17 +54,6 @@ static const dsarl_environment_ops ascii_env = {
     .common = DSARL_OPS_COMMON_NOKEYS(dsarl_environment_ops, DSARL_KIND_ENVIRONMENT, "ascii", "test reward"),
     .create = ascii_create, .destroy = ascii_destroy, .score = ascii_score};
 
-typedef struct harness {
-    dsarl_recipe *recipe;
-    dsarl_registry *reg;
-    dsarl_selection sel;
-    const dsarl_environment_ops *env_ops[DSARL_MAX_ENVIRONMENTS];
-    const char *env_names[DSARL_MAX_ENVIRONMENTS];
-    dsarl_parallel parallel;
-    volatile sig_atomic_t stop;
-    dsarl_run_context ctx;
-} harness;
-
 /* The micro run: every test starts from these and adds its own overrides (later ones win). */
 static const char *const micro[] = {
     "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=4",
@@ -76,79 +63,45 @@ static const char *const micro[] = {
     "grpo.val_num_generations_per_prompt=2",
 };
 
-static int open_harness(harness *h, const char *work, const char *const *extra, size_t n_extra, dsarl_error *err)
+static int open_harness(run_harness *h, const char *work, const char *const *extra, size_t n_extra,
+                        dsarl_error *err)
 {
-    memset(h, 0, sizeof *h);
-    int rc = dsarl_recipe_load_file(DSARL_SOURCE_DIR "/configs/recipes/llm/grpo-glm5.2-tiny.yaml", &h->recipe, err);
     char arg[3][512];
     snprintf(arg[0], sizeof arg[0], "logger.log_dir=%s/logs", work);
     snprintf(arg[1], sizeof arg[1], "checkpointing.checkpoint_dir=%s/ckpt", work);
     snprintf(arg[2], sizeof arg[2], "grpo.max_num_steps=4");
-    int index = 1;
-    for (size_t i = 0; rc == 0 && i < DSARL_ARRAY_LEN(micro); i++)
-        rc = dsarl_recipe_override(h->recipe, micro[i], index++, err);
-    for (size_t i = 0; rc == 0 && i < 3; i++)
-        rc = dsarl_recipe_override(h->recipe, arg[i], index++, err);
-    for (size_t i = 0; rc == 0 && i < n_extra; i++)
-        rc = dsarl_recipe_override(h->recipe, extra[i], index++, err);
-    if (rc == 0)
-        rc = dsarl_recipe_resolve(h->recipe, err);
-    if (rc == 0)
-        rc = dsarl_registry_create(&h->reg, err);
-    if (rc == 0)
-        rc = dsarl_registry_add_search_path(h->reg, DSARL_BINARY_DIR "/lib/dsarl/plugins", "test", err);
-    if (rc == 0)
-        rc = dsarl_registry_load_all(h->reg, err);
-    const dsarl_node *root = rc == 0 ? dsarl_recipe_root(h->recipe) : NULL;
-    if (rc == 0)
-        rc = dsarl_select_plugins(root, h->reg, &h->sel, err);
-    if (rc == 0) {
-        dsarl_schema_table tables[DSARL_SELECTION_MAX_TABLES];
-        size_t n = dsarl_selection_schema_tables(&h->sel, tables);
-        rc = dsarl_schema_validate(h->recipe, tables, n, NULL, err);
-    }
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < h->sel.n_environments; i++) {
-        h->env_ops[i] = (const dsarl_environment_ops *)h->sel.environments[i].ops;
-        h->env_names[i] = h->sel.environments[i].name;
-    }
-    h->parallel = (dsarl_parallel)DSARL_PARALLEL_SINGLE;
-    h->ctx = (dsarl_run_context){
-        .struct_size = sizeof h->ctx, .host = dsarl_registry_host(h->reg), .recipe = root, .parallel = &h->parallel,
-        .model_ops = (const dsarl_model_ops *)h->sel.model.ops, .device_ops = (const dsarl_device_ops *)h->sel.device.ops,
-        .dsa_ops = (const dsarl_dsa_ops *)h->sel.dsa.ops,
-        .generation_ops = (const dsarl_generation_ops *)h->sel.generation.ops, .environment_ops = h->env_ops,
-        .environment_names = h->env_names, .n_environments = h->sel.n_environments, .stop_requested = &h->stop};
-    return 0;
-}
-
-static void close_harness(harness *h)
-{
-    dsarl_registry_free(h->reg);
-    dsarl_recipe_free(h->recipe);
+    const char *const args[] = {arg[0], arg[1], arg[2]};
+    const run_overrides lists[] = {{micro, DSARL_ARRAY_LEN(micro)}, {args, 3}, {extra, n_extra}};
+    return run_harness_open(h, "configs/recipes/llm/grpo-glm5.2-tiny.yaml", lists, 3, err);
 }
 
 /* Runs the micro recipe with extra overrides in work (checkpointing off unless an override turns it on). */
 static grpo_run_summary run_ok(const char *work, const char *const *extra, size_t n_extra)
 {
-    harness h;
+    run_harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, extra, n_extra, &err) == 0, "%s", err.message);
     h.env_ops[0] = &ascii_env;
     grpo_run_summary sum;
     int rc = grpo_train_run(&h.ctx, &sum, &err);
     ck_assert_msg(rc == 0, "grpo_train_run: %s", err.message);
-    close_harness(&h);
+    run_harness_close(&h);
     return sum;
+}
+
+static char *make_work_dir(void) { return run_harness_work_dir("check_grpo_async"); }
+
+static void remove_tree(char *path)
+{
+    run_harness_remove_tree(path, "CHECK_GRPO_ASYNC_KEEP");
+    free(path);
 }
 
 /* The refusal of a run that must not start: its status and the key its message names. */
 static void assert_refused(const char *const *extra, size_t n_extra, const char *key, int code)
 {
-    char *work = strdup("/tmp/check_grpo_async_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(work));
-    harness h;
+    char *work = make_work_dir();
+    run_harness h;
     dsarl_error err = {0};
     ck_assert_msg(open_harness(&h, work, extra, n_extra, &err) == 0, "%s", err.message);
     h.env_ops[0] = &ascii_env;
@@ -156,27 +109,10 @@ static void assert_refused(const char *const *extra, size_t n_extra, const char 
     int rc = grpo_train_run(&h.ctx, &sum, &err);
     ck_assert_msg(rc == code, "expected status %d for %s, got %d: %s", code, key, rc, err.message);
     ck_assert_msg(strstr(err.message, key) != NULL, "message does not name %s: %s", key, err.message);
-    close_harness(&h);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
-    ck_assert_int_eq(system(cmd), 0);
-    free(work);
+    run_harness_close(&h);
+    remove_tree(work);
 }
 
-static char *make_work_dir(void)
-{
-    char *t = strdup("/tmp/check_grpo_async_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(t));
-    return t;
-}
-
-static void remove_tree(char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    ck_assert_int_eq(system(cmd), 0);
-    free(path);
-}
 
 static json_t *read_jsonl(const char *dir, const char *file)
 {
@@ -196,12 +132,7 @@ static json_t *read_jsonl(const char *dir, const char *file)
     return rows;
 }
 
-static double metric(json_t *row, const char *name)
-{
-    json_t *v = json_object_get(row, name);
-    ck_assert_msg(v != NULL && json_is_number(v), "metric %s missing or not a number", name);
-    return json_number_value(v);
-}
+static double metric(json_t *row, const char *name) { return run_harness_metric(row, name); }
 
 /* Metrics a run without the generation copy or the queue does not log, and the wall-clock ones. */
 static bool placement_only(const char *key)
