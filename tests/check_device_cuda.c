@@ -444,7 +444,7 @@ START_TEST(test_ops_table_complete)
     const dsarl_device_ops *ops = &dsarl_cuda_device_ops;
     ck_assert_int_eq(ops->common.struct_size, sizeof(dsarl_device_ops));
     ck_assert_str_eq(ops->common.name, "cuda");
-    const char *first = (const char *)&ops->create, *end = (const char *)&ops->reserved;
+    const char *first = (const char *)&ops->create, *end = (const char *)&ops->profile_scope;
     for (const char *p = first; p < end; p += sizeof(void (*)(void))) {
         void (*slot)(void);
         memcpy(&slot, p, sizeof slot);

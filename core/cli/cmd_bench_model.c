@@ -32,6 +32,8 @@ typedef struct model_bench_opts {
     int64_t seq, batch, steps, warmup, seed, ceiling_iters, threads;
     int64_t prompt_len, new_tokens;  // generate
     double lr, indexer_loss_coeff;
+    const char *sets[8];  // --set KEY=VALUE recipe overrides, applied in order after the bench's own keys
+    int n_sets;
 } model_bench_opts;
 
 // What the model ops say of the model (sizes for the token data and the decode floor) and what its flops slot
@@ -73,7 +75,7 @@ static void model_bench_close(model_bench *m)
 static const char *train_help =
     "usage: dsarl bench train [--config FILE|NAME | --model-dir DIR] [--device NAME] [--backend NAME]\n"
     "                         [--tokens 4096] [--batch 2] [--steps 3] [--warmup 1] [--seed 0] [--lr 1e-5]\n"
-    "                         [--indexer-loss-coeff 0] [--ceiling-iters 5] [--threads N]\n"
+    "                         [--indexer-loss-coeff 0] [--ceiling-iters 5] [--threads N] [--set KEY=VALUE ...]\n"
     "\n"
     "Times whole training steps (zero_grad, forward + backward of the mean token NLL, gradient norm and clip,\n"
     "AdamW on fp32 master weights: what the SFT and GRPO trainers run) of a glm_moe_dsa model on random token ids,\n"
@@ -91,18 +93,20 @@ static const char *train_help =
     "  --lr LR              AdamW learning rate (default 1e-5)\n"
     "  --indexer-loss-coeff C  DSA indexer KL loss weight (default 0: the LM loss alone, as the transformers peer)\n"
     "  --ceiling-iters N    timed runs of each ceiling (default 5)\n"
-    "  --threads N          host threads of the cpu device (default 0: its default)\n";
+    "  --threads N          host threads of the cpu device (default 0: its default)\n"
+    "  --set KEY=VALUE      a recipe key for the device, backend and model (runtime.cuda_profile=true: per-op GPU\n"
+    "                       times at the end; runtime.cuda_storage_dtype=fp32, ...); repeatable, at most 8\n";
 
 static const char *generate_help =
     "usage: dsarl bench generate [--config FILE|NAME | --model-dir DIR] [--device NAME] [--backend NAME]\n"
     "                            [--batch 32] [--prompt-len 128] [--new-tokens 128] [--steps 1] [--warmup 1]\n"
-    "                            [--seed 0] [--ceiling-iters 5] [--threads N]\n"
+    "                            [--seed 0] [--ceiling-iters 5] [--threads N] [--set KEY=VALUE ...]\n"
     "\n"
     "Times greedy generation of B random prompts through the native generation engine (KV cache: prefill, then one\n"
     "decode step per new token; no stop token, so every sequence makes --new-tokens tokens), after measuring the\n"
     "device's GEMM and copy ceilings in the same run. Prints generated tokens/s (prefill included), the decode\n"
     "floor from the weight bytes a step reads at the measured copy rate, and a `json:` line.\n"
-    "  --config, --model-dir, --device, --backend, --seed, --ceiling-iters, --threads: as `dsarl bench train`\n"
+    "  --config, --model-dir, --device, --backend, --seed, --ceiling-iters, --threads, --set: as `dsarl bench train`\n"
     "  --batch B            prompts (default 32)\n"
     "  --prompt-len P       tokens per prompt (default 128)\n"
     "  --new-tokens N       generated tokens per prompt (default 128)\n"
@@ -169,6 +173,13 @@ static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
         struct { const char *flag; double *dst; double lo, hi; } reals[] = {
             {"--lr", &o->lr, 0.0, 1.0}, {"--indexer-loss-coeff", &o->indexer_loss_coeff, 0.0, 1e6}};
         bool done = false;
+        if (!strcmp(f, "--set")) {
+            if (!v || !strchr(v, '=') || *v == '=')
+                return bad_option(cmd, "--set needs KEY=VALUE (a dotted recipe key, e.g. runtime.cuda_profile=true)");
+            if (o->n_sets == (int)(sizeof o->sets / sizeof o->sets[0]))
+                return bad_option(cmd, "--set is given more than 8 times");
+            o->sets[o->n_sets++] = v, done = true;
+        }
         for (size_t j = 0; !done && j < sizeof strs / sizeof strs[0]; j++)
             if (!strcmp(f, strs[j].flag)) {
                 if (!v || !*v) {
@@ -266,6 +277,12 @@ static int make_recipe(model_bench *m, const model_bench_opts *o, dsarl_error *e
              flow, o->indexer_loss_coeff, o->lr);
     int rc = dsarl_recipe_load_string(yaml, path, &m->recipe, err);
     free(flow), free(yaml);
+    for (int i = 0; rc == DSARL_OK && i < o->n_sets; i++) {
+        char arg[512];
+        if (snprintf(arg, sizeof arg, "++%s", o->sets[i]) >= (int)sizeof arg)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "--set '%.40s...': longer than 500 characters", o->sets[i]);
+        rc = dsarl_recipe_override(m->recipe, arg, i + 1, err);
+    }
     return rc;
 }
 

@@ -25,7 +25,7 @@ one_error_line() {
 
 # --- version and help ------------------------------------------------------------------------------------------
 expect 0 version -- "$dsarl" --version
-contains out "plugin ABI 1.6" version
+contains out "plugin ABI 1.7" version
 expect 0 help -- "$dsarl" --help
 contains out "exit status" help
 for sub in "run --help" "plugins --help" "config --help" "config show --help"; do

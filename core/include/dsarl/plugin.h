@@ -53,9 +53,11 @@ DSARL_BEGIN_DECLS
  * dsarl_block_tables; device sample_filtered (top-k/top-p/temperature draws on the device, dsarl/sampling.h);
  * model mtp_loss (multi-token prediction in training), dsarl_train_microbatch.mtp_loss;
  * interleaved virtual pipeline stages: dsarl_parallel.vpp_size, dsarl/pipeline.h's chunk split
- * (dsarl_pipeline_chunk_layers), the stage ops' slots under the interleaved schedule. */
+ * (dsarl_pipeline_chunk_layers), the stage ops' slots under the interleaved schedule.
+ * 1.7: device profile_scope (op classes for profiles), moe_group_padded (MoE grouping on the device),
+ * memory_info (free and total device memory). */
 #define DSARL_ABI_MAJOR 1
-#define DSARL_ABI_MINOR 6
+#define DSARL_ABI_MINOR 7
 
 /* The one symbol a plugin exports. */
 #define DSARL_PLUGIN_SYMBOL "dsarl_plugin_descriptor_v1"

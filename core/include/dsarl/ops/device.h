@@ -221,7 +221,20 @@ typedef struct dsarl_device_ops {
                            float temperature, int32_t top_k, float top_p, uint64_t seed, const uint64_t *streams,
                            dsarl_error *err);
 
-    void *reserved[2];
+    /* --- ABI 1.7 (took the last two reserved slots, so the table kept its size) ------------------------------ */
+    /* ABI 1.7, optional (NULL: no scopes; the caller skips the call). Names the op class of the work queued from now
+     * on ("attention", "moe", "lm_head", ...; NULL ends the scope): a profiling device attributes its time, a DSA
+     * plugin's kernels on its stream included, to the class. name must outlive the instance (a string literal). */
+    void (*profile_scope)(dsarl_device *dev, const char *name);
+    /* ABI 1.7, optional (NULL: the model groups on the host). Groups routed (token, slot) pairs by expert on the
+     * device, for pad rows per expert: indices (T,top_k) int32 in [0,E); expert e's pairs take rows e*pad .. in
+     * token order, rows[r] = token, slot[r] = t*top_k + k, slot_inv[t*top_k + k] = r; the unused rows of a group
+     * read token 0 with slot T*top_k (a zero routing weight). A pair past its expert's pad rows (only when pad < T
+     * or an expert repeats in a row) gets slot_inv = -1 and no row. rows, slot (E*pad), slot_inv (T*top_k): device
+     * int32. Nothing comes back to the host, so a decode step can be captured into a graph. */
+    int (*moe_group_padded)(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
+                            const int32_t *indices, int64_t T, int64_t E, int32_t top_k, int64_t pad,
+                            dsarl_error *err);
 
     /* --- ABI 1.3: collectives on a process group (dsarl/comm.h), on device memory ---------------------------- */
     /* Optional as a set: a device without them runs single-process layouts only (a layout with any group larger
@@ -249,7 +262,25 @@ typedef struct dsarl_device_ops {
                 int32_t peer, dsarl_error *err);
     int (*recv)(dsarl_device *dev, const dsarl_group *group, void *buf, int64_t n, dsarl_dtype dtype, int32_t peer,
                 dsarl_error *err);
+
+    /* --- ABI 1.7 (appended) ------------------------------------------------------------------------------- */
+    /* ABI 1.7, optional (NULL: unknown; engines size their caches from their own keys). The device memory free now
+     * and in all, in bytes, as the driver reports it (policy.generation.gpu_memory_utilization sizes the paged
+     * cache arena from them). */
+    int (*memory_info)(dsarl_device *dev, size_t *free_bytes, size_t *total_bytes, dsarl_error *err);
 } dsarl_device_ops;
+
+/* The ABI 1.7 slot `name` of a device ops table from any 1.x plugin, or NULL when its struct_size predates it. */
+#define DSARL_DEVICE_SLOT(ops, name)                                                                               \
+    ((ops)->common.struct_size >= offsetof(dsarl_device_ops, name) + sizeof((ops)->name) ? (ops)->name : NULL)
+
+/* Names the op class of the work queued from now on, where the device profiles (NULL ends the scope). */
+static inline void dsarl_device_profile_scope(const dsarl_device_ops *ops, dsarl_device *dev, const char *name)
+{
+    void (*scope)(dsarl_device *, const char *) = DSARL_DEVICE_SLOT(ops, profile_scope);
+    if (scope)
+        scope(dev, name);
+}
 
 /* Whether a device ops table (any 1.x) has the ABI 1.5 device-side sampler. */
 static inline bool dsarl_device_has_sample_filtered(const dsarl_device_ops *ops)
