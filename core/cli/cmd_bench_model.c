@@ -95,7 +95,7 @@ static const char *train_help =
     "  --ceiling-iters N    timed runs of each ceiling (default 5)\n"
     "  --threads N          host threads of the cpu device (default 0: its default)\n"
     "  --set KEY=VALUE      a recipe key for the device, backend and model (runtime.cuda_profile=true: per-op GPU\n"
-    "                       times at the end; runtime.cuda_storage_dtype=fp32, ...); repeatable, at most 8\n";
+    "                       times at the end; runtime.cuda_storage_dtype=f32, ...); repeatable, at most 8\n";
 
 static const char *generate_help =
     "usage: dsarl bench generate [--config FILE|NAME | --model-dir DIR] [--device NAME] [--backend NAME]\n"
