@@ -408,6 +408,24 @@ START_TEST(test_adamw_update)
         expect_close(&cc, gw, storage, w, n, storage_tol, "adamw_update weight write-back");
         cuda_free(gpu, gg), free(g);
     }
+    // ranges that start off the vector kernel's alignment: one element in (a scalar head, then the vector path),
+    // and a gradient whose address never lines up with the master's (scalar throughout)
+    for (int shift = 0; shift <= 1; shift++) {
+        int64_t o = 1, len = n - o;
+        float *g = rand_bf16(&stream, n + 1, 2);
+        void *gg = to_storage(g, n + 1);
+        const char *gd = (const char *)gg + (size_t)(o + shift) * (storage == DSARL_DTYPE_F32 ? 4 : 2);
+        ck_assert_int_eq(cpu_adamw_update(cpu, master + o, w + o, g + o + shift, m + o, v + o, len, 3e-3f, 0.9f,
+                                          0.95f, 1e-8f, 0.1f, 0.5f, 4 + shift, &err), 0);
+        char *gwo = (char *)gw + (size_t)o * (storage == DSARL_DTYPE_F32 ? 4 : 2);
+        ck_assert_int_eq(cuda_adamw_update(gpu, gmaster + o, gwo, gd, gm + o, gv + o, len, 3e-3f, 0.9f, 0.95f, 1e-8f,
+                                           0.1f, 0.5f, 4 + shift, &err), 0);
+        expect_close(&cc, gmaster, DSARL_DTYPE_F32, master, n, F32_TOL, "adamw_update master (unaligned range)");
+        expect_close(&cc, gm, DSARL_DTYPE_F32, m, n, F32_TOL, "adamw_update m (unaligned range)");
+        expect_close(&cc, gv, DSARL_DTYPE_F32, v, n, F32_TOL, "adamw_update v (unaligned range)");
+        expect_close(&cc, gw, storage, w, n, storage_tol, "adamw_update weight write-back (unaligned range)");
+        cuda_free(gpu, gg), free(g);
+    }
     cuda_free(gpu, gmaster), cuda_free(gpu, gm), cuda_free(gpu, gv), cuda_free(gpu, gw);
     free(master), free(m), free(v), free(w);
 }

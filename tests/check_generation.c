@@ -532,10 +532,13 @@ START_TEST(test_stop_ids_eos_and_truncation)
         int32_t want_len = first >= 0 ? first + 1 : 10, n = stopped.cu_lengths[b + 1] - stopped.cu_lengths[b];
         ck_assert_int_eq(n, want_len);
         ck_assert_int_eq(stopped.truncated[b], first < 0);
-        for (int32_t i = 0; i < n; i++) { // same draws up to the stop (streams per sequence and step)
+        // same draws up to the stop (streams per sequence and step), and the same log-probs to float32 rounding: a
+        // sequence's row sits at another place of a smaller batch once others stopped, and some BLAS kernels round
+        // a row by its place (OpenBLAS's Haswell kernels, which it also picks on AMD Zen 4: about 1e-6 relative)
+        for (int32_t i = 0; i < n; i++) {
             ck_assert_int_eq(got[i], full[i]);
             ck_assert(fabsf(stopped.logprobs[stopped.cu_lengths[b] + i] - free_run.logprobs[free_run.cu_lengths[b] +
-                            i]) <= 1e-6f * fabsf(free_run.logprobs[free_run.cu_lengths[b] + i]) + 1e-7f);
+                            i]) <= 1e-5f * fabsf(free_run.logprobs[free_run.cu_lengths[b] + i]) + 1e-6f);
         }
     }
     ck_assert_int_eq(stopped.cu_lengths[2] - stopped.cu_lengths[1], j + 1);

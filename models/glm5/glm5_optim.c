@@ -331,12 +331,16 @@ int glm5_optimizer_step(dsarl_model *model, const dsarl_optimizer_params *hp, ds
     DSARL_TRY(ensure_optim(model, err));
     glm5_optim *o = model->optim;
     int64_t step = o->step + 1;
-    // AdamW is elementwise, so the part of each tensor inside this rank's range updates on its own
+    // AdamW is elementwise, so the part of each tensor inside this rank's range updates on its own, and tensors
+    // that lie end to end in the flat buffers update as one run (one launch, not one per norm weight)
     for (int64_t i = 0; i < model->n_params; i++) {
         const glm5_param *p = &model->params[i];
-        int64_t a, b;
+        int64_t a, b, a2, b2;
         if (!p->trainable || !own_part(p, o->lo, o->hi, &a, &b))
             continue;
+        while (i + 1 < model->n_params && model->params[i + 1].trainable &&
+               own_part(&model->params[i + 1], o->lo, o->hi, &a2, &b2) && a2 == b)
+            b = b2, i++;
         void *weight = glm5_at(model, model->weights, a);
         float *master = o->master ? o->master + (a - o->lo) : weight;
         DSARL_TRY(model->dev_ops->adamw_update(model->dev, master, weight, glm5_at(model, model->grads, a),

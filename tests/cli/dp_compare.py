@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """dp_compare.py: the comparisons of the data-parallel CLI tests (test_dp_grpo.sh, test_dp_sft.sh).
   dp_compare.py metrics A_LOG_DIR B_LOG_DIR [STEP]  every logged metric of every step (only STEP when given) of two
-                                                  runs agrees within 1e-5 relative (timings excepted), and so do the
+                                                  runs agrees within 1e-5 relative on the first step
+                                                  and 3e-4 after it (timings excepted), and so do the
                                                   prompt/response sample dumps; DP_COMPARE_IGNORE (comma-separated
                                                   names) drops metrics only one layout logs, and
                                                   DP_COMPARE_EXACT=1 asks every value bit for bit
@@ -36,7 +37,12 @@ def compare_metrics(a_dir, b_dir, only):
             # the KL estimators of an on-policy step are ~1e-15 rounding noise: an absolute floor for them
             d = abs(x - y) / max(abs(x), abs(y), 1e-6)
             assert not exact or x == y, f"step {s} {k}: {x!r} vs {y!r} (not bit for bit)"
-            assert abs(x - y) <= 1e-9 or d <= 1e-5, f"step {s} {k}: {x} vs {y} (relative {d:.3g})"
+            # the first step starts from the same weights: only the summation order of the layouts differs (1e-5).
+            # After an AdamW step the weights differ by more than the gradients did (the step divides by sqrt(v),
+            # so near-zero gradient elements move the weights by much more than their rounding), and a later
+            # step's extremes (probs_ratio_min) carry that: 3e-4 there
+            tol = 1e-5 if s == steps[0] else 3e-4
+            assert abs(x - y) <= 1e-9 or d <= tol, f"step {s} {k}: {x} vs {y} (relative {d:.3g}, tolerance {tol:g})"
             worst, n = max(worst, d if abs(x - y) > 1e-9 else 0.0), n + 1
     for s in steps:
         for kind in ("train", "val"):
