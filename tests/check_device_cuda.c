@@ -5,7 +5,9 @@
  * rounding: outputs stored in bf16 (relative step 2^-8) and fp32 summation order. Tolerances, as
  * max |cuda - cpu| / max |cpu| over the output: 1e-2 for bf16 outputs (a few bf16 steps), 1e-5 for float32
  * outputs computed from the same inputs (statistics, log-probs, routing), exact for selections (routing indices,
- * argmax sampling). Each comparison prints its measured error. Label gpu; exit status 77 (skipped) without a GPU. */
+ * argmax sampling). Each comparison prints its measured error. The op-class profile (profile_scope under
+ * runtime.cuda_profile=true) is checked on known work: classes, call counts, which class dominates, and spans that
+ * add up to the timeline across a forced read-back. Label gpu; exit status 77 (skipped) without a GPU. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include "cpu_device.h"
 #define DSARL_CUDA_DEVICE_OPAQUE /* both plugins define struct dsarl_device */
 #include "cuda_device.h"
+#include "cuda_profile.h"
 #include "recipe_internal.h"
 #include "cuda_test_util.h"
 
@@ -56,6 +59,7 @@ static void *to_storage(const float *h, int64_t n) { return to_gpu_as(gpu, h, n,
 
 static void setup(void) { create_devices(NULL); }
 static void setup_f32(void) { create_devices("runtime:\n  cuda_storage_dtype: f32\n"); }
+static void setup_profile(void) { create_devices("runtime:\n  cuda_profile: true\n"); }
 
 static void teardown(void)
 {
@@ -477,6 +481,98 @@ START_TEST(test_ops_table_complete)
 }
 END_TEST
 
+
+/* --- op-class profile (profile_scope) ---------------------------------------------------------------------- */
+
+// Without runtime.cuda_profile the slot is a no-op: no class is recorded.
+START_TEST(test_profile_scope_off)
+{
+    const dsarl_device_ops *ops = &dsarl_cuda_device_ops;
+    ck_assert_ptr_nonnull(DSARL_DEVICE_SLOT(ops, profile_scope));
+    dsarl_device_profile_scope(ops, gpu, "test.off");
+    dsarl_device_profile_scope(ops, gpu, NULL);
+    cuda_profile_class classes[4];
+    double total = -1.0;
+    ck_assert_int_eq(cuda_profile_classes(gpu, classes, 4, &total), 0);
+    ck_assert(total == 0.0);
+}
+END_TEST
+
+static const cuda_profile_class *find_class(const cuda_profile_class *c, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(c[i].name, name))
+            return &c[i];
+    ck_abort_msg("check_device_cuda: profile: no class %s", name);
+    return NULL;
+}
+
+/* Known work in known classes: tiny adds toggling between two classes until the scope-event pool is one short of
+ * full, then large GEMMs in "test.large" (its scope change is the pool's last, so its span is closed only after
+ * the forced read-back: a span lost across a drain loses the GEMMs), one tiny add in "test.small", then NULL.
+ * The GEMM class must dominate and hold its GEMMs' bracketed time, the call counts must be the changes made, and
+ * the spans must add up to the GPU time from the first scope change to the last. */
+START_TEST(test_profile_scope_classes)
+{
+    const dsarl_device_ops *ops = &dsarl_cuda_device_ops;
+    int64_t n = 4096, small = 256;
+    int gemms = 32;
+    float *a = rand_bf16(&stream, n * n, 1), *b = rand_bf16(&stream, n * n, 1), *x = rand_bf16(&stream, small, 1);
+    void *da = to_storage(a, n * n), *db = to_storage(b, n * n), *dc = to_storage(NULL, n * n);
+    void *dx = to_storage(x, small), *dy = to_storage(NULL, small);
+    // the GEMM's first call plans it (host time): outside any scope, which leaves it out of the classes
+    ck_assert_msg(ops->gemm(gpu, false, true, n, n, n, 1.0f, da, db, 0.0f, dc, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(cuda_synchronize(gpu, &err), 0);
+    int toggles = CUDA_PROFILE_SCOPE_EVENTS - 1;
+    for (int i = 0; i < toggles; i++) {
+        dsarl_device_profile_scope(ops, gpu, i % 2 ? "test.toggle_b" : "test.toggle_a");
+        dsarl_device_profile_scope(ops, gpu, i % 2 ? "test.toggle_b" : "test.toggle_a"); // the same: no change
+        ck_assert_int_eq(ops->add(gpu, dy, dx, dx, small, &err), 0);
+    }
+    dsarl_device_profile_scope(ops, gpu, "test.large");
+    for (int i = 0; i < gemms; i++)
+        ck_assert_msg(ops->gemm(gpu, false, true, n, n, n, 1.0f, da, db, 0.0f, dc, &err) == 0, "%s", err.message);
+    dsarl_device_profile_scope(ops, gpu, "test.small"); // the pool is full: read back first
+    ck_assert_int_eq(ops->add(gpu, dy, dx, dx, small, &err), 0);
+    dsarl_device_profile_scope(ops, gpu, NULL);
+    ck_assert_int_eq(cuda_synchronize(gpu, &err), 0);
+
+    cuda_profile_class c[8];
+    double total = 0.0;
+    int nc = cuda_profile_classes(gpu, c, 8, &total);
+    ck_assert_int_eq(nc, 5); // (unscoped), toggle_a, toggle_b, large, small
+    const cuda_profile_class *unscoped = find_class(c, nc, "(unscoped)"), *ta = find_class(c, nc, "test.toggle_a"),
+                             *tb = find_class(c, nc, "test.toggle_b"), *large = find_class(c, nc, "test.large"),
+                             *sm = find_class(c, nc, "test.small");
+    ck_assert_int_eq(ta->calls, (toggles + 1) / 2);
+    ck_assert_int_eq(tb->calls, toggles / 2);
+    ck_assert_int_eq(large->calls, 1);
+    ck_assert_int_eq(sm->calls, 1);
+    ck_assert_int_eq(unscoped->calls, 1);
+    // the span after the last change is still open, and the warm-up GEMM came before the first change
+    ck_assert(unscoped->span_ms == 0.0 && unscoped->ops_ms == 0.0);
+    double spans = 0.0;
+    for (int i = 0; i < nc; i++) {
+        printf("check_device_cuda: profile: %-16s calls %5lld span %9.3f ms ops %9.3f ms\n", c[i].name,
+               (long long)c[i].calls, c[i].span_ms, c[i].ops_ms);
+        // a class's device ops ran inside its spans (event timestamps: allow their resolution)
+        ck_assert_msg(c[i].ops_ms <= c[i].span_ms * 1.001 + 0.01, "%s: ops %.3f ms > span %.3f ms", c[i].name,
+                      c[i].ops_ms, c[i].span_ms);
+        spans += c[i].span_ms;
+    }
+    printf("check_device_cuda: profile: spans %.3f ms, first to last change %.3f ms\n", spans, total);
+    ck_assert(ta->ops_ms > 0.0 && tb->ops_ms > 0.0 && sm->ops_ms > 0.0);
+    ck_assert_msg(fabs(spans - total) <= 0.01 * total + 0.05, "spans %.3f ms, first to last %.3f ms", spans, total);
+    // 32 GEMMs of 2 n^3 = 137 GFLOP each: milliseconds, against one tiny add
+    ck_assert_msg(large->span_ms > 20.0 * sm->span_ms, "large %.3f ms, small %.3f ms", large->span_ms, sm->span_ms);
+    ck_assert_msg(large->ops_ms > 0.5 * large->span_ms, "large: ops %.3f ms of a %.3f ms span", large->ops_ms,
+                  large->span_ms);
+    ck_assert_msg(large->span_ms > 0.05 * total, "large %.3f ms of %.3f ms", large->span_ms, total);
+    cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc), cuda_free(gpu, dx), cuda_free(gpu, dy);
+    free(a), free(b), free(x);
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
     tcase_add_test(tc, test_ops_table_complete);
@@ -493,19 +589,25 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_scale_sum_squares);
     tcase_add_test(tc, test_adamw_update);
     tcase_add_test(tc, test_sample_tokens);
+    tcase_add_test(tc, test_profile_scope_off);
 }
 
-// Every op twice: bf16 storage (the default) and float32 storage (runtime.cuda_storage_dtype=f32).
+// Every op twice: bf16 storage (the default) and float32 storage (runtime.cuda_storage_dtype=f32); the op-class
+// profile once (bf16).
 static Suite *device_cuda_suite(void)
 {
     Suite *s = suite_create("device_cuda");
     TCase *bf16 = tcase_create("ops_vs_cpu_bf16"), *f32 = tcase_create("ops_vs_cpu_f32");
+    TCase *prof = tcase_create("profile_scope");
     tcase_add_checked_fixture(bf16, setup, teardown);
     tcase_add_checked_fixture(f32, setup_f32, teardown);
+    tcase_add_checked_fixture(prof, setup_profile, teardown);
     add_tests(bf16);
     add_tests(f32);
+    tcase_add_test(prof, test_profile_scope_classes);
     suite_add_tcase(s, bf16);
     suite_add_tcase(s, f32);
+    suite_add_tcase(s, prof);
     return s;
 }
 

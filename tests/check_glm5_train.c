@@ -1,7 +1,9 @@
 /* check_glm5_train.c: the training pass (train_forward + train_backward) of the glm_moe_dsa model: its log-probs
  * equal forward_logprobs bit for bit, its gradients and indexer loss equal backward's, train_backward without a
  * pending pass fails, and the backward runs no second forward: a counting DSA table around the reference backend
- * sees one attention forward per layer and one indexer top-k per full layer over a whole training step. */
+ * sees one attention forward per layer and one indexer top-k per full layer over a whole training step. The op
+ * classes the model names through the device's profile_scope slot (a recording CPU table) cover the training step
+ * and a decode step class by class, and every model op ends its class. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -276,6 +278,148 @@ START_TEST(test_one_forward_per_step)
 }
 END_TEST
 
+
+/* --- op classes (profile_scope) ------------------------------------------------------------------------------ */
+
+// The classes glm5 names (glm5_pass.h, docs/performance.md); NULL ends a model op.
+static const char *const known_classes[] = {
+    "setup", "embedding", "norm", "attention.proj", "attention.core", "kv_cache", "indexer", "moe", "moe.shared",
+    "mlp.dense", "lm_head", "mtp", "pipeline", "embedding.bwd", "norm.bwd", "attention.proj.bwd",
+    "attention.core.bwd", "indexer.loss", "moe.bwd", "moe.shared.bwd", "mlp.dense.bwd", "lm_head.bwd", "mtp.bwd",
+    "optimizer.grad_reduce", "optimizer.grad_norm", "optimizer.adamw", "optimizer.weight_gather",
+    "optimizer.zero_grad"};
+
+enum { MAX_SCOPES = 4096 };
+static const char *scopes[MAX_SCOPES];
+static int n_scopes;
+
+// The CPU device's table has no profile_scope: this copy records what the model names.
+static void record_scope(dsarl_device *d, const char *name)
+{
+    (void)d;
+    ck_assert_int_lt(n_scopes, MAX_SCOPES);
+    scopes[n_scopes++] = name;
+}
+
+// Changes into class name among records [from, to), as a profiling device counts them (a repeat is no change).
+static int entries(int from, int to, const char *name)
+{
+    int n = 0;
+    for (int i = from; i < to; i++) {
+        bool is = scopes[i] && !strcmp(scopes[i], name);
+        bool was = i > from && scopes[i - 1] && !strcmp(scopes[i - 1], name);
+        n += is && !was;
+    }
+    return n;
+}
+
+// Records [from, to) of one model op: known classes, and the op's last record NULL (its only one).
+static void expect_op_records(int from, int to, const char *op)
+{
+    ck_assert_msg(to > from && scopes[to - 1] == NULL, "%s: does not end its op class", op);
+    for (int i = from; i < to - 1; i++) {
+        ck_assert_msg(scopes[i] != NULL, "%s: ends its class at record %d of %d", op, i - from, to - from);
+        bool known = false;
+        for (size_t k = 0; k < sizeof known_classes / sizeof known_classes[0]; k++)
+            known = known || !strcmp(scopes[i], known_classes[k]);
+        ck_assert_msg(known, "%s: unknown op class %s", op, scopes[i]);
+    }
+}
+
+// Whether a class of the backward (.bwd, or the indexer loss) appears among records [from, to).
+static bool has_backward_class(int from, int to)
+{
+    for (int i = from; i < to; i++)
+        if (scopes[i] && (strstr(scopes[i], ".bwd") || !strcmp(scopes[i], "indexer.loss")))
+            return true;
+    return false;
+}
+
+/* A training step (train_forward, train_backward, grad_norm, optimizer_step), then a prefill and a decode step
+ * through the cache, on a model whose device records its scopes: per layer one attention kernel and one indexer
+ * (full, or a shared layer's copy) in each pass, the MoE layers' routed and shared experts and the dense layer in
+ * their own classes, the backward in the .bwd classes, the cache's appends in kv_cache. */
+START_TEST(test_profile_scopes)
+{
+    static dsarl_device_ops scoped;
+    scoped = dsarl_cpu_device_ops;
+    scoped.profile_scope = record_scope;
+    dsarl_model *sm = NULL;
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(recipe), .device_ops = &scoped,
+                             .device = dev, .dsa_ops = &counting_ops, .dsa = dsa, .seed = 31};
+    ck_assert_msg(ops->create(&mc, &sm, &err) == 0, "%s", err.message);
+    random_batch(11, 3, 1.0f);
+    float lp[MAX_T], il = 0.0f;
+    double norm = 0.0;
+    n_scopes = 0;
+    ck_assert_msg(ops->train_forward(sm, &batch, targets, lp, &err) == 0, "%s", err.message);
+    int fwd = n_scopes;
+    ck_assert_msg(ops->train_backward(sm, dlogprobs, &il, &err) == 0, "%s", err.message);
+    int bwd = n_scopes;
+    ck_assert_msg(ops->grad_norm(sm, &norm, &err) == 0, "%s", err.message);
+    int gn = n_scopes;
+    dsarl_optimizer_params hp = {.struct_size = sizeof hp, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                 .grad_scale = 1.0};
+    ck_assert_msg(ops->optimizer_step(sm, &hp, &err) == 0, "%s", err.message);
+    int opt = n_scopes;
+    expect_op_records(0, fwd, "train_forward");
+    expect_op_records(fwd, bwd, "train_backward");
+    expect_op_records(bwd, gn, "grad_norm");
+    expect_op_records(gn, opt, "optimizer_step");
+    // forward: layer 0 dense, layers 1-2 MoE; every layer attends once and runs (or copies) the indexer once
+    ck_assert_int_eq(entries(0, fwd, "setup"), 1);
+    ck_assert_int_eq(entries(0, fwd, "embedding"), 1);
+    ck_assert_int_eq(entries(0, fwd, "attention.core"), LAYERS);
+    ck_assert_int_eq(entries(0, fwd, "indexer"), LAYERS);
+    ck_assert_int_eq(entries(0, fwd, "mlp.dense"), 1);
+    ck_assert_int_eq(entries(0, fwd, "moe"), LAYERS - 1);
+    ck_assert_int_eq(entries(0, fwd, "moe.shared"), LAYERS - 1);
+    ck_assert_int_ge(entries(0, fwd, "attention.proj"), LAYERS);
+    ck_assert_int_ge(entries(0, fwd, "norm"), LAYERS);
+    ck_assert_int_ge(entries(0, fwd, "lm_head"), 1);
+    ck_assert(!has_backward_class(0, fwd));
+    // backward (no recompute: no forward class but the buffers' setup)
+    ck_assert_int_eq(entries(fwd, bwd, "attention.core.bwd"), LAYERS);
+    ck_assert_int_eq(entries(fwd, bwd, "mlp.dense.bwd"), 1);
+    ck_assert_int_eq(entries(fwd, bwd, "moe.bwd"), LAYERS - 1);
+    ck_assert_int_eq(entries(fwd, bwd, "moe.shared.bwd"), LAYERS - 1);
+    ck_assert_int_eq(entries(fwd, bwd, "lm_head.bwd"), 1);
+    ck_assert_int_eq(entries(fwd, bwd, "embedding.bwd"), 1);
+    ck_assert_int_ge(entries(fwd, bwd, "indexer.loss"), FULL_LAYERS);
+    ck_assert_int_ge(entries(fwd, bwd, "attention.proj.bwd"), LAYERS);
+    ck_assert_int_eq(entries(fwd, bwd, "attention.core") + entries(fwd, bwd, "moe") + entries(fwd, bwd, "indexer"),
+                     0);
+    ck_assert_int_eq(entries(bwd, gn, "optimizer.grad_norm"), 1);
+    ck_assert_int_eq(entries(gn, opt, "optimizer.adamw"), 1);
+
+    // prefill two prompts into slots 0 and 1, then one decode step
+    dsarl_model_cache *cache = NULL;
+    ck_assert_msg(ops->cache_create(sm, 2, 16, &cache, &err) == 0, "%s", err.message);
+    int32_t prompt[9] = {3, 14, 15, 9, 26, 5, 35, 8, 9}, pcu[3] = {0, 4, 9}, slots[2] = {0, 1}, next[2] = {7, 1};
+    int32_t dcu[3] = {0, 1, 2};
+    float logits[2 * V];
+    dsarl_token_batch pb = {.struct_size = sizeof pb, .n_tokens = 9, .n_sequences = 2, .tokens = prompt,
+                            .cu_seqlens = pcu, .logit_scale = 1.0f};
+    dsarl_token_batch db = {.struct_size = sizeof db, .n_tokens = 2, .n_sequences = 2, .tokens = next,
+                            .cu_seqlens = dcu, .logit_scale = 1.0f};
+    ck_assert_msg(ops->forward_cached(sm, cache, &pb, slots, logits, &err) == 0, "%s", err.message);
+    int pre = n_scopes;
+    ck_assert_msg(ops->forward_cached(sm, cache, &db, slots, logits, &err) == 0, "%s", err.message);
+    int dec = n_scopes;
+    expect_op_records(opt, pre, "forward_cached (prefill)");
+    expect_op_records(pre, dec, "forward_cached (decode)");
+    // each layer appends its latents, each full layer its indexer keys
+    ck_assert_int_eq(entries(pre, dec, "kv_cache"), LAYERS + FULL_LAYERS);
+    ck_assert_int_eq(entries(pre, dec, "attention.core"), LAYERS);
+    ck_assert_int_eq(entries(pre, dec, "indexer"), LAYERS + FULL_LAYERS); // resumed after its cache append
+    ck_assert_int_eq(entries(pre, dec, "moe"), LAYERS - 1);
+    ck_assert_int_eq(entries(pre, dec, "lm_head"), 1);
+    ck_assert(!has_backward_class(opt, dec));
+    ops->cache_free(cache);
+    ops->destroy(sm);
+}
+END_TEST
+
 static Suite *glm5_train_suite(void)
 {
     Suite *s = suite_create("glm5_train");
@@ -289,6 +433,7 @@ static Suite *glm5_train_suite(void)
     tcase_add_test(tc, test_logprob_chunks_equal_whole_pass);
     tcase_add_test(tc, test_logprob_chunk_refused);
     tcase_add_test(tc, test_one_forward_per_step);
+    tcase_add_test(tc, test_profile_scopes);
     suite_add_tcase(s, tc);
     return s;
 }

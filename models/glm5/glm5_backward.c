@@ -158,11 +158,14 @@ static int mlp_backward_tp(glm5_pass *p, glm5_grad_bufs *g, void *dx, const void
 static int moe_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,
                         const void *dy, void *dh2, dsarl_error *err)
 {
-    if (L->mlp_gate_up)
+    if (L->mlp_gate_up) {
+        glm5_scope(p->m, "moe.shared.bwd");
         DSARL_TRY(mlp_backward_tp(p, g, dh2, dy, a->h2_full, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down,
                                   L->mlp_inner, err));
+    }
     int64_t T = p->T;
     p->T = p->T_sp;
+    glm5_scope(p->m, "moe.bwd");
     int rc = glm5_moe_backward(p, g, a, L, dy, dh2, err);
     p->T = T;
     return rc;
@@ -192,6 +195,7 @@ static int absorbed_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_LATENT_TM, g->dout_latent, g->s3, err));
     // under cp the keys are every rank's (glm5_cp.c): their gradients go back to their owners
     void *dkv = p->cp ? g->dkv_all : g->dkv;
+    glm5_scope(m, "attention.core.bwd");
     DSARL_TRY(d->zero(m->dev, dkv, (size_t)(p->batch.n_keys * dqk) * m->elem, err));
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = p->cp ? a->kv_all : a->kv,
                                      .n_heads = (int32_t)H, .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
@@ -200,6 +204,7 @@ static int absorbed_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
                                               g->dout_latent, g->dq_abs, dkv, err));
     if (p->cp)
         DSARL_TRY(glm5_cp_scatter_keys(p, g->dkv, g->dkv_all, dqk, err));
+    glm5_scope(m, "attention.proj.bwd");
     // q_abs_h = [q_nope_h W_UK_h | q_rope_h]: dq = [d q_abs_h W_UK_h^T | d q_rope_h], assembled by one gather from
     // s3 = [(H, T, nope) | (T, H, rope)]
     DSARL_TRY(glm5_head_gather(p, GLM5_MAP_DQ_ABS_HM, g->s1, g->dq_abs, err));       // (H, T, kv_lora)
@@ -229,11 +234,13 @@ static int headwise_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_a
     dsarl_dsa_headwise_inputs hw = {.struct_size = sizeof(hw), .q = a->q, .k = a->k_heads, .v = a->v_heads,
                                     .n_heads = (int32_t)H, .d_qk = (int32_t)qk, .d_v = (int32_t)v,
                                     .softmax_scale = (float)c->softmax_scale};
+    glm5_scope(m, "attention.core.bwd");
     DSARL_TRY(m->dsa_ops->headwise_attention_backward(m->dsa, &p->batch, &hw, p->every_key_selected ? NULL : a->topk,
                                                       p->topk_width, a->attn, a->lse, g->dattn, g->dq, g->dk_heads,
                                                       g->dv_heads, err));
     if (p->cp) // the keys are every rank's: their gradients go back to their owners (glm5_cp.c)
         return glm5_cp_headwise_backward(p, g, a, L, err);
+    glm5_scope(m, "attention.proj.bwd");
     // back to kv_b_proj's output layout (T, H, nope + v): rows (t, h) of T*H
     DSARL_TRY(d->copy_2d(m->dev, g->dkv_heads, nope + v, g->dk_heads, qk, T * H, nope, err));
     DSARL_TRY(d->copy_2d(m->dev, glm5_at(m, g->dkv_heads, nope), nope + v, g->dv_heads, v, T * H, v, err));
@@ -260,6 +267,7 @@ static int attention_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
     int64_t dqk = kvr + rope, qr = c->q_lora_rank;
     float rs = (float)c->attention_scaling;
     const void *dy;
+    glm5_scope(m, "attention.proj.bwd");
     DSARL_TRY(gather_dy(p, g, dy_local, &dy, err));
     void *dh1 = p->sp ? g->dpart : dh1_local; // (T, C)
     DSARL_TRY(glm5_linear_dinput(m, g->dattn, dy, L->o_proj, T, H * v, C, 0.0f, err));
@@ -268,6 +276,7 @@ static int attention_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
         DSARL_TRY(headwise_backward(p, g, a, L, err));
     else
         DSARL_TRY(absorbed_backward(p, g, a, L, err));
+    glm5_scope(m, "attention.proj.bwd"); // (the cp paths leave the core's class)
     DSARL_TRY(d->rope_backward(m->dev, glm5_at(m, g->dq, nope), glm5_at(m, g->dq, nope), p->positions, m->inv_freq,
                                rs, T, H, H * qk, qk, rope, err));
     DSARL_TRY(glm5_linear_dweight(m, L->q_b_proj, g->dq, a->q_resid, T, qr, H * qk, err));
@@ -316,6 +325,7 @@ static int indexer_loss_layer(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_
     float rs = (float)c->attention_scaling;
     // the loss distils the absorbed form's attention (q_abs over the latent); the headwise form keeps no q_abs, so
     // it is rebuilt here (its lse equals the absorbed one: the same logits, regrouped)
+    glm5_scope(m, "indexer.loss");
     const void *q_abs = a->q_abs;
     if (p->form == DSARL_DSA_FORM_HEADWISE) {
         DSARL_TRY(glm5_absorb_queries(p, L, a->q, g->q_abs, g->s1, g->s2, err));
@@ -457,6 +467,7 @@ static int caller_logprobs(glm5_pass *p, glm5_grad_bufs *g, const int32_t *targe
                            dsarl_error *err)
 {
     float *out = logprobs;
+    glm5_scope(p->m, "lm_head");
     if (p->cp) {
         DSARL_TRY(glm5_cp_local_targets(p, targets, &targets, err));
         DSARL_TRY(glm5_pass_host_alloc(p, (size_t)p->T * sizeof(float), (void **)&out, err));
@@ -514,6 +525,7 @@ int glm5_forward_logprobs(dsarl_model *m, const dsarl_token_batch *batch, const 
     if (rc == 0) // the stages in turn: every rank returns the last stage's log-probs
         rc = glm5_stage_share_last(m, logprobs, caller_tokens(&p), err);
     glm5_pass_free(&p);
+    glm5_scope(m, NULL);
     return rc;
 }
 
@@ -561,6 +573,7 @@ static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size, V = glm5_local_vocab(m);
+    glm5_scope(m, "lm_head.bwd");
     if (p->cp) // the gradients of this rank's rows (0 at its pad rows)
         DSARL_TRY(glm5_cp_local_values(p, dlogprobs, &dlogprobs, err));
     if (T != p->T_real) // pad rows: no gradient (their targets are ignored too)
@@ -587,6 +600,7 @@ static int head_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     DSARL_TRY(glm5_sp_reduce(p, g->dh, dh, C, err));
     if (p->mtp) // the MTP depths read h_final too: their gradient joins the head's before the final norm's
         DSARL_TRY(glm5_mtp_backward(p, g, err));
+    glm5_scope(m, "norm.bwd");
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dx, glm5_grad_of(m, m->final_norm), g->dh, p->x, m->final_norm,
                                   p->rstd_final, Ts, C, err));
     return DSARL_OK;
@@ -599,17 +613,22 @@ int glm5_layer_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *
     const glm5_layer *L = &m->layers[i];
     int64_t Ts = p->T_sp, C = m->cfg.hidden_size;
     // MLP branch: x_out = x_mid + mlp(rmsnorm(x_mid)); the residual stream's gradients are this rank's rows
+    glm5_scope(m, "norm.bwd");
     DSARL_TRY(d->zero(m->dev, g->dh2, (size_t)(Ts * C) * m->elem, err));
-    if (m->cfg.mlp_sparse[i])
+    if (m->cfg.mlp_sparse[i]) {
         DSARL_TRY(moe_backward(p, g, a, L, g->dx, g->dh2, err));
-    else
+    } else {
+        glm5_scope(m, "mlp.dense.bwd");
         DSARL_TRY(mlp_backward_tp(p, g, g->dh2, g->dx, a->h2_full, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down,
                                   L->mlp_inner, err));
+    }
+    glm5_scope(m, "norm.bwd");
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->post_attention_norm), g->dh2, a->x_mid,
                                   L->post_attention_norm, a->rstd2, Ts, C, err));
     DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
     // attention branch: x_mid = x_in + attn(rmsnorm(x_in))
     DSARL_TRY(attention_backward(p, g, a, L, g->dx, g->dh, err));
+    glm5_scope(m, "norm.bwd");
     DSARL_TRY(d->rmsnorm_backward(m->dev, g->dtmp, glm5_grad_of(m, L->input_norm), g->dh, a->x_in, L->input_norm,
                                   a->rstd1, Ts, C, err));
     DSARL_TRY(d->add(m->dev, g->dx, g->dx, g->dtmp, Ts * C, err));
@@ -634,6 +653,7 @@ static int chunk_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, int32
     for (int32_t i = glm5_chunk_end(&m->stage, chunk) - 1; i >= first; i--) {
         glm5_layer_acts *a = &p->acts[p->recompute ? 0 : glm5_stage_local_layer(&m->stage, i)];
         if (p->recompute) { // rerun the layer from its saved input (same top-k: the indexer is deterministic)
+            glm5_scope(m, "norm");
             DSARL_TRY(d->copy(m->dev, p->x, p->x_saved[i], (size_t)(Ts * C) * m->elem, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
             DSARL_TRY(glm5_layer_forward(p, a, i, i > first ? p->topk_saved[i - 1] : glm5_stage_topk(p, chunk), err));
@@ -643,6 +663,7 @@ static int chunk_backward(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, int32
     glm5_pass_free_chunk_acts(p, chunk); // the chunk's activations are spent
     if (!glm5_chunk_is_first(m, chunk))
         return glm5_stage_grad_output(p, g->dx, err);
+    glm5_scope(m, "embedding.bwd");
     if (m->shards.tp_size == 1)
         return d->embedding_backward(m->dev, glm5_grad_of(m, m->embed), g->dx, p->tokens, T, C, err);
     // vocab-parallel: every row's gradient, kept where this rank's slice holds the id
@@ -660,6 +681,8 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
     const dsarl_device_ops *d = m->dev_ops;
     int64_t T = p->T;
     bool indexer_loss = m->indexer_loss_coeff > 0.0f;
+    if (indexer_loss)
+        glm5_scope(m, "indexer.loss");
     if (indexer_loss && p->cp) // the mean over the caller's tokens: coeff / T_caller at this rank's real rows
         DSARL_TRY(glm5_cp_upload_real(p, g->idloss, m->indexer_loss_coeff / (float)p->cp->T_caller, err));
     else if (indexer_loss) // its gradient: coeff / T for every query token (the mean), the same in every full
@@ -669,6 +692,8 @@ static int backward_pass(dsarl_model *m, glm5_pass *p, glm5_grad_bufs *g, const 
         DSARL_TRY(chunk_backward(m, p, g, p->bwd_chunk, dlogprobs, err));
     if (p->bwd_chunk >= 0) // chunks left: their layers' indexer losses are not computed yet
         return d->synchronize(m->dev, err);
+    if (indexer_loss)
+        glm5_scope(m, "indexer.loss");
     double iloss = 0.0;
     if (indexer_loss && p->cp)
         DSARL_TRY(glm5_cp_sum_indexer_losses(p, g->ilosses, &iloss, err));
@@ -726,6 +751,7 @@ static int replicated_grads_begin(glm5_pass *p, void **saved, dsarl_error *err)
 {
     dsarl_model *m = p->m;
     int64_t n_sum, n_avg;
+    glm5_scope(m, "optimizer.grad_reduce");
     DSARL_TRY(pack_replicated(m, NULL, true, &n_sum, &n_avg, err));
     DSARL_TRY(glm5_pass_alloc(p, (size_t)(2 * (n_sum + n_avg)) * m->elem, saved, err));
     DSARL_TRY(pack_replicated(m, *saved, true, &n_sum, &n_avg, err));
@@ -740,6 +766,7 @@ static int replicated_grads_end(glm5_pass *p, void *saved, dsarl_error *err)
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     int64_t n_sum, n_avg;
+    glm5_scope(m, "optimizer.grad_reduce");
     DSARL_TRY(pack_replicated(m, NULL, true, &n_sum, &n_avg, err));
     void *packed = glm5_at(m, saved, n_sum + n_avg); // the second half: begin's zeroes, free again
     DSARL_TRY(pack_replicated(m, packed, true, &n_sum, &n_avg, err));
@@ -787,17 +814,22 @@ int glm5_train_run_forward(dsarl_model *m, glm5_train *tr, const int32_t *target
     DSARL_TRY(glm5_pass_layers(&tr->p, err));
     if (first_chunk)
         DSARL_TRY(alloc_targets(&tr->p, &tr->g, err));
-    if (tr->p.fwd_chunk < m->stage.chunks) // a pipeline schedule runs the other model chunks later
+    if (tr->p.fwd_chunk < m->stage.chunks) { // a pipeline schedule runs the other model chunks later
+        glm5_scope(m, NULL);
         return DSARL_OK;
+    }
     DSARL_TRY(caller_logprobs(&tr->p, &tr->g, targets, logprobs, err));
     // MTP is refused under pipeline and context parallelism, so here the whole model is this rank's
-    return m->cfg.mtp_layers > 0 && glm5_stage_is_last(m) ? glm5_mtp_forward(&tr->p, targets, err) : DSARL_OK;
+    int rc = m->cfg.mtp_layers > 0 && glm5_stage_is_last(m) ? glm5_mtp_forward(&tr->p, targets, err) : DSARL_OK;
+    glm5_scope(m, NULL);
+    return rc;
 }
 
 int glm5_train_grad_bufs(dsarl_model *m, glm5_train *tr, dsarl_error *err)
 {
     if (tr->grad_bufs_ready)
         return DSARL_OK;
+    glm5_scope(m, "setup");
     if (!m->grads)
         DSARL_TRY(glm5_zero_grad(m, err));
     DSARL_TRY(alloc_grad_bufs(&tr->p, &tr->g, err));
@@ -813,7 +845,9 @@ int glm5_train_run_backward(dsarl_model *m, glm5_train *tr, const float *dlogpro
     if (m->shards.tp_size > 1)
         DSARL_TRY(replicated_grads_begin(&tr->p, &saved, err));
     DSARL_TRY(backward_pass(m, &tr->p, &tr->g, dlogprobs, indexer_loss, err));
-    return m->shards.tp_size > 1 ? replicated_grads_end(&tr->p, saved, err) : DSARL_OK;
+    int rc = m->shards.tp_size > 1 ? replicated_grads_end(&tr->p, saved, err) : DSARL_OK;
+    glm5_scope(m, NULL);
+    return rc;
 }
 
 int glm5_train_forward(dsarl_model *m, const dsarl_token_batch *batch, const int32_t *targets, float *logprobs,

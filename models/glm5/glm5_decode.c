@@ -142,10 +142,12 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
             DSARL_TRY(glm5_stage_output(p, chunk, prev_topk, err));
     }
     if (!glm5_stage_is_last(m)) { // the last stage's logits come back to every stage
+        glm5_scope(m, "pipeline");
         DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));
         return d->synchronize(m->dev, err);
     }
     // final norm and LM head on the last new token of each sequence only: (B, C) -> (B, V/tp), gathered to (B, V)
+    glm5_scope(m, "lm_head");
     DSARL_TRY(d->gather_rows(m->dev, p->tmp, p->x, last_rows, B, C, err));
     DSARL_TRY(d->rmsnorm_forward(m->dev, p->h_final, p->rstd_final, p->tmp, m->final_norm, B, C,
                                  (float)c->rms_norm_eps, err));
@@ -170,12 +172,14 @@ static int serve_experts(dsarl_model *m, dsarl_error *err)
     glm5_layer_acts a;
     memset(&a, 0, sizeof(a));
     int rc = DSARL_OK;
+    glm5_scope(m, "moe");
     for (int32_t i = 0; rc == 0 && i < m->cfg.num_hidden_layers; i++) // this rank's layers, in order
         if (glm5_stage_has_layer(m, i) && m->cfg.mlp_sparse[i])
             rc = glm5_moe_serve(&p, &a, &m->layers[i], err);
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);
     glm5_pass_free(&p);
+    glm5_scope(m, NULL);
     return rc;
 }
 
@@ -187,6 +191,7 @@ static int forward_pass(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     int64_t T = b->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m), B = b->n_sequences;
     glm5_pass p;
     memset(&p, 0, sizeof(p));
+    glm5_scope(m, "setup"); // the batch's upload, buffers, head maps
     // tensor parallelism without sequence parallelism: every rank runs every row (a few tokens per step) for its
     // heads and vocabulary slice, the row-parallel sums all-reduced; the latent cache is whole on every rank
     p.m = m, p.T = p.T_real = T, p.T_sp = T, p.sp = false, p.cache = cache, p.topk_width = c->index_topk;
@@ -221,6 +226,7 @@ static int forward_pass(dsarl_model *m, dsarl_model_cache *cache, const dsarl_to
     if (rc == 0)
         rc = run_cached(&p, b, slots, tables, logits, err);
     glm5_pass_free(&p);
+    glm5_scope(m, NULL);
     return rc;
 }
 

@@ -163,10 +163,12 @@ static int moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, vo
     dsarl_model *m = p->m;
     int64_t T = p->T;
     p->T = p->T_sp;
+    glm5_scope(m, "moe");
     int rc = glm5_moe_forward(p, a, L, y, err);
     p->T = T;
     DSARL_TRY(rc);
     if (L->mlp_gate_up) { // column-parallel gate/up, row-parallel down over every row: partial sums over tp
+        glm5_scope(m, "moe.shared");
         void *part = glm5_partial_out(p, p->tmp);
         DSARL_TRY(swiglu_mlp(m, part, a->h2_full, a->sh_gate_up, a->sh_act, L->mlp_gate_up, L->mlp_down, p->T,
                              L->mlp_inner, err));
@@ -208,6 +210,7 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
     float rs = (float)c->attention_scaling;
     int32_t layer = (int32_t)(L - m->layers);
     size_t topk_bytes = (size_t)(T * p->topk_width) * sizeof(int32_t);
+    glm5_scope(m, "indexer");
     if (L->idx_wq_b) {
         int64_t nI = c->index_n_heads, dI = c->index_head_dim;
         DSARL_TRY(glm5_linear(m, a->iq, a->q_resid, L->idx_wq_b, T, qr, nI * dI, err));
@@ -226,6 +229,7 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
             index_keys = a->ik_all;
         }
         if (p->cache) {
+            glm5_scope(m, "kv_cache");
             index_keys = p->cache->ik[layer];
             DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->ik[layer], a->ik, p->cache_rows, NULL, T, dI, err));
             if (p->key_rows) { // paged: every sequence's keys in token order, as a contiguous cache holds them
@@ -233,6 +237,7 @@ static int indexer_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L
                                          err));
                 index_keys = p->key_ik;
             }
+            glm5_scope(m, "indexer");
         }
         dsarl_dsa_indexer_inputs in = {.struct_size = sizeof(in), .q = a->iq, .k = index_keys,
                                        .weights = a->iw_scaled,
@@ -262,6 +267,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: cached decode runs the absorbed attention form only");
 
     // queries: q_resid = rmsnorm(q_a_proj h) (also the indexer's input), q = q_b_proj q_resid, per head [nope|rope]
+    glm5_scope(m, "attention.proj");
     DSARL_TRY(glm5_linear(m, a->qa, a->h1, L->q_a_proj, T, C, qr, err));
     DSARL_TRY(d->rmsnorm_forward(m->dev, a->q_resid, a->rstd_qa, a->qa, L->q_a_norm, T, qr, 1e-6f, err));
     DSARL_TRY(glm5_linear(m, a->q, a->q_resid, L->q_b_proj, T, qr, H * qk, err));
@@ -284,8 +290,10 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
         dsarl_dsa_headwise_inputs hw = {.struct_size = sizeof(hw), .q = a->q, .k = a->k_heads, .v = a->v_heads,
                                         .n_heads = (int32_t)H, .d_qk = (int32_t)qk, .d_v = (int32_t)v,
                                         .softmax_scale = (float)c->softmax_scale};
+        glm5_scope(m, "attention.core");
         DSARL_TRY(m->dsa_ops->headwise_attention_forward(m->dsa, &p->batch, &hw, p->every_key_selected ? NULL : a->topk,
                                                          p->topk_width, a->attn, a->lse, err));
+        glm5_scope(m, "attention.proj");
         return glm5_linear(m, y, a->attn, L->o_proj, T, H * v, C, err);
     }
     // the key array attention reads: this batch's own latents, or (cached inference) the cache they are appended to
@@ -294,6 +302,7 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
     if (p->cp)
         keys = a->kv_all;
     if (p->cache) { // cache rows are zero until written once, so adding writes them exactly
+        glm5_scope(m, "kv_cache");
         keys = p->cache->kv[layer];
         DSARL_TRY(d->scatter_add_rows(m->dev, p->cache->kv[layer], a->kv, p->cache_rows, NULL, T, dqk, err));
         if (p->key_rows) { // paged: gathered after the append, so the new tokens' own keys are in it
@@ -301,14 +310,17 @@ static int attention_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer 
             keys = p->key_kv;
         }
     }
+    glm5_scope(m, "attention.proj");
     DSARL_TRY(glm5_absorb_queries(p, L, a->q, a->q_abs, p->head_in, p->head_out, err));
     DSARL_TRY(indexer_forward(p, a, L, prev_topk, err));
     dsarl_dsa_attention_inputs at = {.struct_size = sizeof(at), .q = a->q_abs, .kv = keys, .n_heads = (int32_t)H,
                                      .d_qk = (int32_t)dqk, .d_v = (int32_t)kvr,
                                      .softmax_scale = (float)c->softmax_scale};
+    glm5_scope(m, "attention.core");
     DSARL_TRY(m->dsa_ops->sparse_mla_forward(m->dsa, &p->batch, &at, a->topk, p->topk_width, a->out_latent, a->lse,
                                              err));
     // back from the latent: attn[:, h] = out_latent_h W_UV_h^T
+    glm5_scope(m, "attention.proj");
     DSARL_TRY(glm5_values_from_latent(p, L, a->out_latent, a->attn, p->head_in, p->head_out, err));
     return glm5_linear(m, y, a->attn, L->o_proj, T, H * v, C, err);
 }
@@ -322,6 +334,7 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
     int64_t T = p->T, Ts = p->T_sp, C = c->hidden_size;
     size_t e = m->elem;
     float eps = (float)c->rms_norm_eps;
+    glm5_scope(m, "norm");
     if (p->save) // the layer's inputs are read only by the backward
         DSARL_TRY(d->copy(m->dev, a->x_in, p->x, (size_t)(Ts * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
     // the norm of this rank's rows, gathered: attention projects every row (its heads, over the whole sequence)
@@ -332,6 +345,7 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
     void *part = glm5_partial_out(p, p->tmp);
     DSARL_TRY(attention_forward(p, a, L, prev_topk, part, err));
     DSARL_TRY(glm5_sp_reduce(p, p->tmp, part, C, err));
+    glm5_scope(m, "norm");
     DSARL_TRY(d->add(m->dev, p->x, p->x, p->tmp, Ts * C, err));
     if (p->save)
         DSARL_TRY(d->copy(m->dev, a->x_mid, p->x, (size_t)(Ts * C) * e, DSARL_COPY_DEVICE_TO_DEVICE, err));
@@ -342,11 +356,13 @@ int glm5_layer_forward(glm5_pass *p, glm5_layer_acts *a, int32_t i, const int32_
     if (c->mlp_sparse[i]) {
         DSARL_TRY(moe_forward(p, a, L, y, err));
     } else { // column-parallel gate/up, row-parallel down: partial sums over tp
+        glm5_scope(m, "mlp.dense");
         part = glm5_partial_out(p, y);
         DSARL_TRY(swiglu_mlp(m, part, a->h2_full, a->gate_up, a->act, L->mlp_gate_up, L->mlp_down, T, L->mlp_inner,
                              err));
         DSARL_TRY(glm5_sp_reduce(p, y, part, C, err));
     }
+    glm5_scope(m, "norm");
     return d->add(m->dev, p->x, p->x, y, Ts * C, err);
 }
 
@@ -373,6 +389,7 @@ int glm5_embed(glm5_pass *p, dsarl_error *err)
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     int64_t T = p->T, C = m->cfg.hidden_size;
+    glm5_scope(m, "embedding");
     if (m->shards.tp_size == 1)
         return d->embedding_forward(m->dev, p->x, p->tokens, m->embed, T, C, m->cfg.vocab_size, err);
     // vocab-parallel: every row looks up its id in this rank's slice (ids outside it give a zero row), summed over
@@ -487,6 +504,7 @@ int glm5_pass_begin(dsarl_model *m, const dsarl_token_batch *batch, bool save, g
     int64_t T = batch->n_tokens, C = c->hidden_size, V = glm5_local_vocab(m);
     int32_t tp = m->shards.tp_size;
     memset(p, 0, sizeof(*p));
+    glm5_scope(m, "setup"); // the batch's upload, buffers, head maps
     p->m = m, p->T = T, p->logit_scale = dsarl_token_batch_logit_scale(batch);
     p->fwd_chunk = 0, p->bwd_chunk = m->stage.chunks - 1;
     if (T <= 0)
@@ -587,9 +605,11 @@ static int chunk_forward(glm5_pass *p, int32_t chunk, dsarl_error *err)
     DSARL_TRY(glm5_stage_input(p, chunk, &prev_topk, err));
     for (int32_t i = glm5_chunk_first(&m->stage, chunk); i < glm5_chunk_end(&m->stage, chunk); i++) {
         glm5_layer_acts *a = &p->acts[p->n_acts > 1 ? glm5_stage_local_layer(&m->stage, i) : 0];
-        if (p->recompute)
+        if (p->recompute) {
+            glm5_scope(m, "norm");
             DSARL_TRY(d->copy(m->dev, p->x_saved[i], p->x, (size_t)(p->T_sp * C) * e, DSARL_COPY_DEVICE_TO_DEVICE,
                               err));
+        }
         DSARL_TRY(glm5_layer_forward(p, a, i, prev_topk, err));
         prev_topk = a->topk;
         if (p->recompute) {
@@ -602,10 +622,12 @@ static int chunk_forward(glm5_pass *p, int32_t chunk, dsarl_error *err)
         return glm5_stage_output(p, chunk, prev_topk, err);
     float eps = (float)c->rms_norm_eps;
     void *h_local = p->sp ? p->tmp : p->h_final;
+    glm5_scope(m, "norm");
     DSARL_TRY(d->rmsnorm_forward(m->dev, h_local, p->rstd_final, p->x, m->final_norm, p->T_sp, C, eps, err));
     DSARL_TRY(glm5_sp_gather(p, p->h_final, h_local, C, err));
     if (p->head_rows < T) // chunked: the log-probs and the backward compute the logits chunk by chunk
         return DSARL_OK;
+    glm5_scope(m, "lm_head");
     // LM-head logits in float32 (log-softmax over a large vocabulary needs it), times the batch's logit factor;
     // vocab-parallel: this rank's slice of every row
     return m->dev_ops->gemm_f32out(m->dev, false, true, T, V, C, p->logit_scale, p->h_final, m->lm_head, 0.0f,
@@ -661,6 +683,7 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     if (rc == 0 && (p.T != p.T_real || p.cp))
         rc = glm5_pass_host_alloc(&p, (size_t)(p.T * m->cfg.vocab_size) * sizeof(float), (void **)&rows, err);
     bool head = glm5_stage_is_last(m);
+    glm5_scope(m, "lm_head");
     if (rc == 0 && head && p.head_rows >= p.T) // a tool path: every rank gets the whole (T, V) rows
         rc = glm5_gather_vocab(m, rows, p.logits, p.T, err);
     for (int64_t r0 = 0; rc == 0 && head && p.head_rows < p.T && r0 < p.T; r0 += p.head_rows) { // chunked (tp 1)
@@ -680,5 +703,6 @@ int glm5_forward_logits(dsarl_model *m, const dsarl_token_batch *batch, float *l
     if (rc == 0)
         rc = m->dev_ops->synchronize(m->dev, err);
     glm5_pass_free(&p);
+    glm5_scope(m, NULL);
     return rc;
 }

@@ -26,6 +26,7 @@ int glm5_head_logprobs(glm5_pass *p, float *logprobs, const int32_t *targets, ds
 {
     dsarl_model *m = p->m;
     int64_t T = p->T, V = m->cfg.vocab_size;
+    glm5_scope(m, "lm_head");
     if (p->head_rows >= T) // the pass computed every row's logits already (glm5_pass_forward)
         return m->dev_ops->logprobs_forward(m->dev, logprobs, p->logits, targets, T, V, err);
     for (int64_t r0 = 0; r0 < T; r0 += p->head_rows) {
@@ -41,6 +42,7 @@ int glm5_head_backward(glm5_pass *p, glm5_grad_bufs *g, void *dh, dsarl_error *e
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     int64_t T = p->T, C = m->cfg.hidden_size, V = glm5_local_vocab(m), rows = p->head_rows;
+    glm5_scope(m, "lm_head.bwd");
     for (int64_t r0 = 0; r0 < T; r0 += rows) {
         int64_t n = T - r0 < rows ? T - r0 : rows;
         if (rows < T) // chunked: this chunk's logits again (the forward's were overwritten by the next chunk)

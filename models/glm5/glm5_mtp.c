@@ -163,6 +163,7 @@ static int depth_forward(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_err
     int32_t layer = m->cfg.num_hidden_layers + k;
     const glm5_layer *L = &m->layers[layer];
     const void *h_prev = k == 0 ? p->h_final : mt->out[k - 1];
+    glm5_scope(m, "mtp");
     DSARL_TRY(d->embedding_forward(m->dev, mt->emb[k], mt->ids + k * T, depth_embed(m, L), T, C, m->cfg.vocab_size,
                                    err));
     DSARL_TRY(norm_into_cat(m, mt, mt->cat[k], 0, mt->rstd_e[k], mt->emb[k], L->enorm, T, err));
@@ -174,9 +175,11 @@ static int depth_forward(glm5_pass *p, struct glm5_mtp *mt, int32_t k, dsarl_err
     int rc = glm5_layer_forward(p, &mt->acts[k], layer, NULL, err);
     p->x = x, p->h_final = h_final;
     DSARL_TRY(rc);
+    glm5_scope(m, "mtp");
     DSARL_TRY(d->rmsnorm_forward(m->dev, mt->out[k], mt->rstd_o[k], mt->x[k], L->head_norm, T, C,
                                  (float)m->cfg.rms_norm_eps, err));
     float *lp = mt->logprobs + k * T;
+    glm5_scope(m, "lm_head");
     head_swap s = head_begin(p, L, mt->out[k]);
     rc = p->head_rows >= T ? glm5_head_chunk_logits(p, 0, T, err) : DSARL_OK;
     if (rc == 0)
@@ -223,6 +226,7 @@ int glm5_mtp_forward(glm5_pass *p, const int32_t *targets, dsarl_error *err)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: MTP training runs under data and expert parallelism "
                           "only (no tp, pp or cp)");
     struct glm5_mtp *mt;
+    glm5_scope(m, "mtp");
     DSARL_TRY(glm5_pass_host_alloc(p, sizeof *mt, (void **)&mt, err));
     mt->depths = D;
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(D * T) * f, (void **)&mt->host_lp, err));
@@ -271,6 +275,7 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
     int32_t layer = m->cfg.num_hidden_layers + k;
     const glm5_layer *L = &m->layers[layer];
     // the head: dout = d L_mtp / d h^k (lm_head's gradient accumulates); g's targets and dlogprobs swapped to ours
+    glm5_scope(m, "lm_head.bwd");
     DSARL_TRY(upload_dlogprobs(p, mt, k, err));
     int32_t *targets = g->targets;
     float *dlogprobs = g->dlogprobs;
@@ -283,6 +288,7 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
     head_end(p, s);
     g->targets = targets, g->dlogprobs = dlogprobs;
     DSARL_TRY(rc);
+    glm5_scope(m, "mtp.bwd");
     if (k + 1 < mt->depths) // h^k also fed depth k + 2
         DSARL_TRY(d->add(m->dev, mt->dout, mt->dout, mt->dcarry, T * C, err));
     // shared_head.norm, then the block from its output's gradient (g->dx) to its input's
@@ -290,6 +296,7 @@ static int depth_backward(glm5_pass *p, glm5_grad_bufs *g, struct glm5_mtp *mt, 
                                   mt->rstd_o[k], T, C, err));
     DSARL_TRY(glm5_layer_backward(p, g, &mt->acts[k], layer, err));
     // eh_proj over the concatenation, then each half through its norm
+    glm5_scope(m, "mtp.bwd");
     DSARL_TRY(glm5_linear_dweight(m, L->eh_proj, g->dx, mt->cat[k], T, 2 * C, C, err));
     DSARL_TRY(glm5_linear_dinput(m, mt->dcat, g->dx, L->eh_proj, T, 2 * C, C, 0.0f, err));
     DSARL_TRY(d->copy_2d(m->dev, mt->dout, C, mt->dcat, 2 * C, T, C, err));
@@ -311,6 +318,7 @@ int glm5_mtp_backward(glm5_pass *p, glm5_grad_bufs *g, dsarl_error *err)
     struct glm5_mtp *mt = p->mtp;
     size_t bytes = (size_t)(p->T * m->cfg.hidden_size) * m->elem;
     // the depths use g's residual-stream buffers: h_final's gradient from the LM head waits in dmain meanwhile
+    glm5_scope(m, "mtp.bwd");
     DSARL_TRY(m->dev_ops->copy(m->dev, mt->dmain, g->dh, bytes, DSARL_COPY_DEVICE_TO_DEVICE, err));
     for (int32_t k = mt->depths - 1; k >= 0; k--)
         DSARL_TRY(depth_backward(p, g, mt, k, err));

@@ -159,6 +159,15 @@ static int parameter_count(const dsarl_model *m, int64_t *trainable, int64_t *bu
 }
 
 static int64_t vocab_size(const dsarl_model *m) { return m->cfg.vocab_size; }
+
+// The zero_grad op in its own op class (the passes call glm5_zero_grad inside theirs).
+static int zero_grad(dsarl_model *m, dsarl_error *err)
+{
+    glm5_scope(m, "optimizer.zero_grad");
+    int rc = glm5_zero_grad(m, err);
+    glm5_scope(m, NULL);
+    return rc;
+}
 static void glm5_device(const dsarl_model *m, const dsarl_device_ops **ops, dsarl_device **dev)
 {
     *ops = m->dev_ops, *dev = m->dev;
@@ -247,7 +256,7 @@ static const dsarl_key_spec glm5_keys[] = {
     .train_forward = glm5_train_forward,            \
     .train_backward = glm5_train_backward,          \
     .reduce_gradients = glm5_reduce_gradients,      \
-    .zero_grad = glm5_zero_grad,                    \
+    .zero_grad = zero_grad,                         \
     .parameter_tensors = parameter_tensors,         \
     .parameter_info = parameter_info,               \
     .read_parameter = read_parameter,               \

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "dsarl/safetensors.h"
 #include "glm5_model.h"
+#include "glm5_pass.h"
 
 struct glm5_optim {
     int64_t step;     /* optimizer steps taken */
@@ -250,14 +251,15 @@ static int all_reduce_grads(dsarl_model *model, dsarl_error *err)
 
 int glm5_reduce_gradients(dsarl_model *model, dsarl_error *err)
 {
+    glm5_scope(model, "optimizer.grad_reduce");
     if (!model->grads)
         DSARL_TRY(glm5_zero_grad(model, err));
     DSARL_TRY(glm5_stage_reduce_tied(model, err)); // a tied embedding's two ends, under pipeline parallelism
-    if (sharded(model)) {
-        DSARL_TRY(ensure_optim(model, err));
-        return reduce_scatter_grads(model, err);
-    }
-    return all_reduce_grads(model, err);
+    int rc = sharded(model) ? ensure_optim(model, err) : DSARL_OK;
+    if (rc == 0)
+        rc = sharded(model) ? reduce_scatter_grads(model, err) : all_reduce_grads(model, err);
+    glm5_scope(model, NULL);
+    return rc;
 }
 
 /* --- norm and step -------------------------------------------------------------------------------------------- */
@@ -272,6 +274,7 @@ static bool own_part(const glm5_param *p, int64_t lo, int64_t hi, int64_t *a, in
 
 int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
 {
+    glm5_scope(model, "optimizer.grad_norm");
     if (!model->grads)
         DSARL_TRY(glm5_zero_grad(model, err));
     // sharded: this rank holds the reduced gradients of its shard only, so the squares of the shards are summed
@@ -311,6 +314,7 @@ int glm5_grad_norm(dsarl_model *model, double *norm, dsarl_error *err)
         rc = dsarl_group_all_reduce_host(model->parallel.world, &total, 1, DSARL_DTYPE_F64, DSARL_REDUCE_SUM, err);
     if (rc == 0)
         *norm = sqrt(total);
+    glm5_scope(model, NULL);
     return rc;
 }
 
@@ -326,6 +330,7 @@ int glm5_optimizer_step(dsarl_model *model, const dsarl_optimizer_params *hp, ds
                           "scale %g", hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, hp->grad_scale);
     if (!model->dev_ops->adamw_update)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: the device plugin has no adamw_update op");
+    glm5_scope(model, "optimizer.adamw");
     if (!model->grads)
         DSARL_TRY(glm5_zero_grad(model, err));
     DSARL_TRY(ensure_optim(model, err));
@@ -348,9 +353,12 @@ int glm5_optimizer_step(dsarl_model *model, const dsarl_optimizer_params *hp, ds
                                                (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
                                                (float)hp->weight_decay, (float)hp->grad_scale, step, err));
     }
-    if (sharded(model))
+    if (sharded(model)) {
+        glm5_scope(model, "optimizer.weight_gather");
         DSARL_TRY(all_gather_weights(model, err));
+    }
     o->step = step;
+    glm5_scope(model, NULL);
     return DSARL_OK;
 }
 

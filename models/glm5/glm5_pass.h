@@ -8,6 +8,17 @@
 #include "glm5_cache.h"
 #include "glm5_model.h"
 
+/* Names the op class of the device work queued from now on (a profiling device attributes its GPU time, DSA
+ * kernels included, to it: runtime.cuda_profile, docs/performance.md), or ends it (NULL). A string literal.
+ * Classes do not nest: a change replaces the current class, so a caller whose callee changed it sets its own
+ * again before queuing more; a model op ends with NULL, so the host's time between calls is "(unscoped)". The
+ * classes: setup, embedding, norm, attention.proj, attention.core, kv_cache, indexer, moe, moe.shared, mlp.dense,
+ * lm_head, mtp, pipeline (backward: the same with .bwd; indexer.loss), optimizer.*. */
+static inline void glm5_scope(const dsarl_model *m, const char *name)
+{
+    dsarl_device_profile_scope(m->dev_ops, m->dev, name);
+}
+
 // Activations of one decoder layer (T tokens; Ts = T_sp rows of the residual stream on this rank, T / tp under
 // sequence parallelism, else T; H = this rank's heads; K = experts per token; N = Ts*K routed rows).
 typedef struct glm5_layer_acts {

@@ -147,8 +147,10 @@ int glm5_stage_input(glm5_pass *p, int32_t c, const int32_t **prev_topk, dsarl_e
     *prev_topk = NULL;
     if (glm5_chunk_is_first(p->m, c))
         return glm5_embed(p, err);
-    if (!p->input_ready) // a pipeline schedule received it already
+    if (!p->input_ready) { // a pipeline schedule received it already
+        glm5_scope(p->m, "pipeline");
         DSARL_TRY(recv_input(p, c, err));
+    }
     p->input_ready = false;
     *prev_topk = glm5_stage_topk(p, c);
     return DSARL_OK;
@@ -175,6 +177,7 @@ int glm5_stage_output(glm5_pass *p, int32_t c, const int32_t *topk, dsarl_error 
         p->out_topk = topk;
         return DSARL_OK;
     }
+    glm5_scope(p->m, "pipeline");
     return send_output(p, c, topk, err);
 }
 
@@ -185,6 +188,7 @@ int glm5_stage_grad_input(glm5_pass *p, void *dx, dsarl_error *err)
         p->grad_ready = false;
         return DSARL_OK;
     }
+    glm5_scope(m, "pipeline");
     return m->dev_ops->recv(m->dev, pp_group(m), dx, p->T_sp * m->cfg.hidden_size, m->storage, next_rank(m), err);
 }
 
@@ -197,7 +201,10 @@ static int send_grad(glm5_pass *p, const void *dx, dsarl_error *err)
 
 int glm5_stage_grad_output(glm5_pass *p, const void *dx, dsarl_error *err)
 {
-    return p->staged ? DSARL_OK : send_grad(p, dx, err); // staged: the schedule sends it
+    if (p->staged) // the schedule sends it
+        return DSARL_OK;
+    glm5_scope(p->m, "pipeline");
+    return send_grad(p, dx, err);
 }
 
 /* --- the stage ops of a pipeline schedule (dsarl_model_ops.stage_*, ABI 1.4) --------------------------------- */
@@ -281,6 +288,7 @@ static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send
                               "batch, or a pass with a model chunk left to run", slot);
         if (!*tr)
             DSARL_TRY(glm5_train_open(m, t->recv_batch, true, tr, err));
+        glm5_scope(m, "pipeline");
         int rc = recv_input(&(*tr)->p, (*tr)->p.fwd_chunk, err);
         (*tr)->p.input_ready = rc == 0;
         return rc;
@@ -288,6 +296,7 @@ static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send
     if (!*tr)
         return DSARL_FAIL(err, DSARL_E_INVALID, "glm5: pipeline slot %d has no pass to transfer", slot);
     glm5_pass *p = &(*tr)->p;
+    glm5_scope(m, "pipeline");
     if (send && forward)
         return send_output(p, p->fwd_chunk - 1, p->out_topk, err);
     if (send) {
@@ -297,6 +306,7 @@ static int transfer_one(dsarl_model *m, const dsarl_stage_transfer *t, bool send
         return rc;
     }
     DSARL_TRY(glm5_train_grad_bufs(m, *tr, err));
+    glm5_scope(m, "pipeline");
     DSARL_TRY(m->dev_ops->recv(m->dev, pp_group(m), (*tr)->g.dx, p->T_sp * m->cfg.hidden_size, m->storage,
                                next_rank(m), err));
     p->grad_ready = true;
@@ -318,6 +328,7 @@ int glm5_stage_transfer(dsarl_model *m, const dsarl_stage_transfer *t, dsarl_err
         for (int round = 0; round < 2; round++)
             DSARL_TRY(transfer_one(m, t, (round == 0) == send_first, forward, err));
     }
+    glm5_scope(m, NULL);
     return DSARL_OK;
 }
 

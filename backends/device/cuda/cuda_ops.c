@@ -28,14 +28,15 @@ static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
               "copy stream");
     emit(ctx, "collectives: NCCL, one communicator per process group made at its first collective (one GPU per "
               "rank), on the compute stream");
-    emit(ctx, "runtime.cuda_profile=false (true: per-op GPU times at destroy)");
+    emit(ctx, "runtime.cuda_profile=false (true: per-op and per op-class (profile_scope) GPU times at destroy)");
 }
 
 static const dsarl_key_spec cuda_keys[] = {
     {.path = "runtime.cuda_storage_dtype", .type = DSARL_KEY_STRING, .default_value = "bf16",
      .doc = "storage of activations and parameters on the cuda device: bf16, or f32 to check a model against the cpu"},
     {.path = "runtime.cuda_profile", .type = DSARL_KEY_BOOL, .default_value = "false",
-     .doc = "time every device op on the GPU and print the table (largest first) to stderr at destroy"},
+     .doc = "time every device op and op class (the model's profile scopes) on the GPU and print the tables "
+             "(largest first) to stderr at destroy"},
 };
 
 const dsarl_device_ops dsarl_cuda_device_ops = {
@@ -98,4 +99,5 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .broadcast = cuda_broadcast,
     .send = cuda_send,
     .recv = cuda_recv,
+    .profile_scope = cuda_profile_scope, /* ABI 1.7: op classes of runtime.cuda_profile */
 };

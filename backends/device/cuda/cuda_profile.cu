@@ -7,7 +7,15 @@
  * inner size, transposes), so per-head and per-expert loops show up as such. At destroy the table is printed to
  * stderr, largest GPU time first, with the GPU time between the first and the last event of the run: what the
  * device ops do not account for there ran elsewhere (a DSA plugin's kernels on the same stream) or the GPU
- * idled (waiting for the host). */
+ * idled (waiting for the host).
+ *
+ * Op classes (the profile_scope slot, ABI 1.7): the model names the class of the work it queues next
+ * ("attention.core", "moe", ...; NULL: "(unscoped)"). Each change of class records one event on the compute
+ * stream; the GPU timeline between two consecutive changes is the span of the class that was current, so a DSA
+ * plugin's kernels, collectives and the GPU's idle time (the host preparing the next launch) inside it count to
+ * it. The device ops' own bracketed time is summed per class too (ops ms): span minus ops is what ran outside the
+ * device ops or idled. Scopes do not nest: a change replaces the current class, and setting the current class
+ * again is no change. The class table starts at the first change; work queued before it is in the op table only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +26,8 @@
 #define PROF_EVENTS 4096 /* event pairs in flight before a forced drain */
 #define PROF_LABELS 512
 #define PROF_LABEL_LEN 64
+#define PROF_SCOPE_EVENTS CUDA_PROFILE_SCOPE_EVENTS /* scope changes in flight before a forced drain */
+#define PROF_CLASSES 64
 
 typedef struct prof_label {
     char name[PROF_LABEL_LEN];
@@ -28,12 +38,26 @@ typedef struct prof_label {
 typedef struct prof_state {
     cudaEvent_t start[PROF_EVENTS], end[PROF_EVENTS];
     int label_of[PROF_EVENTS];
+    int class_of[PROF_EVENTS]; /* the op class current when the op was queued, -1 before the first scope */
     int n_pending;
     prof_label labels[PROF_LABELS];
     int n_labels;
     cudaEvent_t first, last; /* the run's first and latest bracket ends */
     bool have_first;
     double dropped;
+    /* op classes: the pending scope changes, each starting the span of scope_class[i] */
+    cudaEvent_t scope_ev[PROF_SCOPE_EVENTS];
+    int scope_class[PROF_SCOPE_EVENTS];
+    int n_scope_pending;
+    cudaEvent_t scope_open; /* the latest change read back: the span of open_class runs on from it */
+    int open_class;         /* -1 before the first change is read back */
+    cudaEvent_t scope_first, scope_end; /* the run's first change; the end mark of close */
+    bool have_scope;
+    int current;            /* the class of the work queued now (host order) */
+    cuda_profile_class classes[PROF_CLASSES];
+    int n_classes;
+    double scope_total_ms;  /* the first change to the latest one read back */
+    double scope_dropped;
 } prof_state;
 
 static double host_ms(void)
@@ -56,8 +80,20 @@ void cuda_profile_open(dsarl_device *dev, int on)
             free(p); /* the events made so far are freed with the context */
             return;
         }
+    for (int i = 0; i < PROF_SCOPE_EVENTS; i++)
+        if (cudaEventCreate(&p->scope_ev[i]) != cudaSuccess) {
+            fprintf(stderr, "device cuda: runtime.cuda_profile: cannot create events; profiling off\n");
+            free(p);
+            return;
+        }
     cudaEventCreate(&p->first);
     cudaEventCreate(&p->last);
+    cudaEventCreate(&p->scope_open);
+    cudaEventCreate(&p->scope_first);
+    cudaEventCreate(&p->scope_end);
+    p->classes[0].name = "(unscoped)"; /* class 0: NULL, between passes */
+    p->n_classes = 1;
+    p->open_class = -1;
     dev->profile = p;
 }
 
@@ -73,28 +109,122 @@ static int label_index(prof_state *p, const char *name)
 }
 
 // Reads back every pending pair (waits for the last one).
-void cuda_profile_drain(dsarl_device *dev)
+static void drain_ops(dsarl_device *dev, prof_state *p)
 {
-    prof_state *p = (prof_state *)dev->profile;
-    if (!p || !p->n_pending)
+    if (!p->n_pending)
         return;
     cudaEventSynchronize(p->end[p->n_pending - 1]);
     for (int i = 0; i < p->n_pending; i++) {
         float ms = 0.0f;
-        if (cudaEventElapsedTime(&ms, p->start[i], p->end[i]) == cudaSuccess)
+        if (cudaEventElapsedTime(&ms, p->start[i], p->end[i]) == cudaSuccess) {
             p->labels[p->label_of[i]].gpu_ms += ms;
-        else
+            if (p->class_of[i] >= 0)
+                p->classes[p->class_of[i]].ops_ms += ms;
+        } else {
             p->dropped += 1;
+        }
     }
     cudaEventRecord(p->last, CUDA_STREAM(dev));
     p->n_pending = 0;
+}
+
+// Reads back every pending scope change (waits for the last one): each closes the span begun by the one before
+// it, the first the span open since the previous drain. The last one stays open in scope_open (its handle is
+// swapped out of the pool), so the spans telescope across drains.
+static void drain_scopes(prof_state *p)
+{
+    int n = p->n_scope_pending;
+    if (!n)
+        return;
+    cudaEventSynchronize(p->scope_ev[n - 1]);
+    for (int i = 0; i < n; i++) {
+        cudaEvent_t from = i ? p->scope_ev[i - 1] : p->scope_open;
+        int c = i ? p->scope_class[i - 1] : p->open_class;
+        float ms = 0.0f;
+        if (c < 0) // the run's first change: no span before it
+            continue;
+        if (cudaEventElapsedTime(&ms, from, p->scope_ev[i]) == cudaSuccess)
+            p->classes[c].span_ms += ms;
+        else
+            p->scope_dropped += 1;
+    }
+    float total = 0.0f;
+    if (cudaEventElapsedTime(&total, p->scope_first, p->scope_ev[n - 1]) == cudaSuccess)
+        p->scope_total_ms = total;
+    cudaEvent_t open = p->scope_open;
+    p->scope_open = p->scope_ev[n - 1], p->scope_ev[n - 1] = open;
+    p->open_class = p->scope_class[n - 1];
+    p->n_scope_pending = 0;
+}
+
+void cuda_profile_drain(dsarl_device *dev)
+{
+    prof_state *p = (prof_state *)dev->profile;
+    if (!p)
+        return;
+    drain_ops(dev, p);
+    drain_scopes(p);
+}
+
+// The class of name: NULL is class 0; names are string literals, so the pointer usually matches.
+static int class_index(prof_state *p, const char *name)
+{
+    if (!name)
+        return 0;
+    for (int i = 1; i < p->n_classes; i++)
+        if (p->classes[i].name == name)
+            return i;
+    for (int i = 1; i < p->n_classes; i++)
+        if (!strcmp(p->classes[i].name, name))
+            return i;
+    if (p->n_classes == PROF_CLASSES)
+        return PROF_CLASSES - 1; /* the last class collects the overflow */
+    p->classes[p->n_classes].name = p->n_classes == PROF_CLASSES - 1 ? "(other)" : name;
+    return p->n_classes++;
+}
+
+void cuda_profile_scope(dsarl_device *dev, const char *name)
+{
+    prof_state *p = (prof_state *)dev->profile;
+    if (!p)
+        return;
+    int c = class_index(p, name);
+    if (p->have_scope && c == p->current)
+        return;
+    if (!p->have_scope && c == 0) // nothing to end before the first class
+        return;
+    if (p->n_scope_pending == PROF_SCOPE_EVENTS)
+        drain_scopes(p);
+    cudaStream_t s = CUDA_STREAM(dev);
+    if (!p->have_scope) {
+        cudaEventRecord(p->scope_first, s);
+        p->have_scope = true;
+    }
+    cudaEventRecord(p->scope_ev[p->n_scope_pending], s);
+    p->scope_class[p->n_scope_pending++] = c;
+    p->classes[c].calls++;
+    p->current = c;
+}
+
+int cuda_profile_classes(dsarl_device *dev, cuda_profile_class *out, int max, double *total_ms)
+{
+    prof_state *p = (prof_state *)dev->profile;
+    *total_ms = 0.0;
+    if (!p || !p->have_scope)
+        return 0;
+    cuda_profile_drain(dev);
+    *total_ms = p->scope_total_ms;
+    int n = p->n_classes < max ? p->n_classes : max;
+    for (int i = 0; i < n; i++)
+        out[i] = p->classes[i];
+    return p->n_classes;
 }
 
 int cuda_profile_begin(dsarl_device *dev, double *t0)
 {
     prof_state *p = (prof_state *)dev->profile;
     if (p->n_pending == PROF_EVENTS)
-        cuda_profile_drain(dev);
+        drain_ops(dev, p);
     if (!p->have_first) {
         cudaEventRecord(p->first, CUDA_STREAM(dev));
         p->have_first = true;
@@ -110,6 +240,7 @@ void cuda_profile_end(dsarl_device *dev, int slot, double t0, const char *label)
     cudaEventRecord(p->end[slot], CUDA_STREAM(dev));
     int l = label_index(p, label);
     p->label_of[slot] = l;
+    p->class_of[slot] = p->have_scope ? p->current : -1;
     p->labels[l].calls++;
     p->labels[l].host_ms += host_ms() - t0;
     p->n_pending = slot + 1;
@@ -119,6 +250,46 @@ static int by_gpu_time(const void *a, const void *b)
 {
     double x = ((const prof_label *)a)->gpu_ms, y = ((const prof_label *)b)->gpu_ms;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int by_span(const void *a, const void *b)
+{
+    double x = ((const cuda_profile_class *)a)->span_ms, y = ((const cuda_profile_class *)b)->span_ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// The per-class table (after the last drain): the open span is closed at a mark recorded now, so the classes
+// cover the GPU timeline from the first scope change to the end of the run.
+static void print_classes(dsarl_device *dev, prof_state *p)
+{
+    if (!p->have_scope)
+        return;
+    cudaEventRecord(p->scope_end, CUDA_STREAM(dev));
+    cudaEventSynchronize(p->scope_end);
+    float ms = 0.0f, total = 0.0f;
+    if (p->open_class >= 0 && cudaEventElapsedTime(&ms, p->scope_open, p->scope_end) == cudaSuccess)
+        p->classes[p->open_class].span_ms += ms;
+    if (cudaEventElapsedTime(&total, p->scope_first, p->scope_end) == cudaSuccess)
+        p->scope_total_ms = total;
+    qsort(p->classes, (size_t)p->n_classes, sizeof(cuda_profile_class), by_span);
+    double spans = 0.0, ops = 0.0;
+    for (int i = 0; i < p->n_classes; i++)
+        spans += p->classes[i].span_ms, ops += p->classes[i].ops_ms;
+    fprintf(stderr, "cuda profile op classes (profile_scope): %.1f ms of GPU timeline from the first scope to the "
+            "end, %.1f ms of it in spans; span = the GPU time between entering the class and the next change (DSA "
+            "kernels, collectives and GPU idle inside it included), ops = the device ops' GPU time inside it "
+            "(%.1f ms in all)\n", p->scope_total_ms, spans, ops);
+    if (p->scope_dropped > 0)
+        fprintf(stderr, "cuda profile: %.0f scope spans could not be timed\n", p->scope_dropped);
+    fprintf(stderr, "%-32s %9s %11s %7s %11s %7s\n", "class", "calls", "span ms", "share", "ops ms", "ops %");
+    for (int i = 0; i < p->n_classes; i++) {
+        const cuda_profile_class *c = &p->classes[i];
+        if (!c->calls && c->ops_ms == 0.0)
+            continue;
+        fprintf(stderr, "%-32s %9lld %11.2f %6.1f%% %11.2f %6.1f%%\n", c->name, (long long)c->calls, c->span_ms,
+                p->scope_total_ms > 0 ? 100.0 * c->span_ms / p->scope_total_ms : 0.0, c->ops_ms,
+                c->span_ms > 0 ? 100.0 * c->ops_ms / c->span_ms : 0.0);
+    }
 }
 
 void cuda_profile_close(dsarl_device *dev)
@@ -144,9 +315,13 @@ void cuda_profile_close(dsarl_device *dev)
     for (int i = 0; i < p->n_labels && i < 60; i++)
         fprintf(stderr, "%-56s %9lld %11.2f %6.1f%% %11.2f\n", p->labels[i].name, (long long)p->labels[i].calls,
                 p->labels[i].gpu_ms, span > 0 ? 100.0 * p->labels[i].gpu_ms / span : 0.0, p->labels[i].host_ms);
+    print_classes(dev, p);
     for (int i = 0; i < PROF_EVENTS; i++)
         cudaEventDestroy(p->start[i]), cudaEventDestroy(p->end[i]);
+    for (int i = 0; i < PROF_SCOPE_EVENTS; i++)
+        cudaEventDestroy(p->scope_ev[i]);
     cudaEventDestroy(p->first), cudaEventDestroy(p->last);
+    cudaEventDestroy(p->scope_open), cudaEventDestroy(p->scope_first), cudaEventDestroy(p->scope_end);
     free(p);
     dev->profile = NULL;
 }

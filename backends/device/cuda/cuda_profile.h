@@ -1,5 +1,6 @@
 /* cuda_profile.h: the op-level profile of the CUDA device (cuda_profile.cu), on with runtime.cuda_profile=true: per-op
- * (and per GEMM shape class) GPU time from events around each op, host time of each call, printed at destroy. */
+ * (and per GEMM shape class) GPU time from events around each op, host time of each call, and per op class (the
+ * profile_scope slot) the GPU timeline between its scope changes, printed at destroy. */
 #ifndef DSARL_CUDA_PROFILE_H
 #define DSARL_CUDA_PROFILE_H
 
@@ -7,12 +8,34 @@
 
 DSARL_BEGIN_DECLS
 
-/* Turns profiling on for dev when DSARL_CUDA_PROFILE is set (and not "0"). */
+/* Turns profiling on for dev when on (runtime.cuda_profile=true). */
 void cuda_profile_open(dsarl_device *dev, int on);
 /* Reads back the pending event pairs (called by synchronize). */
 void cuda_profile_drain(dsarl_device *dev);
 /* Prints the table to stderr and frees the state (called by destroy). */
 void cuda_profile_close(dsarl_device *dev);
+/* The profile_scope slot (ABI 1.7): the work queued from now on belongs to op class name (a string that outlives
+ * dev; NULL: "(unscoped)"). A change replaces the current class (no nesting). One branch when profiling is off. */
+void cuda_profile_scope(dsarl_device *dev, const char *name);
+
+/* Scope changes queued before a forced read-back (a wait for the GPU to reach the last of them). */
+#define CUDA_PROFILE_SCOPE_EVENTS 4096
+
+/* One op class's totals. span_ms: the GPU timeline between each change to the class and the next change (its own
+ * ops, a DSA plugin's kernels, collectives, idle GPU); ops_ms: the bracketed device ops' GPU time inside it; calls:
+ * the changes to it. */
+typedef struct cuda_profile_class {
+    const char *name;
+    int64_t calls;
+    double span_ms, ops_ms;
+} cuda_profile_class;
+
+/* For tests: reads back what is pending (waits for the GPU), copies the first max classes (class 0 is
+ * "(unscoped)") into out and returns how many there are (0 when profiling is off or no scope was set);
+ * *total_ms = the GPU time from the first scope change to the latest one. The span still open after the latest
+ * change is not in them (set the scope to NULL first to close the last real one). */
+int cuda_profile_classes(dsarl_device *dev, cuda_profile_class *out, int max, double *total_ms);
+
 /* Brackets one op: begin returns the slot to pass to end with the label. */
 int cuda_profile_begin(dsarl_device *dev, double *t0);
 void cuda_profile_end(dsarl_device *dev, int slot, double t0, const char *label);
