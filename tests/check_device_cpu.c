@@ -398,6 +398,127 @@ START_TEST(test_moe_route)
 }
 END_TEST
 
+/* moe_group_padded's spec written out pair by pair: pair i of expert e takes rank = (pairs j < i of expert e), row
+ * e*pad + rank while rank < pad, else no row (slot_inv -1); every other row is token 0 at slot N. Quadratic on
+ * purpose: it shares no counter with the device's pass. */
+static void naive_group(const int32_t *idx, int64_t T, int64_t E, int K, int64_t pad, int32_t *rows, int32_t *slot,
+                        int32_t *slot_inv)
+{
+    int64_t N = T * K;
+    for (int64_t r = 0; r < E * pad; r++)
+        rows[r] = 0, slot[r] = (int32_t)N;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t rank = 0;
+        for (int64_t j = 0; j < i; j++)
+            rank += idx[j] == idx[i];
+        slot_inv[i] = rank < pad ? (int32_t)(idx[i] * pad + rank) : -1;
+        if (rank < pad)
+            rows[idx[i] * pad + rank] = (int32_t)(i / K), slot[idx[i] * pad + rank] = (int32_t)i;
+    }
+}
+
+// Token t's K experts: distinct draws, half of them from a hot set of 12 so some groups grow large (GLM-5's routers
+// are far from uniform early in training); repeat allows an expert twice in a row.
+static void draw_routing(int32_t *idx, int64_t T, int64_t E, int K, bool repeat)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            int32_t e;
+            bool again;
+            do {
+                double u = 0.5 * (frand() + 1.0);
+                e = (int32_t)(frand() > 0.0f ? u * 12 : u * E) % (int32_t)E;
+                again = false;
+                for (int j = 0; j < k && !repeat; j++)
+                    again |= idx[t * K + j] == e;
+            } while (again);
+            idx[t * K + k] = e;
+        }
+}
+
+// One grouping against the naive one; returns the pairs left without a row.
+static int64_t check_group(const int32_t *idx, int64_t T, int64_t E, int K, int64_t pad)
+{
+    int64_t N = T * K;
+    int32_t *rows = malloc((size_t)(E * pad) * sizeof(int32_t)), *slot = malloc((size_t)(E * pad) * sizeof(int32_t));
+    int32_t *inv = malloc((size_t)N * sizeof(int32_t)), *want_rows = malloc((size_t)(E * pad) * sizeof(int32_t));
+    int32_t *want_slot = malloc((size_t)(E * pad) * sizeof(int32_t)), *want_inv = malloc((size_t)N * sizeof(int32_t));
+    for (int64_t r = 0; r < E * pad; r++)
+        rows[r] = slot[r] = 12345; // stale values: every row must be written
+    for (int64_t i = 0; i < N; i++)
+        inv[i] = 12345;
+    const dsarl_device_ops *ops = &dsarl_cpu_device_ops;
+    int (*group)(dsarl_device *, int32_t *, int32_t *, int32_t *, const int32_t *, int64_t, int64_t, int32_t, int64_t,
+                 dsarl_error *) = DSARL_DEVICE_SLOT(ops, moe_group_padded);
+    ck_assert_ptr_nonnull(group);
+    ck_assert_msg(group(dev, rows, slot, inv, idx, T, E, K, pad, &err) == 0, "%s", err.message);
+    naive_group(idx, T, E, K, pad, want_rows, want_slot, want_inv);
+    int64_t dropped = 0;
+    for (int64_t r = 0; r < E * pad; r++) {
+        ck_assert_msg(rows[r] == want_rows[r] && slot[r] == want_slot[r], "T %lld pad %lld row %lld: token %d slot "
+                      "%d, want %d %d", (long long)T, (long long)pad, (long long)r, rows[r], slot[r], want_rows[r],
+                      want_slot[r]);
+        if (slot[r] < N)
+            ck_assert_int_eq(inv[slot[r]], r); // a used row and its pair point at each other
+    }
+    for (int64_t i = 0; i < N; i++) {
+        ck_assert_msg(inv[i] == want_inv[i], "T %lld pad %lld pair %lld: row %d, want %d", (long long)T,
+                      (long long)pad, (long long)i, inv[i], want_inv[i]);
+        dropped += inv[i] < 0;
+    }
+    free(rows), free(slot), free(inv), free(want_rows), free(want_slot), free(want_inv);
+    return dropped;
+}
+
+START_TEST(test_moe_group_padded)
+{
+    enum { E = 256, K = 8, T_MAX = 64 }; // GLM-5's routed experts and experts per token; decode batch sizes
+    int32_t *idx = malloc((size_t)(T_MAX * K) * sizeof(int32_t));
+    int64_t overflowed = 0;
+    for (int64_t T = 1; T <= T_MAX; T++) {
+        draw_routing(idx, T, E, K, false);
+        // pad = T: an expert appears at most once per token, so every pair gets a row
+        ck_assert_int_eq(check_group(idx, T, E, K, T), 0);
+        int64_t largest = 0, count[E] = {0};
+        for (int64_t i = 0; i < T * K; i++)
+            largest = ++count[idx[i]] > largest ? count[idx[i]] : largest;
+        if (largest > 1) { // a pad below the largest group: its last pairs get no row
+            int64_t dropped = check_group(idx, T, E, K, largest / 2);
+            ck_assert_int_gt(dropped, 0);
+            overflowed += dropped;
+        }
+    }
+    ck_assert_int_gt(overflowed, 0);
+    // an expert repeated in a row overflows even at pad = T
+    draw_routing(idx, 5, 16, K, true);
+    idx[0] = idx[1] = 3;
+    check_group(idx, 5, 16, K, 5);
+    idx[2] = 3, idx[3] = 3, idx[4] = 3, idx[5] = 3;
+    ck_assert_int_gt(check_group(idx, 1, 16, K, 1), 0);
+    // no tokens: every row is padding
+    ck_assert_int_eq(check_group(idx, 0, 4, K, 3), 0);
+    // refusals, each naming the slot
+    int32_t rows[64], slot[64], inv[16], bad[2] = {1, 4};
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, idx, 2, 0, K, 2, &err), DSARL_E_INVALID); // E
+    ck_assert_ptr_nonnull(strstr(err.message, "moe_group_padded"));
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, idx, 2, 4, 0, 2, &err), DSARL_E_INVALID); // top_k
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, idx, 2, 4, K, 0, &err), DSARL_E_INVALID); // pad
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, idx, -1, 4, K, 2, &err), DSARL_E_INVALID); // T
+    // sizes whose rows or slots do not fit int32 are refused before anything is allocated or written
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, idx, 2, (int64_t)1 << 40, K, 2, &err),
+                     DSARL_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "E*pad and T*top_k at most"));
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, idx, (int64_t)1 << 31, 4, K, 2, &err),
+                     DSARL_E_INVALID);
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, bad, 1, 4, 2, 2, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "moe_group_padded indices[1]") && strstr(err.message, "[0, 4)"), "%s",
+                  err.message);
+    bad[1] = -1;
+    ck_assert_int_eq(cpu_moe_group_padded(dev, rows, slot, inv, bad, 1, 4, 2, 2, &err), DSARL_E_INVALID);
+    free(idx);
+}
+END_TEST
+
 START_TEST(test_gather_scatter_rowdot)
 {
     float *x = rand_array(4 * 3, 1), g[3 * 3], out[4 * 3] = {0}, scale[3] = {0.5f, -1.0f, 2.0f}, dots[3];
@@ -577,6 +698,7 @@ static Suite *device_cpu_suite(void)
     tcase_add_test(tc, test_swiglu);
     tcase_add_test(tc, test_embedding_add_axpy_copy2d);
     tcase_add_test(tc, test_moe_route);
+    tcase_add_test(tc, test_moe_group_padded);
     tcase_add_test(tc, test_gather_scatter_rowdot);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_ops_table_complete);

@@ -343,6 +343,103 @@ START_TEST(test_moe_route)
 }
 END_TEST
 
+/* moe_group_padded: the CUDA grouping equals the CPU device's exactly (rows, slots, slot_inv), at GLM-5's 256 experts
+ * and top-8, for decode-sized and larger T, pad = T (no overflow) and pads below the largest group (overflow), with
+ * some ids repeated in a row; every output starts stale, so each must be written. Ids outside [0, E), which the
+ * CUDA op skips (slot_inv -1) where the CPU op refuses, are checked against the CPU grouping over E + 1 experts with
+ * the bad ids moved to expert E: rows of experts below E are unchanged, and the moved pairs must have no row. */
+static void group_case(int64_t T, int64_t E, int32_t K, int64_t pad, int bad_every, bool repeats, bool captured)
+{
+    int64_t N = T * K, Ec = bad_every ? E + 1 : E;
+    int32_t *idx = malloc((size_t)(N > 0 ? N : 1) * sizeof(int32_t)), *cpu_idx = malloc((size_t)(N > 0 ? N : 1) * 4);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t k = 0; k < K; k++) {
+            int32_t e;
+            bool again;
+            do { // half the draws from a hot set of 12 experts, so groups grow past small pads
+                e = rng_below(&stream, 2) ? rng_below(&stream, 12) : rng_below(&stream, (int32_t)E);
+                again = false;
+                for (int32_t j = 0; j < k && !repeats; j++)
+                    again |= idx[t * K + j] == e;
+            } while (again);
+            idx[t * K + k] = e;
+        }
+    for (int64_t i = 0; i < N; i++) {
+        cpu_idx[i] = idx[i];
+        if (bad_every && i % bad_every == 3) {
+            idx[i] = (i / bad_every) % 2 ? -5 : (int32_t)(E + 7);
+            cpu_idx[i] = (int32_t)E;
+        }
+    }
+    int64_t R = Ec * pad;
+    int32_t *rows = malloc((size_t)R * 4), *slot = malloc((size_t)R * 4), *inv = malloc((size_t)(N > 0 ? N : 1) * 4);
+    ck_assert_msg(cpu_moe_group_padded(cpu, rows, slot, inv, cpu_idx, T, Ec, K, pad, &err) == 0, "%s", err.message);
+    int32_t *stale = malloc((size_t)(R > N ? R : N) * 4 + 4);
+    for (int64_t i = 0; i < (R > N ? R : N); i++)
+        stale[i] = 0x5a5a5a5a;
+    int32_t *gidx = to_gpu_i32(gpu, idx, N), *grows = to_gpu_i32(gpu, stale, E * pad);
+    int32_t *gslot = to_gpu_i32(gpu, stale, E * pad), *ginv = to_gpu_i32(gpu, stale, N);
+    if (captured) { // no host sync, no allocation: the call records into a graph, which then runs
+        cudaStream_t s = (cudaStream_t)cuda_stream(gpu);
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        ck_assert_int_eq(cudaStreamSynchronize(s), cudaSuccess);
+        ck_assert_int_eq(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+        int rc = cuda_moe_group_padded(gpu, grows, gslot, ginv, gidx, T, E, K, pad, &err);
+        ck_assert_int_eq(cudaStreamEndCapture(s, &graph), cudaSuccess);
+        ck_assert_msg(rc == 0, "%s", err.message);
+        ck_assert_int_eq(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        ck_assert_int_eq(cudaGraphLaunch(exec, s), cudaSuccess);
+        ck_assert_int_eq(cudaStreamSynchronize(s), cudaSuccess);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    } else {
+        ck_assert_msg(cuda_moe_group_padded(gpu, grows, gslot, ginv, gidx, T, E, K, pad, &err) == 0, "%s",
+                      err.message);
+    }
+    int32_t *got_rows = from_gpu_i32(gpu, grows, E * pad), *got_slot = from_gpu_i32(gpu, gslot, E * pad);
+    int32_t *got_inv = from_gpu_i32(gpu, ginv, N);
+    int64_t dropped = 0;
+    for (int64_t r = 0; r < E * pad; r++)
+        ck_assert_msg(got_rows[r] == rows[r] && got_slot[r] == slot[r], "moe_group_padded T %lld pad %lld row %lld: "
+                      "token %d slot %d, cpu %d %d", (long long)T, (long long)pad, (long long)r, got_rows[r],
+                      got_slot[r], rows[r], slot[r]);
+    for (int64_t i = 0; i < N; i++) {
+        int32_t want = inv[i] >= E * pad ? -1 : inv[i]; // moved to expert E: no row on the GPU
+        ck_assert_msg(got_inv[i] == want, "moe_group_padded T %lld pad %lld pair %lld (expert %d): row %d, cpu %d",
+                      (long long)T, (long long)pad, (long long)i, idx[i], got_inv[i], want);
+        dropped += want < 0;
+    }
+    printf("check_device_cuda: moe_group_padded T %lld E %lld top_k %d pad %lld%s%s%s: equal to cpu, %lld pairs "
+           "without a row\n", (long long)T, (long long)E, K, (long long)pad, repeats ? ", repeats" : "",
+           bad_every ? ", ids out of range" : "", captured ? ", graph-captured" : "", (long long)dropped);
+    cuda_free(gpu, gidx), cuda_free(gpu, grows), cuda_free(gpu, gslot), cuda_free(gpu, ginv);
+    free(idx), free(cpu_idx), free(rows), free(slot), free(inv), free(stale), free(got_rows), free(got_slot);
+    free(got_inv);
+}
+
+START_TEST(test_moe_group_padded)
+{
+    const int64_t Ts[] = {1, 3, 17, 64, 300, 2048};
+    for (size_t c = 0; c < sizeof Ts / sizeof Ts[0]; c++) {
+        int64_t T = Ts[c];
+        group_case(T, 256, 8, T, 0, false, false);                          // no overflow
+        group_case(T, 256, 8, T > 3 ? T / 3 : 1, 0, false, false);          // overflow past small pads
+        group_case(T, 256, 8, T, 0, true, false);                           // repeats overflow at pad = T
+    }
+    group_case(40, 256, 8, 40, 11, false, false); // ids out of range skipped
+    group_case(64, 256, 8, 64, 0, false, true);   // decode-sized, captured into a CUDA graph
+    group_case(0, 256, 8, 2, 0, false, false);    // no tokens: every row is padding
+    group_case(5, 70000, 2, 1, 0, false, false);  // more experts than one grid's blocks
+    ck_assert_int_eq(cuda_moe_group_padded(gpu, NULL, NULL, NULL, NULL, 2, 256, 8, 0, &err), DSARL_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "moe_group_padded"));
+    ck_assert_int_eq(cuda_moe_group_padded(gpu, NULL, NULL, NULL, NULL, 2, (int64_t)1 << 40, 8, 2, &err),
+                     DSARL_E_INVALID);
+    const dsarl_device_ops *ops = &dsarl_cuda_device_ops;
+    ck_assert_ptr_nonnull(DSARL_DEVICE_SLOT(ops, moe_group_padded));
+}
+END_TEST
+
 /* --- log-probs, optimizer, sampling ---------------------------------------------------------------------- */
 
 START_TEST(test_logprobs)
@@ -585,6 +682,7 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_rows);
     tcase_add_test(tc, test_moe_route);
+    tcase_add_test(tc, test_moe_group_padded);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_scale_sum_squares);
     tcase_add_test(tc, test_adamw_update);

@@ -1,8 +1,11 @@
 /* glm5_moe.c: the routed experts of a MoE layer (router, top-k routing, grouped expert GEMMs, weighted combine)
  * and their backward. The shared experts are an ordinary MLP beside them (glm5_forward.c / glm5_backward.c).
  *
- * Tokens are grouped by expert on the host (the counts decide the GEMM shapes); the routing decided in the forward
- * (route_idx, rows, slots) is kept in the layer's activations and reused by the backward, so both see one routing.
+ * Tokens are grouped by expert on the host (the counts decide the GEMM shapes), except for a few tokens on a
+ * launch-bound device with the ABI 1.7 moe_group_padded slot: there every expert gets T rows (an expert appears at
+ * most once per token, so no pair overflows) and the device groups them, so a decode step's MoE layers need no
+ * host round trip. The routing decided in the forward (route_idx, rows, slots) is kept in the layer's activations
+ * and reused by the backward, so both see one routing.
  *
  * Expert parallelism (Megatron's alltoall token dispatcher, dropless): rank r of the ep group holds experts
  * [r E/ep, (r+1) E/ep). The router is replicated, so each rank routes its own tokens; its routed rows, already
@@ -371,6 +374,40 @@ static int local_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_la
     return DSARL_OK;
 }
 
+/* Whether MoE layer `layer` of a device with moe_group_padded groups its rows there (glm5_moe_forward): the pass
+ * is not expert-parallel (an expert group there is what its owner receives, counted on the host), no routing is
+ * recorded or replayed on the layer (those need the ids on the host), and the tokens are few enough for
+ * glm5_moe_pad to pad every group to T on a launch-bound device. Recompute reruns a layer with the same answer. */
+static bool device_grouping(const glm5_pass *p, int32_t layer)
+{
+    const dsarl_model *m = p->m;
+    return !ep_active(m) && m->launch_bound && p->T > 0 && p->T <= GLM5_MOE_PAD_MAX &&
+           !glm5_routing_experts_on_host(p, layer);
+}
+
+/* The rest of the forward once a->rows/slot/slot_inv (device) and a->moe_pad/moe_rows are set: routing weights and
+ * input rows gathered, the experts (locally, or under EP by their owners from count, the host first row of each
+ * expert), and y (T,C) = the weighted sum of each token's expert outputs. */
+static int experts_and_combine(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, const int64_t *count,
+                               dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t T = p->T, C = m->cfg.hidden_size, rows_used = a->moe_rows;
+    // row_scale[r] = route_w[slot[r]] on the device: a gather of float32 values moved as rows of 4 bytes (one or
+    // two storage elements), a bit copy
+    DSARL_TRY(d->gather_rows(m->dev, a->row_scale, a->route_w, a->slot, rows_used, glm5_f32_units(m), err));
+    DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, rows_used, C, err));
+    if (ep_active(m)) { // the owners run the experts on every rank's rows; the combine stays here
+        DSARL_TRY(ep_plan(p, a, count, err));
+        DSARL_TRY(ep_experts_forward(p, a, L, err));
+    } else {
+        DSARL_TRY(local_experts_forward(p, a, L, err));
+    }
+    DSARL_TRY(d->zero(m->dev, y, (size_t)(T * C) * m->elem, err));
+    return d->scatter_add_rows(m->dev, y, a->expert_out, a->rows, a->row_scale, rows_used, C, err);
+}
+
 int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void *y, dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -384,6 +421,18 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
     DSARL_TRY(d->moe_route_forward(m->dev, a->route_idx, a->route_w, a->router_probs, a->router_logits,
                                    L->router_bias32, T, E, (int32_t)K, c->n_group, c->topk_group, c->norm_topk_prob,
                                    (float)c->routed_scaling_factor, err));
+    int32_t layer = (int32_t)(L - m->layers);
+    int (*group)(dsarl_device *, int32_t *, int32_t *, int32_t *, const int32_t *, int64_t, int64_t, int32_t,
+                 int64_t, dsarl_error *) = DSARL_DEVICE_SLOT(d, moe_group_padded);
+    if (group && device_grouping(p, layer)) {
+        // the padded layout glm5_moe_pad takes on a launch-bound device for T <= GLM5_MOE_PAD_MAX, with pad = T
+        // (the largest group there can be) rather than the largest group, which only the device knows: nothing
+        // comes back to the host. a->count (the unpadded paths' and EP's) is not filled: neither runs here.
+        a->moe_pad = T;
+        a->moe_rows = E * T;
+        DSARL_TRY(group(m->dev, a->rows, a->slot, a->slot_inv, a->route_idx, T, E, (int32_t)K, T, err));
+        return experts_and_combine(p, a, L, y, NULL, err);
+    }
     // group (token, slot) pairs by expert on the host: the counts decide the GEMM shapes. One download (the expert
     // ids) and one upload (rows, slot, slot_inv: one block) per layer, each a wait for the device.
     int64_t R = glm5_moe_rows(m, T); // the rows block's layout (glm5_layer_acts_alloc)
@@ -393,7 +442,7 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(2 * R + N) * sizeof(int32_t), (void **)&rows, err));
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)E * sizeof(int64_t), (void **)&fill, err));
     DSARL_TRY(d->copy(m->dev, idx, a->route_idx, (size_t)N * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
-    DSARL_TRY(glm5_routing_experts(p, a, (int32_t)(L - m->layers), idx, err));
+    DSARL_TRY(glm5_routing_experts(p, a, layer, idx, err));
     int32_t *slot = rows + R, *slot_inv = rows + 2 * R;
     int64_t *count = a->count, largest = 0;
     memset(count, 0, (size_t)(E + 1) * sizeof(int64_t));
@@ -421,19 +470,7 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
         }
     DSARL_TRY(d->copy(m->dev, a->rows, rows, (size_t)(2 * R + N) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE,
                       err));
-    // row_scale[r] = route_w[slot[r]] on the device: a gather of float32 values moved as rows of 4 bytes (one or
-    // two storage elements), a bit copy
-    int64_t rows_used = a->moe_rows;
-    DSARL_TRY(d->gather_rows(m->dev, a->row_scale, a->route_w, a->slot, rows_used, glm5_f32_units(m), err));
-    DSARL_TRY(d->gather_rows(m->dev, a->expert_in, a->h2, a->rows, rows_used, C, err));
-    if (ep_active(m)) { // the owners run the experts on every rank's rows; the combine stays here
-        DSARL_TRY(ep_plan(p, a, count, err));
-        DSARL_TRY(ep_experts_forward(p, a, L, err));
-    } else {
-        DSARL_TRY(local_experts_forward(p, a, L, err));
-    }
-    DSARL_TRY(d->zero(m->dev, y, (size_t)(T * C) * m->elem, err));
-    return d->scatter_add_rows(m->dev, y, a->expert_out, a->rows, a->row_scale, rows_used, C, err);
+    return experts_and_combine(p, a, L, y, count, err);
 }
 
 int glm5_moe_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer_acts *a, const glm5_layer *L,

@@ -51,7 +51,8 @@ typedef struct glm5_layer_acts {
     int32_t *slot, *slot_inv;                  // (R) t*K + k of each routed row (N: a padding row), and (N) the
                                                // row of each t*K + k (rows, slot, slot_inv: one device block)
     float *row_scale;                          // (R) its routing weight (0 for padding rows)
-    int64_t *count;                            // host (E+1): first row of each expert (without padding)
+    int64_t *count;                            // host (E+1): first row of each expert (without padding); not
+                                               // filled when the device grouped the layer (moe_group_padded)
     int64_t moe_rows;                          // R: routed rows N, or E * moe_pad with padding
     int64_t moe_pad;                           // rows per expert when padded (one batched GEMM), else 0
     struct glm5_moe_ep *ep;                    // expert parallelism: the layer's dispatch (glm5_moe.c), or NULL
@@ -306,6 +307,9 @@ int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *er
 int glm5_routing_shape(const dsarl_model *m, dsarl_routing_shape *out, dsarl_error *err);
 int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t *key_first, dsarl_error *err);
 int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_t *idx, dsarl_error *err);
+/* Whether glm5_routing_experts has work on MoE layer `layer` (the batch records experts, or replays a row of
+ * this layer), so the layer's expert ids must come to the host; else the grouping may stay on the device. */
+bool glm5_routing_experts_on_host(const glm5_pass *p, int32_t layer);
 int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_error *err);
 
 /* The routed experts of MoE layer L (glm5_moe.c): y (T,C) = sum over the token's top-k experts of the routing weight

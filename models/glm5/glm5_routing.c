@@ -68,6 +68,22 @@ int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t
     return DSARL_OK;
 }
 
+bool glm5_routing_experts_on_host(const glm5_pass *p, int32_t layer)
+{
+    const dsarl_batch_routing *r = &p->routing;
+    if (r->record_experts)
+        return true;
+    if (!r->replay_experts)
+        return false;
+    const glm5_config *c = &p->m->cfg;
+    int64_t K = c->num_experts_per_tok, ord = ordinal(c->mlp_sparse, layer);
+    int64_t stride = (int64_t)ordinal(c->mlp_sparse, c->num_hidden_layers) * K; // glm5_routing_shape's moe_layers
+    for (int64_t t = 0; t < p->T; t++)
+        if (r->replay_experts[t * stride + ord * K] >= 0) // a recorded row: glm5_routing_experts replays it
+            return true;
+    return false;
+}
+
 int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_t *idx, dsarl_error *err)
 {
     dsarl_model *m = p->m;

@@ -78,6 +78,10 @@ int cpu_moe_route_forward(dsarl_device *dev, int32_t *indices, float *weights, f
 int cpu_moe_route_backward(dsarl_device *dev, float *dlogits, const float *dweights, const int32_t *indices,
                            const float *probs, int64_t T, int64_t E, int32_t top_k, bool norm_topk_prob,
                            float scaling, dsarl_error *err);
+/* ABI 1.7: routed (token, slot) pairs grouped by expert, pad rows each (dsarl/ops/device.h's spec); index values
+ * outside [0, E) are refused. */
+int cpu_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv, const int32_t *indices,
+                         int64_t T, int64_t E, int32_t top_k, int64_t pad, dsarl_error *err);
 int cpu_gather_rows(dsarl_device *dev, void *out, const void *inp, const int32_t *rows, int64_t n, int64_t C,
                     dsarl_error *err);
 int cpu_scatter_add_rows(dsarl_device *dev, void *out, const void *inp, const int32_t *rows, const float *scale,

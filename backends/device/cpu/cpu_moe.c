@@ -1,6 +1,8 @@
 /* cpu_moe.c: the GLM-5 / DeepSeek-V3 "noaux_tc" router (sigmoid scores, bias for choosing only, group-limited
- * top-k) with its backward, and the row permutations that group tokens by expert. */
+ * top-k) with its backward, the padded grouping of routed rows by expert, and the row permutations that group
+ * tokens by expert. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_device.h"
@@ -104,6 +106,46 @@ int cpu_moe_route_backward(dsarl_device *dev, float *dlogits, const float *dweig
             dlogits[t * E + idx[k]] += (float)(ds * s * (1.0 - s));
         }
     }
+    return DSARL_OK;
+}
+
+int cpu_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv, const int32_t *indices,
+                         int64_t T, int64_t E, int32_t top_k, int64_t pad, dsarl_error *err)
+{
+    (void)dev;
+    // rows and slots are int32: every row index (E*pad) and the padding slot (T*top_k) must fit
+    if (T < 0 || E < 1 || top_k < 1 || pad < 1 || E > INT32_MAX / pad || T > INT32_MAX / top_k)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cpu: moe_group_padded needs T >= 0, E, top_k and pad >= 1, "
+                          "with E*pad and T*top_k at most %d; got T %lld, E %lld, top_k %d, pad %lld", INT32_MAX,
+                          (long long)T, (long long)E, top_k, (long long)pad);
+    int64_t N = T * top_k;
+    for (int64_t i = 0; i < N; i++)
+        if (indices[i] < 0 || indices[i] >= E)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "device cpu: moe_group_padded indices[%lld] (token %lld, slot "
+                              "%lld) is %d; valid experts are [0, %lld)", (long long)i, (long long)(i / top_k),
+                              (long long)(i % top_k), indices[i], (long long)E);
+    // E counters: no more than the caller's own rows array (E*pad int32) already holds
+    int64_t *fill = malloc((size_t)E * sizeof(int64_t));
+    if (!fill)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "device cpu: out of memory for %lld expert counters in "
+                          "moe_group_padded", (long long)E);
+    for (int64_t e = 0; e < E; e++)
+        fill[e] = 0;
+    for (int64_t r = 0; r < E * pad; r++)
+        rows[r] = 0, slot[r] = (int32_t)N; // a padding row: token 0 at the zero routing weight
+    // pairs in (t, k) order, so each expert's rows come in token order
+    for (int64_t i = 0; i < N; i++) {
+        int64_t e = indices[i], n = fill[e]++;
+        if (n >= pad) { // past its expert's rows: no row (only when pad < T or an expert repeats in a row)
+            slot_inv[i] = -1;
+            continue;
+        }
+        int64_t r = e * pad + n;
+        rows[r] = (int32_t)(i / top_k);
+        slot[r] = (int32_t)i;
+        slot_inv[i] = (int32_t)r;
+    }
+    free(fill);
     return DSARL_OK;
 }
 

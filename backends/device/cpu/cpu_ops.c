@@ -51,6 +51,7 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .gemm_f32out = cpu_gemm_f32out,
     .convert = cpu_convert,
     .sample_filtered = cpu_sample_filtered,
+    .moe_group_padded = cpu_moe_group_padded, /* ABI 1.7 */
     .all_reduce = cpu_all_reduce,
     .all_gather = cpu_all_gather,
     .reduce_scatter = cpu_reduce_scatter,

@@ -168,6 +168,10 @@ int cuda_moe_route_forward(dsarl_device *dev, int32_t *indices, float *weights, 
 int cuda_moe_route_backward(dsarl_device *dev, float *dlogits, const float *dweights, const int32_t *indices,
                             const float *probs, int64_t T, int64_t E, int32_t top_k, bool norm_topk_prob,
                             float scaling, dsarl_error *err);
+/* ABI 1.7: routed pairs grouped by expert, pad rows each (dsarl/ops/device.h), the CPU device's result exactly;
+ * no host sync, no allocation (capture-safe). Ids outside [0, E) get slot_inv = -1 rather than an error. */
+int cuda_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
+                          const int32_t *indices, int64_t T, int64_t E, int32_t top_k, int64_t pad, dsarl_error *err);
 
 /* Log-probabilities (cuda_logprobs.cu). */
 int cuda_logprobs_forward(dsarl_device *dev, float *logprobs, const float *logits, const int32_t *targets,

@@ -1,7 +1,11 @@
 /* cuda_moe.cu: the GLM-5 / DeepSeek-V3 "noaux_tc" router (sigmoid scores, bias for choosing only, group-limited
  * top-k) and its backward. One block per token: the sigmoids are computed in parallel, then one thread makes the
  * selection in exactly the CPU device's order (ties to the lower index), so both devices pick the same experts
- * from the same logits. E is at most a few hundred, so the serial part is short. */
+ * from the same logits. E is at most a few hundred, so the serial part is short.
+ *
+ * The padded grouping of routed rows by expert (moe_group_padded) runs on the device too, so a decode step's MoE
+ * layers need no host round trip: one block per expert scans the (token, slot) pairs in order, and a block-wide
+ * prefix count of its own expert's pairs gives each pair its row, the CPU device's order exactly. */
 #include <math.h>
 #include "cuda_common.cuh"
 
@@ -134,5 +138,72 @@ int cuda_moe_route_backward(dsarl_device *dev, float *dlogits, const float *dwei
     moe_route_backward_kernel<<<grid_for(T, 128), 128, 0, CUDA_STREAM(dev)>>>(
         dlogits, dweights, indices, probs, T, E, top_k, norm_topk_prob ? 1 : 0, scaling);
     cudaCheckLaunch("moe_route_backward", err);
+    return DSARL_OK;
+}
+
+
+enum { GROUP_THREADS = 256 }; // a multiple of the warp: the prefix count is built from one ballot per warp
+
+/* One block per expert e (grid-stride over experts): the N = T*top_k indices are read in chunks of the block's
+ * width, in order; a pair of expert e takes row e*pad + (its expert's pairs before it), so the rows of a group come
+ * in token order whatever the grid. The block of expert 0 also marks pairs whose id is outside [0, E) (slot_inv =
+ * -1): no expert's block would. */
+static __global__ void moe_group_padded_kernel(int32_t *rows, int32_t *slot, int32_t *slot_inv,
+                                               const int32_t *indices, int64_t N, int64_t E, int top_k, int64_t pad)
+{
+    __shared__ int warp_count[GROUP_THREADS / 32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned int below = (1u << lane) - 1u; // lanes before this one
+    for (int64_t e = blockIdx.x; e < E; e += gridDim.x) {
+        int64_t before = 0; // pairs of expert e in the chunks already scanned
+        for (int64_t c0 = 0; c0 < N; c0 += GROUP_THREADS) {
+            int64_t i = c0 + threadIdx.x;
+            int32_t id = i < N ? indices[i] : -1;
+            bool mine = i < N && id == e;
+            unsigned int ballot = __ballot_sync(0xffffffffu, mine);
+            if (lane == 0)
+                warp_count[warp] = __popc(ballot);
+            __syncthreads();
+            int64_t rank = before + __popc(ballot & below), total = 0;
+            for (int w = 0; w < GROUP_THREADS / 32; w++) {
+                rank += w < warp ? warp_count[w] : 0;
+                total += warp_count[w];
+            }
+            if (mine) {
+                if (rank < pad) {
+                    int64_t r = e * pad + rank;
+                    rows[r] = (int32_t)(i / top_k);
+                    slot[r] = (int32_t)i;
+                    slot_inv[i] = (int32_t)r;
+                } else { // past its expert's rows: no row
+                    slot_inv[i] = -1;
+                }
+            } else if (e == 0 && i < N && (id < 0 || id >= E)) {
+                slot_inv[i] = -1;
+            }
+            before += total;
+            __syncthreads(); // warp_count is rewritten by the next chunk
+        }
+        // the group's unused rows: token 0 at the zero routing weight (slot N)
+        for (int64_t j = (before < pad ? before : pad) + threadIdx.x; j < pad; j += GROUP_THREADS) {
+            rows[e * pad + j] = 0;
+            slot[e * pad + j] = (int32_t)N;
+        }
+    }
+}
+
+int cuda_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
+                          const int32_t *indices, int64_t T, int64_t E, int32_t top_k, int64_t pad, dsarl_error *err)
+{
+    // only the sizes are checked here; the index values live on the device and are not read back (the call stays
+    // free of host syncs, so it can be captured into a graph): an id outside [0, E) gets slot_inv = -1 and no row
+    if (T < 0 || E < 1 || top_k < 1 || pad < 1 || E > INT32_MAX / pad || T > INT32_MAX / top_k)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: moe_group_padded needs T >= 0, E, top_k and pad >= 1, "
+                          "with E*pad and T*top_k at most %d; got T %lld, E %lld, top_k %d, pad %lld", INT32_MAX,
+                          (long long)T, (long long)E, top_k, (long long)pad);
+    unsigned int blocks = (unsigned int)(E < 65535 ? E : 65535);
+    moe_group_padded_kernel<<<blocks, GROUP_THREADS, 0, CUDA_STREAM(dev)>>>(rows, slot, slot_inv, indices,
+                                                                            T * top_k, E, top_k, pad);
+    cudaCheckLaunch("moe_group_padded", err);
     return DSARL_OK;
 }

@@ -90,6 +90,7 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .gemm_f32out = cuda_prof_gemm_f32out,
     .convert = cuda_prof_convert,
     .sample_filtered = cuda_prof_sample_filtered,
+    .moe_group_padded = cuda_prof_moe_group_padded, /* ABI 1.7 */
     .stream = cuda_stream, /* ABI 1.2 */
     /* ABI 1.3: collectives on NCCL (cuda_comm.c) */
     .all_reduce = cuda_all_reduce,

@@ -559,3 +559,9 @@ int cuda_prof_adamw_update(dsarl_device *dev, float *master, void *weight, const
 {
     PROFILED("adamw_update", cuda_adamw_update(dev, master, weight, grad, m, v, n, lr, b1, b2, eps, wd, gs, step, err));
 }
+
+int cuda_prof_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
+                               const int32_t *idx, int64_t T, int64_t E, int32_t k, int64_t pad, dsarl_error *err)
+{
+    PROFILED("moe_group_padded", cuda_moe_group_padded(dev, rows, slot, slot_inv, idx, T, E, k, pad, err));
+}

@@ -106,6 +106,8 @@ int cuda_prof_sample_filtered(dsarl_device *dev, int32_t *tokens, float *logprob
 int cuda_prof_adamw_update(dsarl_device *dev, float *master, void *weight, const void *grad, float *m, float *v,
                            int64_t n, float lr, float b1, float b2, float eps, float wd, float gs, int64_t step,
                            dsarl_error *err);
+int cuda_prof_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
+                               const int32_t *idx, int64_t T, int64_t E, int32_t k, int64_t pad, dsarl_error *err);
 
 DSARL_END_DECLS
 
