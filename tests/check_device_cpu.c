@@ -399,14 +399,14 @@ START_TEST(test_moe_route)
 END_TEST
 
 /* moe_group_padded's spec written out pair by pair: pair i of expert e takes rank = (pairs j < i of expert e), row
- * e*pad + rank while rank < pad, else no row (slot_inv -1); every other row is token 0 at slot N. Quadratic on
+ * e*pad + rank while rank < pad, else no row (slot_inv -1); every other row r is token r mod T at slot N. Quadratic on
  * purpose: it shares no counter with the device's pass. */
 static void naive_group(const int32_t *idx, int64_t T, int64_t E, int K, int64_t pad, int32_t *rows, int32_t *slot,
                         int32_t *slot_inv)
 {
     int64_t N = T * K;
     for (int64_t r = 0; r < E * pad; r++)
-        rows[r] = 0, slot[r] = (int32_t)N;
+        rows[r] = T > 0 ? (int32_t)(r % T) : 0, slot[r] = (int32_t)N;
     for (int64_t i = 0; i < N; i++) {
         int64_t rank = 0;
         for (int64_t j = 0; j < i; j++)

@@ -6,7 +6,7 @@
  * counts its calls (device grouping) and one without the slot (the host grouping a 1.6 device gets). Both then run
  * the padded batched expert GEMMs, the device with pad = T rows per expert, the host with pad = the largest group;
  * the CPU's own default runs per-expert GEMMs where groups are uneven. The math is the same: each real row goes
- * through the same weights in the same order, and the extra rows are token 0 at routing weight 0, whose products
+ * through the same weights in the same order, and the extra rows are token r mod T at routing weight 0, whose products
  * add exact zeros to outputs and weight gradients. It is not bitwise: OpenBLAS picks its kernel by shape (a GEMM of
  * one row runs as a GEMV, a decode step's usual group), and kernels round their dot products in different orders.
  * So logits, gradients and log-probs are compared within 1e-5 of their largest magnitude (a few float32 ulps of

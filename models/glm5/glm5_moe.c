@@ -452,15 +452,17 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
         largest = count[e + 1] > largest ? count[e + 1] : largest;
         count[e + 1] += count[e]; // count[e] = first row of expert e
     }
-    // small or balanced groups (glm5_moe_pad): expert e's rows at e * pad, the rest of its pad rows read token 0
-    // with weight 0 (route_w[N]), so one batched GEMM covers every expert. Not under EP: the rows of an expert
+    // small or balanced groups (glm5_moe_pad): expert e's rows at e * pad, the rest of its pad rows read token
+    // r mod T with weight 0 (route_w[N]), so one batched GEMM covers every expert and the combine adds a few zero
+    // terms to each token, not E * pad of them to token 0 (one destination summing them all serialises a GPU's
+    // scatter). Not under EP: the rows of an expert
     // group are what its owner receives.
     a->moe_pad = ep_active(m) ? 0 : glm5_moe_pad(m, T, largest);
     a->moe_rows = a->moe_pad ? E * a->moe_pad : N;
     for (int64_t e = 0; e < E; e++)
         fill[e] = a->moe_pad ? e * a->moe_pad : count[e];
     for (int64_t r = 0; r < a->moe_rows; r++)
-        rows[r] = 0, slot[r] = (int32_t)N;
+        rows[r] = (int32_t)(r % T), slot[r] = (int32_t)N;
     for (int64_t t = 0; t < T; t++)
         for (int64_t k = 0; k < K; k++) {
             int64_t r = fill[idx[t * K + k]]++;

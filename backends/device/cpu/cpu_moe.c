@@ -132,7 +132,7 @@ int cpu_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_
     for (int64_t e = 0; e < E; e++)
         fill[e] = 0;
     for (int64_t r = 0; r < E * pad; r++)
-        rows[r] = 0, slot[r] = (int32_t)N; // a padding row: token 0 at the zero routing weight
+        rows[r] = T > 0 ? (int32_t)(r % T) : 0, slot[r] = (int32_t)N; // a padding row: zero routing weight
     // pairs in (t, k) order, so each expert's rows come in token order
     for (int64_t i = 0; i < N; i++) {
         int64_t e = indices[i], n = fill[e]++;

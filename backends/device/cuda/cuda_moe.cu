@@ -184,9 +184,9 @@ static __global__ void moe_group_padded_kernel(int32_t *rows, int32_t *slot, int
             before += total;
             __syncthreads(); // warp_count is rewritten by the next chunk
         }
-        // the group's unused rows: token 0 at the zero routing weight (slot N)
+        // the group's unused rows: token r mod T at the zero routing weight (slot N)
         for (int64_t j = (before < pad ? before : pad) + threadIdx.x; j < pad; j += GROUP_THREADS) {
-            rows[e * pad + j] = 0;
+            rows[e * pad + j] = N > 0 ? (int32_t)((e * pad + j) % (N / top_k)) : 0;
             slot[e * pad + j] = (int32_t)N;
         }
     }

@@ -228,8 +228,9 @@ typedef struct dsarl_device_ops {
     void (*profile_scope)(dsarl_device *dev, const char *name);
     /* ABI 1.7, optional (NULL: the model groups on the host). Groups routed (token, slot) pairs by expert on the
      * device, for pad rows per expert: indices (T,top_k) int32 in [0,E); expert e's pairs take rows e*pad .. in
-     * token order, rows[r] = token, slot[r] = t*top_k + k, slot_inv[t*top_k + k] = r; the unused rows of a group
-     * read token 0 with slot T*top_k (a zero routing weight). A pair past its expert's pad rows (only when pad < T
+     * token order, rows[r] = token, slot[r] = t*top_k + k, slot_inv[t*top_k + k] = r; an unused row r reads
+     * token r mod T (0 when T = 0) with slot T*top_k (a zero routing weight), so no token gathers the zero terms of
+     * many padding rows in the combine. A pair past its expert's pad rows (only when pad < T
      * or an expert repeats in a row) gets slot_inv = -1 and no row. rows, slot (E*pad), slot_inv (T*top_k): device
      * int32. Nothing comes back to the host, so a decode step can be captured into a graph. */
     int (*moe_group_padded)(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
