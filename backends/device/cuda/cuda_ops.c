@@ -98,4 +98,5 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .broadcast = cuda_broadcast,
     .send = cuda_send,
     .recv = cuda_recv,
+    .memory_info = cuda_memory_info, /* ABI 1.7 */
 };
