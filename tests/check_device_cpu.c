@@ -2,6 +2,7 @@
  * every backward against central finite differences of the forward, on fresh random inputs. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_device.h"
@@ -685,6 +686,39 @@ START_TEST(test_sample_tokens)
 }
 END_TEST
 
+// memory_info (ABI 1.7): total = the machine's physical memory, free = /proc/meminfo's MemAvailable, both read
+// here independently from /proc/meminfo (MemTotal is the kernel's count of the same pages sysconf reports).
+static long long meminfo_kib(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    ck_assert_ptr_nonnull(f);
+    char name[64];
+    long long v = -1, x;
+    while (v < 0 && fscanf(f, "%63s %lld kB", name, &x) == 2)
+        if (strcmp(name, key) == 0)
+            v = x;
+    fclose(f);
+    return v;
+}
+
+START_TEST(test_memory_info)
+{
+    int (*info)(dsarl_device *, size_t *, size_t *, dsarl_error *) =
+        DSARL_DEVICE_SLOT(&dsarl_cpu_device_ops, memory_info);
+    ck_assert_ptr_nonnull(info);
+    size_t free_bytes = 0, total = 0;
+    ck_assert_msg(info(dev, &free_bytes, &total, &err) == 0, "%s", err.message);
+    long long mem_total = meminfo_kib("MemTotal:"), available = meminfo_kib("MemAvailable:");
+    ck_assert(mem_total > 0);
+    ck_assert_msg((long long)(total / 1024) == mem_total, "total %zu bytes, /proc/meminfo MemTotal %lld kB", total,
+                  mem_total);
+    ck_assert(free_bytes > 0 && free_bytes <= total);
+    if (available >= 0) // the machine's other processes move it between the two readings, not by 1 GiB
+        ck_assert_msg(llabs((long long)(free_bytes / 1024) - available) < (1ll << 20), "free %zu bytes, "
+                      "MemAvailable %lld kB", free_bytes, available);
+}
+END_TEST
+
 static Suite *device_cpu_suite(void)
 {
     Suite *s = suite_create("device_cpu");
@@ -705,6 +739,7 @@ static Suite *device_cpu_suite(void)
     tcase_add_test(tc, test_threads_from_recipe);
     tcase_add_test(tc, test_adamw_scale_sum_squares);
     tcase_add_test(tc, test_sample_tokens);
+    tcase_add_test(tc, test_memory_info);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -670,9 +670,32 @@ START_TEST(test_profile_scope_classes)
 }
 END_TEST
 
+// memory_info (ABI 1.7): the driver's figures, total fixed, and a fresh 1 GiB buffer taken out of the free memory
+// (other suites sharing the GPU move it too: half of it is the bound).
+START_TEST(test_memory_info)
+{
+    int (*info)(dsarl_device *, size_t *, size_t *, dsarl_error *) =
+        DSARL_DEVICE_SLOT(&dsarl_cuda_device_ops, memory_info);
+    ck_assert_ptr_nonnull(info);
+    size_t free0 = 0, total0 = 0, free1 = 0, total1 = 0;
+    ck_assert_msg(info(gpu, &free0, &total0, &err) == 0, "%s", err.message);
+    ck_assert(total0 > ((size_t)1 << 30) && free0 > 0 && free0 <= total0);
+    const size_t gib = (size_t)1 << 30;
+    void *buf = NULL;
+    ck_assert_msg(cuda_alloc(gpu, gib + 12345, &buf, &err) == 0, "%s", err.message); // no cached block this size
+    ck_assert_msg(info(gpu, &free1, &total1, &err) == 0, "%s", err.message);
+    ck_assert_uint_eq(total1, total0);
+    ck_assert_msg(free1 + gib / 2 <= free0, "free %zu -> %zu bytes across a 1 GiB allocation", free0, free1);
+    printf("check_device_cuda: memory_info %.2f of %.2f GiB free, %.2f after a 1 GiB buffer\n",
+           (double)free0 / (double)gib, (double)total0 / (double)gib, (double)free1 / (double)gib);
+    cuda_free(gpu, buf);
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
     tcase_add_test(tc, test_ops_table_complete);
+    tcase_add_test(tc, test_memory_info);
     tcase_add_test(tc, test_gemm_all_transposes);
     tcase_add_test(tc, test_gemm_strided_batched);
     tcase_add_test(tc, test_rmsnorm);

@@ -12,6 +12,9 @@
  *   sampler    the CPU device's sample_filtered equals host filtering + sample_tokens + logprobs_forward, and an
  *              engine on a device without the op (host filtering) draws what it draws.
  *   refusals   arenas smaller than one sequence, bad block tables, a paged cache given to forward_cached.
+ *   memory     policy.generation.gpu_memory_utilization: the arena formula on hand-worked values (GLM-5.2's cache
+ *              row among them), an engine sized from the cpu device's memory_info giving the unset engine's tokens
+ *              and log-probs bit for bit, bad values, an arena below one sequence, a device without memory_info.
  * Where batch composition differs from the contiguous run (sharing, preemption, max_num_seqs, chunks) GEMM row
  * counts differ (an MoE expert's GEMM has as many rows as tokens routed to it, and OpenBLAS rounds a one-row
  * product unlike the same row in a larger one), so tokens must be equal and log-probs are bounded (relative 1e-5,
@@ -74,17 +77,9 @@ typedef struct outcome {
     native_paged_stats stats;
 } outcome;
 
-static outcome generate(const loaded *l, const dsarl_token_batch *prompts, const dsarl_sampling_params *sp,
-                        const native_paged_config *cfg)
+// Runs one generate() on gen and copies the result and the paged statistics out of the engine.
+static outcome collect(dsarl_generator *gen, const dsarl_token_batch *prompts, const dsarl_sampling_params *sp)
 {
-    dsarl_generator *gen = NULL;
-    ck_assert_msg(native_create(NULL, l->ops, l->model, &gen, &err) == 0, "%s", err.message);
-    native_paged_config c = native_get_paged(gen);
-    ck_assert_msg(c.enabled, "glm5 has the paged ops: the engine should page by default");
-    if (cfg)
-        native_set_paged(gen, *cfg);
-    else
-        c.enabled = false, native_set_paged(gen, c);
     dsarl_generation_result res;
     ck_assert_msg(native_generate(gen, prompts, sp, &res, &err) == 0, "%s", err.message);
     outcome o = {.B = res.n_sequences};
@@ -103,6 +98,21 @@ static outcome generate(const loaded *l, const dsarl_token_batch *prompts, const
         memcpy(o.admitted, st->admitted, (size_t)st->n_admitted * 4);
     if (st->n_retired)
         memcpy(o.retired, st->retired, (size_t)st->n_retired * 4);
+    return o;
+}
+
+static outcome generate(const loaded *l, const dsarl_token_batch *prompts, const dsarl_sampling_params *sp,
+                        const native_paged_config *cfg)
+{
+    dsarl_generator *gen = NULL;
+    ck_assert_msg(native_create(NULL, l->ops, l->model, &gen, &err) == 0, "%s", err.message);
+    native_paged_config c = native_get_paged(gen);
+    ck_assert_msg(c.enabled, "glm5 has the paged ops: the engine should page by default");
+    if (cfg)
+        native_set_paged(gen, *cfg);
+    else
+        c.enabled = false, native_set_paged(gen, c);
+    outcome o = collect(gen, prompts, sp);
     native_destroy(gen);
     return o;
 }
@@ -425,6 +435,178 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+// native_create from a recipe whose policy.generation section is generation_yaml (indented by four spaces).
+static int create_from(const loaded *l, dsarl_model *model, const char *generation_yaml, dsarl_generator **gen)
+{
+    char text[512];
+    snprintf(text, sizeof text, "policy:\n  generation:\n%s", generation_yaml);
+    dsarl_recipe *r = NULL;
+    ck_assert_msg(dsarl_recipe_load_string(text, "gen.yaml", &r, &err) == 0, "%s", err.message);
+    ck_assert_msg(dsarl_recipe_resolve(r, &err) == 0, "%s", err.message);
+    *gen = NULL;
+    int rc = native_create(dsarl_recipe_root(r), l->ops, model, gen, &err);
+    dsarl_recipe_free(r); // the engine copies what it reads
+    return rc;
+}
+
+// floor(u * total - (total - free)) bytes in whole blocks, on values worked out by hand.
+START_TEST(test_utilization_formula)
+{
+    int64_t blocks = -1;
+    // u 0.5 of 1000 bytes with 200 in use: 300 bytes = 4 blocks of 64 (and 44 bytes left over)
+    ck_assert_int_eq(native_arena_blocks_for_utilization(0.5, 800, 1000, 64, 16, 4, &blocks, &err), 0);
+    ck_assert_int_eq(blocks, 4);
+    // 0.3 x 1001 = 300.3 -> 300, minus 101 in use = 199 bytes = 3 blocks of 64
+    ck_assert_int_eq(native_arena_blocks_for_utilization(0.3, 900, 1001, 64, 16, 1, &blocks, &err), 0);
+    ck_assert_int_eq(blocks, 3);
+    // the whole of a 1 TiB device with 2^39 - 12345 bytes in use: 2^39 + 12345 bytes = 2^27 + 3 blocks of 4096
+    size_t tib = (size_t)1 << 40;
+    ck_assert_int_eq(native_arena_blocks_for_utilization(1.0, tib / 2 + 12345, tib, 4096, 16, 1, &blocks, &err), 0);
+    ck_assert_int_eq(blocks, ((int64_t)1 << 27) + 3);
+    // GLM-5.2's cache row: 78 layers x (512 latent + 64 rope) bf16, the indexer's 128-wide key in 21 of them; blocks
+    // of 64 tokens; an H200's 150,754,820,096 bytes with 45 GiB in use, u 0.9: 135,679,338,086 - 48,318,382,080 =
+    // 87,360,956,006 bytes / (64 x 95,232) = 14,333 blocks
+    int64_t row = (78 * (512 + 64) + 21 * 128) * 2;
+    ck_assert_int_eq(row, 95232);
+    size_t h200 = 150754820096ull, used = (size_t)45 << 30;
+    ck_assert_int_eq(native_arena_blocks_for_utilization(0.9, h200 - used, h200, 64 * row, 64, 100, &blocks, &err), 0);
+    ck_assert_int_eq(blocks, 14333);
+    // free above total (a racy reading): nothing counts as in use
+    ck_assert_int_eq(native_arena_blocks_for_utilization(0.5, 1200, 1000, 100, 16, 1, &blocks, &err), 0);
+    ck_assert_int_eq(blocks, 5);
+    // fewer blocks than one sequence needs: refused, naming the key and both counts
+    ck_assert_int_eq(native_arena_blocks_for_utilization(0.5, 800, 1000, 64, 16, 5, &blocks, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "policy.generation.gpu_memory_utilization 0.5") &&
+                  strstr(err.message, "4 blocks of 16 tokens, fewer than the 5 blocks"), "%s", err.message);
+    // more in use than the share allows: no arena at all
+    ck_assert_int_eq(native_arena_blocks_for_utilization(0.1, 500, 1000, 64, 16, 1, &blocks, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "leaves 0 bytes"), "%s", err.message);
+    ck_assert_int_eq(blocks, 0);
+    const double bad[4] = {0.0, 1.5, -1.0, NAN};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(native_arena_blocks_for_utilization(bad[i], 800, 1000, 64, 16, 1, &blocks, &err),
+                         DSARL_E_INVALID);
+        ck_assert_msg(strstr(err.message, "gpu_memory_utilization must be in (0, 1]"), "%s", err.message);
+    }
+}
+END_TEST
+
+// An engine with policy.generation.gpu_memory_utilization: the arena follows the formula from the cpu device's
+// memory_info, and the completions are the unset engine's, token for token and log-prob for log-prob.
+START_TEST(test_utilization_sizes_arena)
+{
+    loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 61);
+    enum { P = 2, G = 3 };
+    int32_t base_lens[P] = {11, 6}, lens[P * G], *base_tok, *base_cu;
+    dsarl_token_batch base = make_prompts(P, base_lens, 77, &base_tok, &base_cu);
+    int32_t cu[P * G + 1] = {0}, *tokens = malloc((size_t)(G * 17) * sizeof(int32_t));
+    for (int32_t b = 0; b < P * G; b++) { // GRPO's layout: each prompt's G samples one after another
+        lens[b] = base_lens[b / G];
+        memcpy(tokens + cu[b], base.tokens + base.cu_seqlens[b / G], (size_t)lens[b] * sizeof(int32_t));
+        cu[b + 1] = cu[b] + lens[b];
+    }
+    dsarl_token_batch prompts = {.struct_size = sizeof(prompts), .n_tokens = cu[P * G], .n_sequences = P * G,
+                                 .tokens = tokens, .cu_seqlens = cu};
+    dsarl_sampling_params sp = params(0.9f, 9, 4242);
+    sp.top_k = 50, sp.top_p = 0.95f;
+    dsarl_generator *gen = NULL;
+    ck_assert_msg(create_from(&l, l.model, "    block_size: 4\n", &gen) == 0, "%s", err.message);
+    ck_assert(native_get_paged(gen).memory_utilization == 0.0);
+    outcome want = collect(gen, &prompts, &sp);
+    ck_assert_uint_eq(want.stats.memory_total, 0); // not read when the key is unset
+    native_destroy(gen);
+    // the share that leaves 128 MiB for the arena beside what the machine holds now
+    size_t free0 = 0, total0 = 0;
+    ck_assert_msg(dsarl_cpu_device_ops.memory_info(l.dev, &free0, &total0, &err) == 0, "%s", err.message);
+    ck_assert(total0 > ((size_t)1 << 30) && free0 <= total0);
+    double u = ((double)(total0 - free0) + (double)(128 << 20)) / (double)total0;
+    char yaml[160];
+    snprintf(yaml, sizeof yaml, "    block_size: 4\n    gpu_memory_utilization: %.17g\n", u);
+    ck_assert_msg(create_from(&l, l.model, yaml, &gen) == 0, "%s", err.message);
+    ck_assert(native_get_paged(gen).memory_utilization == u);
+    outcome got = collect(gen, &prompts, &sp);
+    const native_paged_stats *st = &got.stats;
+    ck_assert_uint_eq(st->memory_total, total0);
+    // the engine's reading a moment after the test's: the machine's other processes move it, not by 1 GiB
+    ck_assert_msg(llabs((long long)st->memory_free - (long long)free0) < (1ll << 30), "memory_info said %zu bytes "
+                  "free to the test, %zu to the engine", free0, st->memory_free);
+    int64_t block_bytes = 4 * l.ops->cache_token_bytes(l.model);
+    int64_t arena = (int64_t)floor(u * (double)st->memory_total) - (int64_t)(st->memory_total - st->memory_free);
+    ck_assert_int_eq(st->blocks, arena / block_bytes);
+    ck_assert_msg(st->blocks > 4 * want.stats.blocks, "%d blocks, the batch-sized arena %d", st->blocks,
+                  want.stats.blocks);
+    ck_assert_int_eq(st->preemptions, 0);
+    compare(&want, &got, true, "gpu_memory_utilization vs unset");
+    // the next call keeps the arena and the reading it was sized from
+    outcome again = collect(gen, &prompts, &sp);
+    ck_assert_int_eq(again.stats.blocks, st->blocks);
+    ck_assert_uint_eq(again.stats.memory_free, st->memory_free);
+    compare(&want, &again, true, "gpu_memory_utilization, second call");
+    native_destroy(gen);
+    outcome_free(&want), outcome_free(&got), outcome_free(&again);
+    free(tokens), free(base_tok), free(base_cu);
+    unload(&l);
+}
+END_TEST
+
+START_TEST(test_utilization_refusals)
+{
+    loaded l = load_recipe(recipe_52, &glm5_2_model_ops, 67);
+    dsarl_generator *gen = NULL;
+    const char *bad[4] = {"0", "1.5", "-1", "half"};
+    for (int i = 0; i < 4; i++) {
+        char yaml[96];
+        snprintf(yaml, sizeof yaml, "    gpu_memory_utilization: %s\n", bad[i]);
+        ck_assert_int_eq(create_from(&l, l.model, yaml, &gen), DSARL_E_INVALID);
+        ck_assert_ptr_null(gen);
+        ck_assert_msg(strstr(err.message, "policy.generation.gpu_memory_utilization"), "%s", err.message);
+        ck_assert_msg(strstr(err.message, i < 3 ? "must be in (0, 1]" : "must be a number"), "%s", err.message);
+    }
+    ck_assert_msg(create_from(&l, l.model, "    gpu_memory_utilization: null\n", &gen) == 0, "%s", err.message);
+    ck_assert(native_get_paged(gen).memory_utilization == 0.0); // null: unset
+    native_destroy(gen);
+    int32_t lens[2] = {6, 3}, *tokens, *cu;
+    dsarl_token_batch prompts = make_prompts(2, lens, 13, &tokens, &cu);
+    dsarl_sampling_params sp = params(0.0f, 5, 1);
+    dsarl_generation_result res;
+    // a share below what the machine uses already leaves no arena: one sentence naming the key
+    ck_assert_int_eq(native_create(NULL, l.ops, l.model, &gen, &err), 0);
+    native_paged_config c = paged(4);
+    c.memory_utilization = 1e-9;
+    native_set_paged(gen, c);
+    ck_assert_int_eq(native_generate(gen, &prompts, &sp, &res, &err), DSARL_E_INVALID);
+    ck_assert_msg(strstr(err.message, "gpu_memory_utilization 1e-09 leaves 0 bytes") &&
+                  strstr(err.message, "fewer than the 3 blocks one sequence"), "%s", err.message);
+    // kv_cache_memory_bytes wins over it (vLLM's rule): the device memory is not even read
+    c.memory_bytes = 64 * 4 * l.ops->cache_token_bytes(l.model);
+    native_set_paged(gen, c);
+    ck_assert_msg(native_generate(gen, &prompts, &sp, &res, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(native_paged_last_stats(gen)->blocks, 64);
+    ck_assert_uint_eq(native_paged_last_stats(gen)->memory_total, 0);
+    native_destroy(gen);
+    // a device without memory_info (older than ABI 1.7): refused at create from a recipe, and at generate when set
+    dsarl_device_ops old = dsarl_cpu_device_ops;
+    old.memory_info = NULL;
+    ck_assert_ptr_null(DSARL_DEVICE_SLOT(&old, memory_info));
+    dsarl_model *m_old = NULL;
+    dsarl_model_config mc = {.struct_size = sizeof(mc), .recipe = dsarl_recipe_root(l.recipe), .device_ops = &old,
+                             .device = l.dev, .dsa_ops = &dsarl_dsa_reference_ops, .dsa = l.dsa, .seed = 67};
+    ck_assert_msg(l.ops->create(&mc, &m_old, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(create_from(&l, m_old, "    gpu_memory_utilization: 0.5\n", &gen), DSARL_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "policy.generation.gpu_memory_utilization") &&
+                  strstr(err.message, "memory_info") && strstr(err.message, "\"cpu\""), "%s", err.message);
+    ck_assert_int_eq(native_create(NULL, l.ops, m_old, &gen, &err), 0);
+    c.memory_bytes = 0, c.memory_utilization = 0.5;
+    native_set_paged(gen, c);
+    ck_assert_int_eq(native_generate(gen, &prompts, &sp, &res, &err), DSARL_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "gpu_memory_utilization needs the device's memory_info"), "%s", err.message);
+    native_destroy(gen);
+    l.ops->destroy(m_old);
+    free(tokens), free(cu);
+    unload(&l);
+}
+END_TEST
+
 static Suite *paged_suite(void)
 {
     Suite *s = suite_create("generation_paged");
@@ -437,6 +619,9 @@ static Suite *paged_suite(void)
     tcase_add_test(tc, test_device_sampler_matches_host);
     tcase_add_test(tc, test_host_sampling_fallback);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_utilization_formula);
+    tcase_add_test(tc, test_utilization_sizes_arena);
+    tcase_add_test(tc, test_utilization_refusals);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,8 @@
-/* cmd_bench_model.c: `dsarl bench train` and `dsarl bench generate`: a whole training step and greedy generation
- * of a glm_moe_dsa model config on one device, each printed beside the machine's ceilings measured in the same run
- * (bf16 GEMM 8192^3 through the device's gemm, a device-to-device copy; cmd_bench.h), with a `json:` line that
- * tools/bench/run-model-bench merges with the transformers peer (tools/bench/{train,generate}_torch.py).
+/* cmd_bench_model.c: `dsarl bench train` and `dsarl bench generate`: a whole training step and generation (greedy,
+ * or GRPO's shape: groups of equal prompts, sampled, ended at an EOS) of a glm_moe_dsa model config on one device,
+ * each printed beside the machine's ceilings measured in the same run (bf16 GEMM 8192^3 through the device's gemm,
+ * a device-to-device copy; cmd_bench.h), with a `json:` line that tools/bench/run-model-bench and
+ * run-generate-bench merge with the transformers peer (tools/bench/{train,generate}_torch.py).
  *
  * The model is built the way a recipe builds it: the registry's model, device and DSA plugins, random init from
  * the config (policy.model_config, so glm5_model_init_random through the model ops' create), or the weights of a
@@ -31,6 +32,11 @@ typedef struct model_bench_opts {
     const char *config, *model_dir, *device, *backend;
     int64_t seq, batch, steps, warmup, seed, ceiling_iters, threads;
     int64_t prompt_len, new_tokens;  // generate
+    int64_t groups, samples, top_k;  // generate: groups x samples prompts (0 groups: --batch / --samples)
+    double temperature, top_p;       // generate: 0 = greedy
+    const char *stop_at_eos;         // generate: NULL (no stop), "eos" (the config's eos_token_id) or an id
+    bool batch_given, new_given, max_new_given;
+    int64_t max_new_tokens;          // --max-new-tokens: the same value as --new-tokens
     double lr, indexer_loss_coeff;
     const char *sets[8];  // --set KEY=VALUE recipe overrides, applied in order after the bench's own keys
     int n_sets;
@@ -99,17 +105,29 @@ static const char *train_help =
 
 static const char *generate_help =
     "usage: dsarl bench generate [--config FILE|NAME | --model-dir DIR] [--device NAME] [--backend NAME]\n"
-    "                            [--batch 32] [--prompt-len 128] [--new-tokens 128] [--steps 1] [--warmup 1]\n"
-    "                            [--seed 0] [--ceiling-iters 5] [--threads N] [--set KEY=VALUE ...]\n"
+    "                            [--batch 32 | --groups P --samples G] [--prompt-len 128] [--new-tokens 128]\n"
+    "                            [--temperature 0] [--top-p 1] [--top-k 0] [--stop-at-eos [eos|ID]]\n"
+    "                            [--steps 1] [--warmup 1] [--seed 0] [--ceiling-iters 5] [--threads N]\n"
+    "                            [--set KEY=VALUE ...]\n"
     "\n"
-    "Times greedy generation of B random prompts through the native generation engine (KV cache: prefill, then one\n"
-    "decode step per new token; no stop token, so every sequence makes --new-tokens tokens), after measuring the\n"
-    "device's GEMM and copy ceilings in the same run. Prints generated tokens/s (prefill included), the decode\n"
-    "floor from the weight bytes a step reads at the measured copy rate, and a `json:` line.\n"
+    "Times generation of random prompts through the native generation engine (paged KV cache: prefill, then one\n"
+    "decode step per new token), after measuring the device's GEMM and copy ceilings in the same run. By default\n"
+    "greedy with no stop token, so every sequence makes --new-tokens tokens. GRPO's shape: --groups P --samples G\n"
+    "(P random prompts, each G times in a row: the G samples of a prompt share its prefill), sampled\n"
+    "(--temperature, --top-p, --top-k; the draws are seeded by --seed), ended at an EOS (--stop-at-eos).\n"
+    "Prints generated tokens/s (prefill included), prefill time (a call of the same batch with one new token),\n"
+    "decode tokens/s and mean decode step, the decode floor (the weight bytes a step reads at the measured copy\n"
+    "rate, at the full batch) and decode / floor, the mean completion length, and a `json:` line.\n"
     "  --config, --model-dir, --device, --backend, --seed, --ceiling-iters, --threads, --set: as `dsarl bench train`\n"
-    "  --batch B            prompts (default 32)\n"
+    "  --batch B            prompts, all different (default 32)\n"
+    "  --groups P           distinct prompts; the batch is P x G (give --batch P x G or leave it out)\n"
+    "  --samples G          sequences per prompt (default 1; without --groups, --batch / G prompts)\n"
     "  --prompt-len P       tokens per prompt (default 128)\n"
-    "  --new-tokens N       generated tokens per prompt (default 128)\n"
+    "  --new-tokens N       new tokens per sequence, at most (default 128); --max-new-tokens N: the same\n"
+    "  --temperature T      0 (default): greedy; > 0: sampled, logits / T\n"
+    "  --top-p P            nucleus in (0, 1] (default 1: off); --top-k K: the K likeliest (default 0: off)\n"
+    "  --stop-at-eos [eos|ID]  end a sequence at the config's eos_token_id (every id of a list; the default when no\n"
+    "                       value follows) or at token ID; the mean completion length is reported\n"
     "  --steps N            timed generate calls (default 1); --warmup W untimed calls first (default 1)\n";
 
 static int bad_option(const char *cmd, const char *what)
@@ -151,7 +169,7 @@ static int parse_f64(const char *cmd, const char *flag, const char *v, double lo
 static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
 {
     const char *cmd = generate ? "generate" : "train";
-    for (int i = 2; i < argc; i += 2) { // every option takes a value (--help returns before its own)
+    for (int i = 2, step = 2; i < argc; i += step, step = 2) { // every option takes a value but --stop-at-eos
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(f)) {
             fputs(generate ? generate_help : train_help, stdout);
@@ -169,10 +187,33 @@ static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
             {"--ceiling-iters", &o->ceiling_iters, 1, 1000, true, true},
             {"--threads", &o->threads, 0, 1024, true, true},
             {"--prompt-len", &o->prompt_len, 1, 1 << 20, true, false},
-            {"--new-tokens", &o->new_tokens, 1, 1 << 20, true, false}};
-        struct { const char *flag; double *dst; double lo, hi; } reals[] = {
-            {"--lr", &o->lr, 0.0, 1.0}, {"--indexer-loss-coeff", &o->indexer_loss_coeff, 0.0, 1e6}};
+            {"--new-tokens", &o->new_tokens, 1, 1 << 20, true, false},
+            {"--max-new-tokens", &o->max_new_tokens, 1, 1 << 20, true, false},
+            {"--groups", &o->groups, 1, 1 << 16, true, false},
+            {"--samples", &o->samples, 1, 1 << 16, true, false},
+            {"--top-k", &o->top_k, 0, 1 << 24, true, false}};
+        struct { const char *flag; double *dst; double lo, hi; bool gen, train; } reals[] = {
+            {"--lr", &o->lr, 0.0, 1.0, false, true},
+            {"--indexer-loss-coeff", &o->indexer_loss_coeff, 0.0, 1e6, false, true},
+            {"--temperature", &o->temperature, 0.0, 100.0, true, false}};
         bool done = false;
+        if (generate && !strcmp(f, "--stop-at-eos")) {
+            if (!v || !strncmp(v, "--", 2)) // no value: the config's EOS
+                o->stop_at_eos = "eos", step = 1;
+            else
+                o->stop_at_eos = v;
+            done = true;
+        }
+        if (generate && !strcmp(f, "--top-p")) { // (0, 1]: 0 would keep no token
+            char *end = NULL;
+            double x = v ? strtod(v, &end) : 0.0;
+            if (!v || !*v || *end || !(x > 0.0 && x <= 1.0)) {
+                char msg[200];
+                snprintf(msg, sizeof msg, "--top-p needs a number in (0, 1], got '%s'", v ? v : "(nothing)");
+                return bad_option(cmd, msg);
+            }
+            o->top_p = x, done = true;
+        }
         if (!strcmp(f, "--set")) {
             if (!v || !strchr(v, '=') || *v == '=')
                 return bad_option(cmd, "--set needs KEY=VALUE (a dotted recipe key, e.g. runtime.cuda_profile=true)");
@@ -193,10 +234,13 @@ static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
             if (!strcmp(f, ints[j].flag) && (generate ? ints[j].gen : ints[j].train)) {
                 if (parse_i64(cmd, f, v, ints[j].lo, ints[j].hi, ints[j].dst))
                     return CLI_EXIT_USAGE;
+                o->batch_given |= ints[j].dst == &o->batch;
+                o->new_given |= ints[j].dst == &o->new_tokens;
+                o->max_new_given |= ints[j].dst == &o->max_new_tokens;
                 done = true;
             }
-        for (size_t j = 0; !done && !generate && j < sizeof reals / sizeof reals[0]; j++)
-            if (!strcmp(f, reals[j].flag)) {
+        for (size_t j = 0; !done && j < sizeof reals / sizeof reals[0]; j++)
+            if (!strcmp(f, reals[j].flag) && (generate ? reals[j].gen : reals[j].train)) {
                 if (parse_f64(cmd, f, v, reals[j].lo, reals[j].hi, reals[j].dst))
                     return CLI_EXIT_USAGE;
                 done = true;
@@ -211,6 +255,40 @@ static int parse_opts(int argc, char **argv, bool generate, model_bench_opts *o)
         return bad_option(cmd, "give --config or --model-dir, not both");
     if (!o->config && !o->model_dir)
         o->config = "glm5.2-3b";
+    if (generate && o->max_new_given) {
+        if (o->new_given && o->new_tokens != o->max_new_tokens)
+            return bad_option(cmd, "--new-tokens and --max-new-tokens are one setting; give one, or the same value");
+        o->new_tokens = o->max_new_tokens;
+    }
+    if (generate && o->stop_at_eos && strcmp(o->stop_at_eos, "eos")) {
+        char *end = NULL;
+        long long id = strtoll(o->stop_at_eos, &end, 10);
+        if (!*o->stop_at_eos || *end || id < 0 || id > INT32_MAX) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "--stop-at-eos needs 'eos' (the config's eos_token_id), a token id >= 0 or no "
+                     "value, got '%s'", o->stop_at_eos);
+            return bad_option(cmd, msg);
+        }
+    }
+    if (generate && o->groups > 0) {
+        if (o->batch_given && o->batch != o->groups * o->samples) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "--batch %" PRId64 " is not --groups %" PRId64 " x --samples %" PRId64
+                     "; leave --batch out with --groups", o->batch, o->groups, o->samples);
+            return bad_option(cmd, msg);
+        }
+        if (o->groups * o->samples > 1 << 16)
+            return bad_option(cmd, "--groups x --samples is more than 65536 sequences");
+        o->batch = o->groups * o->samples;
+    } else if (generate) {
+        if (o->batch % o->samples) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "--batch %" PRId64 " is not a multiple of --samples %" PRId64 "; give --groups "
+                     "P --samples G for a batch of P x G", o->batch, o->samples);
+            return bad_option(cmd, msg);
+        }
+        o->groups = o->batch / o->samples;
+    }
     if (o->batch * (generate ? o->prompt_len + o->new_tokens : o->seq) > INT32_MAX)
         return bad_option(cmd, "the batch holds more than 2^31 tokens; lower --batch or the lengths");
     return 0;
@@ -623,10 +701,76 @@ static int run_train(model_bench *m, const model_bench_opts *o, dsarl_error *err
 
 /* --- generate ---------------------------------------------------------------------------------------------------- */
 
+enum { MAX_STOP_IDS = 16 };
+
+// The ids --stop-at-eos ends sequences at: the config's eos_token_id (an id or a list) or the id given.
+static int stop_ids_of(const model_bench *m, const model_bench_opts *o, int64_t vocab, int32_t *ids, int32_t *n,
+                       dsarl_error *err)
+{
+    *n = 0;
+    if (!o->stop_at_eos)
+        return DSARL_OK;
+    if (strcmp(o->stop_at_eos, "eos")) {
+        long long id = strtoll(o->stop_at_eos, NULL, 10); // its syntax was checked with the options
+        if (id >= vocab)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl bench generate: --stop-at-eos %lld is outside the "
+                              "vocabulary [0, %" PRId64 ") of %s", id, vocab, m->config_path);
+        ids[(*n)++] = (int32_t)id;
+        return DSARL_OK;
+    }
+    const json_t *eos = json_object_get(m->config, "eos_token_id");
+    size_t count = json_is_array(eos) ? json_array_size(eos) : json_is_integer(eos) ? 1 : 0;
+    if (count == 0)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl bench generate: --stop-at-eos: %s has no eos_token_id (an id "
+                          "or a list of ids); give the id to stop at, --stop-at-eos ID", m->config_path);
+    if (count > MAX_STOP_IDS)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl bench generate: --stop-at-eos: eos_token_id of %s lists %zu "
+                          "ids, more than the %d the bench takes", m->config_path, count, MAX_STOP_IDS);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+        json_int_t id = json_is_integer(e) ? json_integer_value(e) : -1;
+        if (id < 0 || id >= vocab)
+            return DSARL_FAIL(err, DSARL_E_INVALID, "dsarl bench generate: --stop-at-eos: eos_token_id of %s holds "
+                              "%s, not a token id in [0, %" PRId64 ")", m->config_path,
+                              json_is_integer(e) ? "an id outside the vocabulary" : "a value that is no integer",
+                              vocab);
+        ids[(*n)++] = (int32_t)id;
+    }
+    return DSARL_OK;
+}
+
+// What one generate call made: its time, tokens, and the longest completion.
+typedef struct gen_call { double ms; int64_t tokens; int32_t longest; } gen_call;
+
+// One generate call, timed; every completion checked against the stop rules (a short one ends at a stop id).
+static int timed_generate(model_bench *m, const dsarl_generation_ops *go, dsarl_generator *gen,
+                          const token_data *t, const dsarl_sampling_params *sp, gen_call *out, dsarl_error *err)
+{
+    dsarl_token_batch batch = as_batch(t);
+    dsarl_generation_result res = {.struct_size = sizeof(res)};
+    DSARL_TRY(m->b.d->synchronize(m->b.dev, err));
+    double t0 = now_ms();
+    DSARL_TRY(go->generate(gen, &batch, sp, &res, err));
+    DSARL_TRY(m->b.d->synchronize(m->b.dev, err));
+    out->ms = now_ms() - t0; // the engine synchronizes every decode step (host sampling results): wall clock is exact
+    out->tokens = res.cu_lengths[res.n_sequences], out->longest = 0;
+    for (int32_t b = 0; b < res.n_sequences; b++) {
+        int32_t n = res.cu_lengths[b + 1] - res.cu_lengths[b];
+        out->longest = n > out->longest ? n : out->longest;
+        bool stopped = false;
+        for (int32_t i = 0; n > 0 && i < sp->n_stop_token_ids; i++)
+            stopped |= res.tokens[res.cu_lengths[b + 1] - 1] == sp->stop_token_ids[i];
+        if (n < 1 || n > sp->max_new_tokens || (n < sp->max_new_tokens && !stopped))
+            return DSARL_FAIL(err, DSARL_E_INTERNAL, "dsarl bench generate: sequence %d came back with %d tokens, "
+                              "not %d (max new tokens) nor ended by a stop id", b, n, sp->max_new_tokens);
+    }
+    return DSARL_OK;
+}
+
 static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *err)
 {
     // the FLOPs of generation: one forward over prompt + new tokens per sequence (what prefill and the decode
-    // steps compute together, attention over the cache included)
+    // steps compute together, attention over the cache included; a shared prompt counted per sequence)
     int64_t full_len = o->prompt_len + o->new_tokens;
     int32_t *flop_cu = malloc(sizeof(int32_t) * (size_t)(o->batch + 1));
     if (!flop_cu)
@@ -637,66 +781,117 @@ static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *
                                     .n_sequences = (int32_t)o->batch, .cu_seqlens = flop_cu};
     model_shape f;
     int src = model_shape_of(m, o, &flop_batch, &f, err);
-    free(flop_cu);
-    DSARL_TRY(src);
+    if (src) {
+        free(flop_cu);
+        return src;
+    }
     print_model(m, &f);
+    int32_t stop_ids[MAX_STOP_IDS], n_stop = 0;
+    int rc = stop_ids_of(m, o, f.vocab, stop_ids, &n_stop, err);
     const dsarl_ops_common *gen_c = NULL;
-    DSARL_TRY(dsarl_registry_require(m->registry, DSARL_KIND_GENERATION, "native", "dsarl bench generate", &gen_c,
-                                     err));
+    if (rc == 0)
+        rc = dsarl_registry_require(m->registry, DSARL_KIND_GENERATION, "native", "dsarl bench generate", &gen_c, err);
     const dsarl_generation_ops *go = (const dsarl_generation_ops *)gen_c;
     dsarl_generator *gen = NULL;
-    DSARL_TRY(go->create(dsarl_recipe_root(m->recipe), m->mo, m->model, &gen, err));
-    token_data t;
-    int rc = token_data_make(&t, o->batch, o->prompt_len, f.vocab, (uint64_t)o->seed, err);
-    dsarl_sampling_params sp = {.struct_size = sizeof(sp), .temperature = 0.0f, .top_p = 1.0f, .top_k = 0,
-                                .max_new_tokens = (int32_t)o->new_tokens, .seed = (uint64_t)o->seed};
-    double total_ms = 0.0;
-    int64_t generated = 0;
-    printf("%-6s %10s %14s %12s\n", "call", "ms", "new tokens", "tokens/s");
+    if (rc == 0)
+        rc = go->create(dsarl_recipe_root(m->recipe), m->mo, m->model, &gen, err);
+    token_data t = {0};
+    if (rc == 0)
+        rc = token_data_make(&t, o->batch, o->prompt_len, f.vocab, (uint64_t)o->seed, err);
+    // GRPO's layout: the samples of a prompt one after another, equal, so the engine prefills each prompt once
+    for (int64_t b = 0; rc == 0 && b < o->batch; b++)
+        if (b % o->samples)
+            memcpy(t.tokens + b * o->prompt_len, t.tokens + (b - b % o->samples) * o->prompt_len,
+                   (size_t)o->prompt_len * sizeof(int32_t));
+    dsarl_sampling_params sp = {.struct_size = sizeof(sp), .temperature = (float)o->temperature,
+                                .top_p = (float)o->top_p, .top_k = (int32_t)o->top_k,
+                                .max_new_tokens = (int32_t)o->new_tokens, .seed = (uint64_t)o->seed,
+                                .stop_token_ids = n_stop ? stop_ids : NULL, .n_stop_token_ids = n_stop};
+    dsarl_sampling_params prefill_sp = sp; // the same batch to its first token: the prefill and one draw
+    prefill_sp.max_new_tokens = 1;
+    gen_call sum = {0}, call = {0}, first = {0};
+    double prefill_ms = 0.0, decode_steps = 0.0;
+    if (rc == 0)
+        printf("%-6s %10s %14s %12s %10s %12s\n", "call", "ms", "new tokens", "tokens/s", "mean len", "prefill ms");
     for (int64_t s = 0; rc == 0 && s < o->warmup + o->steps; s++) {
-        dsarl_token_batch batch = as_batch(&t);
-        dsarl_generation_result res = {.struct_size = sizeof(res)};
-        rc = m->b.d->synchronize(m->b.dev, err);
-        double t0 = now_ms();
-        if (rc == 0)
-            rc = go->generate(gen, &batch, &sp, &res, err);
-        if (rc == 0)
-            rc = m->b.d->synchronize(m->b.dev, err);
+        rc = timed_generate(m, go, gen, &t, &sp, &call, err);
+        if (rc == 0 && n_stop == 0 && call.tokens != o->batch * o->new_tokens)
+            rc = DSARL_FAIL(err, DSARL_E_INTERNAL, "dsarl bench generate: %" PRId64 " tokens came back, expected %"
+                            PRId64 " (no stop token was given)", call.tokens, o->batch * o->new_tokens);
+        first.ms = 0.0;
+        if (rc == 0 && s >= o->warmup)
+            rc = timed_generate(m, go, gen, &t, &prefill_sp, &first, err);
         if (rc)
             break;
-        double ms = now_ms() - t0; // the engine synchronizes every decode step (host logits): wall clock is exact
-        int64_t n = res.cu_lengths[res.n_sequences];
-        if (n != o->batch * o->new_tokens) {
-            rc = DSARL_FAIL(err, DSARL_E_INTERNAL, "dsarl bench generate: %" PRId64 " tokens came back, expected %"
-                            PRId64 " (no stop token was given)", n, o->batch * o->new_tokens);
-            break;
+        printf("%-6s %10.1f %14" PRId64 " %12.1f %10.2f", s < o->warmup ? "warmup" : "timed", call.ms, call.tokens,
+               (double)call.tokens / call.ms * 1e3, (double)call.tokens / (double)o->batch);
+        printf(s < o->warmup ? "\n" : " %12.1f\n", first.ms);
+        if (s >= o->warmup) {
+            sum.ms += call.ms, sum.tokens += call.tokens;
+            sum.longest = call.longest > sum.longest ? call.longest : sum.longest;
+            prefill_ms += first.ms / (double)o->steps;
+            decode_steps += (double)(call.longest - 1) / (double)o->steps; // every running sequence, one each
         }
-        printf("%-6s %10.1f %14" PRId64 " %12.1f\n", s < o->warmup ? "warmup" : "timed", ms, n, (double)n / ms * 1e3);
-        if (s >= o->warmup)
-            total_ms += ms, generated += n;
     }
     if (gen)
         go->destroy(gen);
     token_data_free(&t);
+    if (rc == 0 && n_stop) { // the FLOPs of what was generated: the mean completion per sequence
+        int64_t mean_len = (sum.tokens + o->steps * o->batch / 2) / (o->steps * o->batch);
+        for (int64_t b = 0; b <= o->batch; b++)
+            flop_cu[b] = (int32_t)(b * (o->prompt_len + mean_len));
+        flop_batch.n_tokens = o->batch * (o->prompt_len + mean_len);
+        model_shape done;
+        rc = model_shape_of(m, o, &flop_batch, &done, err);
+        f.flops = done.flops;
+    }
+    free(flop_cu);
     DSARL_TRY(rc);
-    double ms = total_ms / (double)o->steps, tok_s = (double)generated / total_ms * 1e3;
+    double ms = sum.ms / (double)o->steps, tok_s = (double)sum.tokens / sum.ms * 1e3;
+    double tokens = (double)sum.tokens / (double)o->steps, mean_len = tokens / (double)o->batch;
+    // decode: the call less its prefill (which drew every sequence's first token)
+    double decode_ms = ms > prefill_ms ? ms - prefill_ms : 0.0, decode_tokens = tokens - (double)o->batch;
+    double decode_tok_s = decode_ms > 0.0 ? decode_tokens / decode_ms * 1e3 : 0.0;
+    double step_ms = decode_steps > 0.0 ? decode_ms / decode_steps : 0.0;
     // decode reads every weight but the embedding once per step when the batch's tokens touch every expert
     double step_bytes = (double)(f.weight_bytes - f.flops.embedding_params * (int64_t)dsarl_dtype_size(
                                      m->b.d->storage_dtype(m->b.dev)));
     double floor_ms = step_bytes / (m->copy_gbs * 1e6), floor_tok_s = (double)o->batch / floor_ms * 1e3;
-    double flops = f.flops.forward;
-    printf("generate (batch %" PRId64 ", prompt %" PRId64 ", %" PRId64 " new tokens, greedy, mean of %" PRId64 "): "
-           "%.1f ms, %.1f tokens/s; decode floor %.3f ms/step (%.2f GB of weights at %.0f GB/s) = %.0f tokens/s at "
-           "batch %" PRId64 "; model FLOPs %.3g (one forward over prompt + new tokens; %.2f TFLOP/s, ceiling %.1f)\n",
-           o->batch, o->prompt_len, o->new_tokens, o->steps, ms, tok_s, floor_ms, step_bytes / 1e9, m->copy_gbs,
-           floor_tok_s, o->batch, flops, flops / ms / 1e9, m->gemm_tflops);
+    double ratio = decode_tok_s / floor_tok_s, flops = f.flops.forward;
+    char sampling[96], stops[160] = "no stop";
+    if (o->temperature > 0.0)
+        snprintf(sampling, sizeof sampling, "temperature %g, top-p %g, top-k %" PRId64 ", seed %" PRId64,
+                 o->temperature, o->top_p, o->top_k, o->seed);
+    else
+        snprintf(sampling, sizeof sampling, "greedy");
+    for (int32_t i = 0, at = 0; i < n_stop; i++)
+        at += snprintf(stops + at, sizeof stops - (size_t)at, "%s%d", i ? "," : "stop at ", stop_ids[i]);
+    printf("generate (batch %" PRId64 " = %" PRId64 " prompts x %" PRId64 " samples, prompt %" PRId64 ", up to %"
+           PRId64 " new tokens, %s, %s, mean of %" PRId64 "): %.1f ms, %.1f generated tokens/s, mean completion "
+           "%.2f tokens (longest %d)\n", o->batch, o->groups, o->samples, o->prompt_len, o->new_tokens, sampling,
+           stops, o->steps, ms, tok_s, mean_len, sum.longest);
+    printf("prefill %.1f ms (the batch to one new token); decode %.1f ms, %.0f tokens in %.0f steps: %.3f ms/step, "
+           "%.1f tokens/s = %.3f of the floor\n", prefill_ms, decode_ms, decode_tokens, decode_steps, step_ms,
+           decode_tok_s, ratio);
+    printf("decode floor %.3f ms/step (%.2f GB of weights at %.0f GB/s) = %.0f tokens/s at batch %" PRId64 "; model "
+           "FLOPs %.3g (one forward over prompt + generated tokens; %.2f TFLOP/s, ceiling %.1f)\n",
+           floor_ms, step_bytes / 1e9, m->copy_gbs, floor_tok_s, o->batch, flops, flops / ms / 1e9, m->gemm_tflops);
     printf("json: {\"impl\": \"dsarl\", \"op\": \"generate\", \"device\": \"%s\", \"backend\": \"%s\", "
            "\"params\": %" PRId64 ", \"active_params\": %" PRId64 ", \"batch\": %" PRId64 ", \"prompt_len\": %" PRId64
            ", \"new_tokens\": %" PRId64 ", \"ms\": %.6f, \"tokens_per_s\": %.1f, \"floor_tokens_per_s\": %.0f, "
-           "\"tflops\": %.6g, \"gemm_ceiling_tflops\": %.6g, \"copy_gbs\": %.6g}\n",
+           "\"tflops\": %.6g, \"gemm_ceiling_tflops\": %.6g, \"copy_gbs\": %.6g, \"groups\": %" PRId64 ", "
+           "\"samples\": %" PRId64 ", \"temperature\": %.6g, \"top_p\": %.6g, \"top_k\": %" PRId64 ", "
+           "\"seed\": %" PRId64 ", \"stop_ids\": [",
            o->device, o->backend, f.trainable, f.flops.matmul_params_per_token, o->batch, o->prompt_len, o->new_tokens,
-           ms, tok_s,
-           floor_tok_s, flops / ms / 1e9, m->gemm_tflops, m->copy_gbs);
+           ms, tok_s, floor_tok_s, flops / ms / 1e9, m->gemm_tflops, m->copy_gbs, o->groups, o->samples,
+           o->temperature, o->top_p, o->top_k, o->seed);
+    for (int32_t i = 0; i < n_stop; i++)
+        printf("%s%d", i ? ", " : "", stop_ids[i]);
+    printf("], \"tokens\": %.2f, \"mean_len\": %.6g, \"max_len\": %d, \"prefill_ms\": %.6f, \"decode_ms\": %.6f, "
+           "\"decode_tokens\": %.2f, \"decode_steps\": %.2f, \"decode_step_ms\": %.6f, \"decode_tokens_per_s\": %.1f, "
+           "\"floor_ms\": %.6f, \"floor_ratio\": %.6g}\n",
+           tokens, mean_len, sum.longest, prefill_ms, decode_ms, decode_tokens, decode_steps, step_ms, decode_tok_s,
+           floor_ms, ratio);
     return DSARL_OK;
 }
 
@@ -705,7 +900,8 @@ static int run_generate(model_bench *m, const model_bench_opts *o, dsarl_error *
 static int bench_model(int argc, char **argv, const cli_options *opts, bool generate)
 {
     model_bench_opts o = {.seq = 4096, .batch = generate ? 32 : 2, .steps = generate ? 1 : 3,
-                          .warmup = 1, .ceiling_iters = 5, .prompt_len = 128, .new_tokens = 128, .lr = 1e-5};
+                          .warmup = 1, .ceiling_iters = 5, .prompt_len = 128, .new_tokens = 128, .lr = 1e-5,
+                          .samples = 1, .top_p = 1.0};
     int prc = parse_opts(argc, argv, generate, &o);
     if (prc)
         return prc < 0 ? CLI_EXIT_OK : prc;

@@ -26,6 +26,9 @@ int cpu_zero(dsarl_device *dev, void *ptr, size_t bytes, dsarl_error *err);
 int cpu_synchronize(dsarl_device *dev, dsarl_error *err);
 int cpu_upload_f32(dsarl_device *dev, void *dst, dsarl_dtype dtype, const float *src, size_t n, dsarl_error *err);
 int cpu_download_f32(dsarl_device *dev, float *dst, const void *src, dsarl_dtype dtype, size_t n, dsarl_error *err);
+/* ABI 1.7 memory_info: total = the machine's physical memory, free = /proc/meminfo's MemAvailable (else the free
+ * pages sysconf counts). */
+int cpu_memory_info(dsarl_device *dev, size_t *free_bytes, size_t *total_bytes, dsarl_error *err);
 
 /* GEMMs through cblas_sgemm (cpu_gemm.c). */
 int cpu_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

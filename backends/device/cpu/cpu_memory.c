@@ -1,6 +1,8 @@
 /* cpu_memory.c: lifetime and memory of the CPU device: plain host memory, float32 storage. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cblas.h>
 #include "cpu_device.h"
 
@@ -79,5 +81,36 @@ int cpu_download_f32(dsarl_device *dev, float *dst, const void *src, dsarl_dtype
                           (int)dtype);
     if (n)
         memmove(dst, src, n * sizeof(float));
+    return DSARL_OK;
+}
+
+// MemAvailable of /proc/meminfo in bytes (the kernel's estimate of what can be allocated without swapping: free
+// memory plus the reclaimable page cache); 0 when the file or the line is missing (older kernels, not Linux).
+static size_t meminfo_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (size_t)kib * 1024;
+}
+
+int cpu_memory_info(dsarl_device *dev, size_t *free_bytes, size_t *total_bytes, dsarl_error *err)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return DSARL_FAIL(err, DSARL_E_DEVICE, "device cpu: sysconf cannot tell the physical memory of this machine");
+    size_t total = (size_t)pages * (size_t)page, avail = meminfo_available();
+    if (avail == 0) { // no MemAvailable: the free pages alone (the page cache counts as used)
+        long free_pages = sysconf(_SC_AVPHYS_PAGES);
+        avail = free_pages > 0 ? (size_t)free_pages * (size_t)page : 0;
+    }
+    *total_bytes = total;
+    *free_bytes = avail < total ? avail : total;
     return DSARL_OK;
 }

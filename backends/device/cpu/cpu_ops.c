@@ -59,4 +59,5 @@ const dsarl_device_ops dsarl_cpu_device_ops = {
     .broadcast = cpu_broadcast,
     .send = cpu_send,
     .recv = cpu_recv,
+    .memory_info = cpu_memory_info, /* ABI 1.7 */
 };

@@ -99,6 +99,8 @@ int cuda_alloc(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err);
 void cuda_free(dsarl_device *dev, void *ptr);
 int cuda_copy(dsarl_device *dev, void *dst, const void *src, size_t bytes, dsarl_copy_kind kind, dsarl_error *err);
 int cuda_zero(dsarl_device *dev, void *ptr, size_t bytes, dsarl_error *err);
+/* Free and total memory of dev's GPU, from cudaMemGetInfo (ABI 1.7). */
+int cuda_memory_info(dsarl_device *dev, size_t *free_bytes, size_t *total_bytes, dsarl_error *err);
 /* The compute stream (cudaStream_t) every kernel, GEMM and device-side copy of dev is queued on (ABI 1.2). */
 void *cuda_stream(dsarl_device *dev);
 

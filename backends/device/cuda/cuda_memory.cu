@@ -270,6 +270,17 @@ void cuda_free(dsarl_device *dev, void *ptr)
     cudaFree(ptr); /* not ours (cannot happen through the ops table); the driver knows it */
 }
 
+/* ABI 1.7 memory_info: the driver's figures for this GPU. Blocks the allocator caches (freed by a caller, kept for
+ * reuse) count as in use: the driver sees them allocated. */
+int cuda_memory_info(dsarl_device *dev, size_t *free_bytes, size_t *total_bytes, dsarl_error *err)
+{
+    size_t free_now = 0, total = 0;
+    cudaCheck(cudaSetDevice(dev->ordinal), err);
+    cudaCheck(cudaMemGetInfo(&free_now, &total), err);
+    *free_bytes = free_now, *total_bytes = total;
+    return DSARL_OK;
+}
+
 int cuda_scratch(dsarl_device *dev, size_t bytes, void **out, dsarl_error *err)
 {
     if (bytes > dev->scratch_bytes) {

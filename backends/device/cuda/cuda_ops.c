@@ -101,4 +101,5 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .send = cuda_send,
     .recv = cuda_recv,
     .profile_scope = cuda_profile_scope, /* ABI 1.7: op classes of runtime.cuda_profile */
+    .memory_info = cuda_memory_info,     /* ABI 1.7 */
 };

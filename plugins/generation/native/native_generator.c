@@ -28,8 +28,18 @@ uint64_t native_sample_stream(int64_t b, int32_t s)
 static int read_paged_config(const dsarl_node *root, native_paged_config *c, dsarl_error *err)
 {
     int64_t bs = 16, bytes = 0, seqs = 0, tokens = NATIVE_PREFILL_TOKENS;
+    double share = 0.0;
     bool paged = true, sharing = true;
     if (root) {
+        // absent or null: unset (0 is a value, and refused)
+        const dsarl_node *u = dsarl_node_get(root, "policy.generation.gpu_memory_utilization");
+        if (u && dsarl_node_kind(u) != DSARL_NODE_NULL) {
+            DSARL_TRY(dsarl_recipe_double(root, "policy.generation.gpu_memory_utilization", &share, err));
+            if (!(share > 0.0 && share <= 1.0))
+                return dsarl_recipe_fail(root, "policy.generation.gpu_memory_utilization", err, DSARL_E_INVALID,
+                                         "must be in (0, 1] (the fraction of the device's memory in use once the "
+                                         "paged KV cache is allocated; null: unset), got %g", share);
+        }
         DSARL_TRY(dsarl_recipe_bool_or(root, "policy.generation.paged_kv_cache", true, &paged, err));
         DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.block_size", 16, &bs, err));
         DSARL_TRY(dsarl_recipe_int_or(root, "policy.generation.kv_cache_memory_bytes", 0, &bytes, err));
@@ -51,6 +61,7 @@ static int read_paged_config(const dsarl_node *root, native_paged_config *c, dsa
                                      "must be in [1, %d], got %lld", INT32_MAX, (long long)tokens);
     }
     *c = (native_paged_config){.enabled = paged, .block_size = (int32_t)bs, .memory_bytes = bytes,
+                               .memory_utilization = share,
                                .max_num_seqs = (int32_t)seqs, .max_batched_tokens = (int32_t)tokens,
                                .prefix_sharing = sharing};
     return DSARL_OK;
@@ -80,6 +91,14 @@ int native_create(const dsarl_node *recipe, const dsarl_model_ops *model_ops, ds
         return DSARL_FAIL(err, DSARL_E_NOMEM, "generation native: out of memory");
     g->mo = model_ops, g->model = model, g->prefill_tokens = NATIVE_PREFILL_TOKENS, g->paged = paged;
     model_ops->device(model, &g->dev_ops, &g->dev);
+    if (paged.memory_utilization > 0.0 && !DSARL_DEVICE_SLOT(g->dev_ops, memory_info)) {
+        int rc = dsarl_recipe_fail(recipe, "policy.generation.gpu_memory_utilization", err, DSARL_E_UNSUPPORTED,
+                                   "needs the device's memory_info (plugin ABI 1.7), which device \"%s\" does not "
+                                   "have; set policy.generation.kv_cache_memory_bytes instead",
+                                   g->dev_ops->common.name ? g->dev_ops->common.name : "?");
+        free(g);
+        return rc;
+    }
     *out = g;
     return DSARL_OK;
 }
@@ -495,6 +514,10 @@ static const dsarl_key_spec native_keys[] = {
     {"policy.generation.block_size", DSARL_KEY_INT, "16", "tokens per KV cache block (vLLM's block_size)", 0},
     {"policy.generation.kv_cache_memory_bytes", DSARL_KEY_INT, "null",
      "device bytes of the paged KV cache arena; null: sized so a batch never preempts", DSARL_KEY_NULLABLE},
+    {"policy.generation.gpu_memory_utilization", DSARL_KEY_FLOAT, "null",
+     "fraction (0, 1] of the device's memory in use once the paged KV cache arena is allocated: the arena takes it "
+     "less what is in use already; null: sized for each batch (kv_cache_memory_bytes wins when both are set)",
+     DSARL_KEY_NULLABLE},
     {"policy.generation.max_num_seqs", DSARL_KEY_INT, "null", "sequences decoding at once; null: no bound",
      DSARL_KEY_NULLABLE},
     {"policy.generation.max_num_batched_tokens", DSARL_KEY_INT, "null",

@@ -21,6 +21,9 @@ struct dsarl_generator {
     native_paged_config paged;           // continuous batching over a paged cache (native_paged.c)
     dsarl_model_cache *paged_cache;      // its arena, kept across calls while big enough
     int32_t paged_blocks, paged_block_size; // what paged_cache holds
+    // the device memory paged.memory_utilization sizes the arena from, read once, when the first arena is made
+    // (what the process holds by then counts as in use); total 0: not read yet
+    size_t util_free, util_total;
     native_paged_stats stats;            // what the last paged generate() did
     int32_t admitted_cap, retired_cap;   // allocated entries of stats.admitted / stats.retired
     // routing recording (dsarl_sampling_params.record_routing) of the last generate(): per sequence rows for

@@ -12,8 +12,10 @@
  * Prompts that are equal (GRPO's G generations of one prompt) form a group when admitted: the first is prefilled,
  * the others wait, then map the same prompt blocks (reference counts) and draw their first token from its logits,
  * so a group costs one prefill. The first token written into a shared block copies it first (copy-on-write). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dsarl/log.h"
 #include "native_internal.h"
 
 enum { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_PENDING = 2, SEQ_DONE = 3 }; // PENDING: waits for its leader's prefill
@@ -335,31 +337,96 @@ static int forward_step(sched *k, dsarl_error *err)
     return DSARL_OK;
 }
 
-// The arena: kv_cache_memory_bytes worth of blocks, or enough for every sequence at full length (no preemption).
+int native_arena_blocks_for_utilization(double u, size_t free_bytes, size_t total_bytes, int64_t block_bytes,
+                                        int32_t block_size, int64_t need_blocks, int64_t *blocks, dsarl_error *err)
+{
+    *blocks = 0;
+    if (!(u > 0.0 && u <= 1.0))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: policy.generation.gpu_memory_utilization must be "
+                          "in (0, 1], got %g", u);
+    if (block_bytes < 1)
+        return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: a paged KV cache block of %lld bytes cannot be "
+                          "sized from policy.generation.gpu_memory_utilization", (long long)block_bytes);
+    size_t used = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
+    // u * total is exact in a double up to 2^53 bytes; the floor comes before the integer subtraction
+    double budget = floor(u * (double)total_bytes) - (double)used;
+    int64_t bytes = budget > 0.0 ? (int64_t)budget : 0;
+    *blocks = bytes / block_bytes;
+    if (*blocks >= need_blocks && *blocks >= 1)
+        return DSARL_OK;
+    const double gib = (double)((size_t)1 << 30);
+    return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: policy.generation.gpu_memory_utilization %g leaves "
+                      "%lld bytes for the paged KV cache (%g x %.2f GiB of device memory, %.2f GiB in use already), "
+                      "%lld blocks of %d tokens, fewer than the %lld blocks one sequence of this batch needs at full "
+                      "length; raise it, or set policy.generation.kv_cache_memory_bytes", u, (long long)bytes, u,
+                      (double)total_bytes / gib, (double)used / gib, (long long)*blocks, block_size,
+                      (long long)(need_blocks > 1 ? need_blocks : 1));
+}
+
+// The blocks gpu_memory_utilization gives, from the device memory read when the engine made its first arena.
+static int utilization_blocks(sched *k, int64_t block_bytes, int64_t *blocks, dsarl_error *err)
+{
+    dsarl_generator *g = k->g;
+    if (g->util_total == 0) {
+        int (*info)(dsarl_device *, size_t *, size_t *, dsarl_error *) = DSARL_DEVICE_SLOT(g->dev_ops, memory_info);
+        if (!info)
+            return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "generation native: policy.generation.gpu_memory_utilization "
+                              "needs the device's memory_info (plugin ABI 1.7), which device \"%s\" does not have; "
+                              "set policy.generation.kv_cache_memory_bytes instead",
+                              g->dev_ops->common.name ? g->dev_ops->common.name : "?");
+        if (g->paged_cache) { // an arena of earlier settings is not memory the new one must leave alone
+            g->mo->cache_free(g->paged_cache);
+            g->paged_cache = NULL, g->paged_blocks = 0;
+        }
+        size_t free_bytes = 0, total_bytes = 0;
+        DSARL_TRY(info(g->dev, &free_bytes, &total_bytes, err));
+        if (total_bytes == 0)
+            return DSARL_FAIL(err, DSARL_E_DEVICE, "generation native: device \"%s\" reports 0 bytes of memory in "
+                              "all; policy.generation.gpu_memory_utilization cannot size the paged KV cache from that",
+                              g->dev_ops->common.name ? g->dev_ops->common.name : "?");
+        g->util_free = free_bytes, g->util_total = total_bytes;
+    }
+    g->stats.memory_free = g->util_free, g->stats.memory_total = g->util_total;
+    return native_arena_blocks_for_utilization(g->paged.memory_utilization, g->util_free, g->util_total, block_bytes,
+                                               g->paged.block_size, k->max_blocks, blocks, err);
+}
+
+/* The arena: kv_cache_memory_bytes worth of blocks, else gpu_memory_utilization's share of the device, else enough
+ * for every sequence at full length (no preemption). */
 static int ensure_arena(sched *k, int64_t blocks_for_batch, dsarl_error *err)
 {
     dsarl_generator *g = k->g;
     const native_paged_config *c = &g->paged;
     int64_t blocks = blocks_for_batch;
-    if (c->memory_bytes > 0) {
-        int64_t per_block = (int64_t)c->block_size * g->mo->cache_token_bytes(g->model);
+    int64_t per_block = (int64_t)c->block_size * g->mo->cache_token_bytes(g->model);
+    bool by_bytes = c->memory_bytes > 0, by_share = !by_bytes && c->memory_utilization > 0.0;
+    if (by_bytes) {
         blocks = per_block > 0 ? c->memory_bytes / per_block : 0;
         if (blocks < 1)
             return DSARL_FAIL(err, DSARL_E_INVALID, "generation native: policy.generation.kv_cache_memory_bytes %lld "
                               "is less than one block (%d tokens x %lld bytes); raise it", (long long)c->memory_bytes,
                               c->block_size, (long long)(per_block / c->block_size));
-    }
+    } else if (by_share)
+        DSARL_TRY(utilization_blocks(k, per_block, &blocks, err));
     if (blocks > INT32_MAX / c->block_size)
         blocks = INT32_MAX / c->block_size;
     if (g->paged_cache && g->paged_blocks == blocks && g->paged_block_size == c->block_size)
         return DSARL_OK;
-    if (g->paged_cache && c->memory_bytes == 0 && g->paged_blocks >= blocks && g->paged_block_size == c->block_size)
+    if (g->paged_cache && !by_bytes && !by_share && g->paged_blocks >= blocks && g->paged_block_size == c->block_size)
         return DSARL_OK;
     if (g->paged_cache)
         g->mo->cache_free(g->paged_cache);
     g->paged_cache = NULL;
     DSARL_TRY(g->mo->paged_cache_create(g->model, (int32_t)blocks, c->block_size, &g->paged_cache, err));
     g->paged_blocks = (int32_t)blocks, g->paged_block_size = c->block_size;
+    if (by_share) {
+        const double gib = (double)((size_t)1 << 30);
+        dsarl_log(DSARL_LOG_INFO, "generation native: paged KV cache of %lld blocks x %d tokens = %lld tokens, "
+                  "%.3f GiB (policy.generation.gpu_memory_utilization %g of %.2f GiB, %.2f GiB in use before it)",
+                  (long long)blocks, c->block_size, (long long)blocks * c->block_size,
+                  (double)(blocks * per_block) / gib, c->memory_utilization, (double)g->util_total / gib,
+                  (double)(g->util_total - (g->util_free < g->util_total ? g->util_free : g->util_total)) / gib);
+    }
     return DSARL_OK;
 }
 
