@@ -92,6 +92,59 @@ START_TEST(test_gemm_all_transposes)
 }
 END_TEST
 
+// gemm_grouped (ABI 1.7): a MoE layer's products over expert row groups (empty groups among them, and more groups
+// than lanes, so the lanes take several each) against one CPU gemm per group, in both modes: rows (forward, the
+// input gradient) with and without a transposed B, and inner (weight gradients accumulated with beta 1, and beta 0)
+START_TEST(test_gemm_grouped)
+{
+    int (*grouped)(dsarl_device *, bool, bool, int64_t, const int64_t *, int64_t, int64_t, int64_t, float,
+                   const void *, const void *, int64_t, float, void *, int64_t, dsarl_error *) =
+        DSARL_DEVICE_SLOT(&dsarl_cuda_device_ops, gemm_grouped);
+    ck_assert_ptr_nonnull(grouped);
+    enum { G = 9 };
+    const int64_t rows_of[G] = {5, 0, 130, 1, 64, 0, 300, 17, 33};
+    int64_t first[G + 1] = {0};
+    for (int g = 0; g < G; g++)
+        first[g + 1] = first[g] + rows_of[g];
+    int64_t R = first[G], n = 80, k = 96, m = 48;
+    for (int tb = 0; tb <= 1; tb++) { // rows mode: C rows of g (r_g, n) = A rows of g (r_g, k) op(B_g)
+        float *a = rand_bf16(&stream, R * k, 1), *b = rand_bf16(&stream, G * k * n, 1);
+        float *c = rand_bf16(&stream, R * n, 1);
+        void *da = to_storage(a, R * k), *db = to_storage(b, G * k * n), *dc = to_storage(c, R * n);
+        for (int g = 0; g < G; g++)
+            if (rows_of[g] > 0)
+                ck_assert_int_eq(cpu_gemm(cpu, false, tb, rows_of[g], n, k, 0.5f, a + first[g] * k, b + g * k * n, 0.0f,
+                                          c + first[g] * n, &err), 0);
+        ck_assert_msg(grouped(gpu, false, tb, G, first, 0, n, k, 0.5f, da, db, k * n, 0.0f, dc, 0, &err) == 0, "%s",
+                      err.message);
+        expect_close(&cc, dc, storage, c, R * n, storage_tol,
+                     tb ? "gemm_grouped rows, B transposed" : "gemm_grouped rows");
+        cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
+        free(a), free(b), free(c);
+    }
+    for (int accumulate = 0; accumulate <= 1; accumulate++) { // inner: C_g (m, n) (+)= (A rows of g)^T B rows of g
+        float beta = accumulate ? 1.0f : 0.0f;
+        float *a = rand_bf16(&stream, R * m, 1), *b = rand_bf16(&stream, R * n, 1);
+        float *c = rand_bf16(&stream, G * m * n, 1);
+        void *da = to_storage(a, R * m), *db = to_storage(b, R * n), *dc = to_storage(c, G * m * n);
+        for (int g = 0; g < G; g++)
+            if (rows_of[g] > 0 || beta != 1.0f)
+                ck_assert_int_eq(cpu_gemm(cpu, true, false, m, n, rows_of[g], 1.0f, a + first[g] * m, b + first[g] * n,
+                                          beta, c + g * m * n, &err), 0);
+        ck_assert_msg(grouped(gpu, true, false, G, first, m, n, 0, 1.0f, da, db, 0, beta, dc, m * n, &err) == 0, "%s",
+                      err.message);
+        expect_close(&cc, dc, storage, c, G * m * n, storage_tol,
+                     accumulate ? "gemm_grouped inner, accumulated" : "gemm_grouped inner");
+        cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
+        free(a), free(b), free(c);
+    }
+    // a decreasing first[] is refused with a sentence naming the group
+    int64_t bad[3] = {0, 4, 2};
+    ck_assert_int_ne(grouped(gpu, false, false, 2, bad, 0, n, k, 1.0f, NULL, NULL, 0, 0.0f, NULL, 0, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.message, "must not decrease"));
+}
+END_TEST
+
 START_TEST(test_gemm_strided_batched)
 {
     int64_t m = 24, n = 40, k = 64, batch = 5;
@@ -698,6 +751,7 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_memory_info);
     tcase_add_test(tc, test_gemm_all_transposes);
     tcase_add_test(tc, test_gemm_strided_batched);
+    tcase_add_test(tc, test_gemm_grouped);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_layernorm);
     tcase_add_test(tc, test_rope);

@@ -67,7 +67,7 @@ static const slot_rule device_rules[] = {
     SLOT(dsarl_device_ops, recv, 3, OPTIONAL),
     SLOT(dsarl_device_ops, sample_filtered, 5, OPTIONAL),
     SLOT(dsarl_device_ops, profile_scope, 7, OPTIONAL), SLOT(dsarl_device_ops, moe_group_padded, 7, OPTIONAL),
-    SLOT(dsarl_device_ops, memory_info, 7, OPTIONAL),
+    SLOT(dsarl_device_ops, memory_info, 7, OPTIONAL), SLOT(dsarl_device_ops, gemm_grouped, 7, OPTIONAL),
 };
 #undef D
 

@@ -15,7 +15,8 @@
  * sums are reproducible for a fixed layout, and the outputs travel back by the reverse all-to-all; the routing
  * weights never leave the rank that routed, which combines (forward) and takes their gradient (backward). The
  * backward reverses the path: output gradients out, expert weight gradients accumulated on the owner, input-row
- * gradients back. Under EP the padded batched path (glm5_moe_pad) is off: expert groups run one GEMM each. */
+ * gradients back. Under EP the padded batched path (glm5_moe_pad) is off: the expert groups run as one grouped
+ * call (the device's gemm_grouped, or a GEMM per group where it has none). */
 #include <stdlib.h>
 #include <string.h>
 #include "glm5_pass.h"
@@ -215,20 +216,12 @@ static int ep_experts_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer
     const int32_t *perm = st->perm.ptr, *inv = perm + Rr;
     DSARL_TRY(ep_exchange(p, st, s->raw.ptr, a->expert_in, C, true, err));
     DSARL_TRY(gather(m, st->in.ptr, s->raw.ptr, perm, Rr, C, err));
-    for (int64_t el = 0; el < El; el++) {
-        int64_t first = st->first[el], n = st->first[el + 1] - first;
-        if (n > 0)
-            DSARL_TRY(glm5_linear(m, glm5_at(m, st->gate_up.ptr, first * 2 * I), glm5_at(m, st->in.ptr, first * C),
-                                  glm5_at(m, L->experts_gate_up, el * 2 * I * C), n, C, 2 * I, err));
-    }
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, El, st->first, 0, 2 * I, C, 1.0f, st->in.ptr,
+                                        L->experts_gate_up, 2 * I * C, 0.0f, st->gate_up.ptr, 0, err));
     if (Rr > 0)
         DSARL_TRY(d->swiglu_forward(m->dev, st->act.ptr, st->gate_up.ptr, Rr, I, err));
-    for (int64_t el = 0; el < El; el++) {
-        int64_t first = st->first[el], n = st->first[el + 1] - first;
-        if (n > 0)
-            DSARL_TRY(glm5_linear(m, glm5_at(m, s->sorted.ptr, first * C), glm5_at(m, st->act.ptr, first * I),
-                                  glm5_at(m, L->experts_down, el * C * I), n, I, C, err));
-    }
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, El, st->first, 0, C, I, 1.0f, st->act.ptr,
+                                        L->experts_down, C * I, 0.0f, s->sorted.ptr, 0, err));
     DSARL_TRY(gather(m, s->raw.ptr, s->sorted.ptr, inv, Rr, C, err));
     return ep_exchange(p, st, a->expert_out, s->raw.ptr, C, false, err);
 }
@@ -253,29 +246,18 @@ static int ep_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer
     void *dexp = s->sorted.ptr, *dact = s->dact.ptr, *dgu = s->dgu.ptr;
     DSARL_TRY(ep_exchange(p, st, s->raw.ptr, g->dexp, C, true, err));
     DSARL_TRY(gather(m, dexp, s->raw.ptr, perm, Rr, C, err));
-    for (int64_t el = 0; el < El; el++) {
-        int64_t first = st->first[el], n = st->first[el + 1] - first;
-        if (n == 0)
-            continue;
-        const void *w_down = glm5_at(m, L->experts_down, el * C * I);
-        DSARL_TRY(d->gemm(m->dev, false, false, n, I, C, 1.0f, glm5_at(m, dexp, first * C), w_down, 0.0f,
-                          glm5_at(m, dact, first * I), err));
-        DSARL_TRY(d->gemm(m->dev, true, false, C, I, n, 1.0f, glm5_at(m, dexp, first * C),
-                          glm5_at(m, st->act.ptr, first * I), 1.0f, glm5_grad_of(m, w_down), err));
-    }
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, El, st->first, 0, I, C, 1.0f, dexp,
+                                        L->experts_down, C * I, 0.0f, dact, 0, err));
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, El, st->first, C, I, 0, 1.0f, dexp, st->act.ptr, 0,
+                                        1.0f, glm5_grad_of(m, L->experts_down), C * I, err));
     if (Rr > 0)
         DSARL_TRY(d->swiglu_backward(m->dev, dgu, dact, st->gate_up.ptr, Rr, I, err));
     void *dxin = s->sorted.ptr; // the sorted output gradients are spent: the input gradients take their room
-    for (int64_t el = 0; el < El; el++) {
-        int64_t first = st->first[el], n = st->first[el + 1] - first;
-        if (n == 0)
-            continue;
-        const void *w_gu = glm5_at(m, L->experts_gate_up, el * 2 * I * C);
-        DSARL_TRY(d->gemm(m->dev, true, false, 2 * I, C, n, 1.0f, glm5_at(m, dgu, first * 2 * I),
-                          glm5_at(m, st->in.ptr, first * C), 1.0f, glm5_grad_of(m, w_gu), err));
-        DSARL_TRY(d->gemm(m->dev, false, false, n, C, 2 * I, 1.0f, glm5_at(m, dgu, first * 2 * I), w_gu, 0.0f,
-                          glm5_at(m, dxin, first * C), err));
-    }
+    // the sorted output gradients (dexp) are spent by now: the grouped call above returned before this one starts
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, El, st->first, 2 * I, C, 0, 1.0f, dgu, st->in.ptr, 0,
+                                        1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C, err));
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, El, st->first, 0, C, 2 * I, 1.0f, dgu,
+                                        L->experts_gate_up, 2 * I * C, 0.0f, dxin, 0, err));
     DSARL_TRY(gather(m, s->raw.ptr, dxin, inv, Rr, C, err));
     return ep_exchange(p, st, g->dxin, s->raw.ptr, C, false, err);
 }
@@ -309,22 +291,16 @@ static int local_experts_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_la
     if (pad)
         DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, 2 * I, C, 1.0f, a->expert_in, pad * C,
                                           L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, pad * 2 * I, E, err));
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = count[e], n = count[e + 1] - count[e];
-        if (n > 0)
-            DSARL_TRY(glm5_linear(m, glm5_at(m, a->gate_up, first * 2 * I), glm5_at(m, a->expert_in, first * C),
-                                  glm5_at(m, L->experts_gate_up, e * 2 * I * C), n, C, 2 * I, err));
-    }
+    if (!pad) // the experts' row groups in one call (the device may run them at once): gate_up = in W_gu,e^T
+        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, E, count, 0, 2 * I, C, 1.0f, a->expert_in,
+                                            L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, 0, err));
     DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, rows_used, I, err));
     if (pad)
         DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, C, I, 1.0f, a->act, pad * I, L->experts_down,
                                           C * I, 0.0f, a->expert_out, pad * C, E, err));
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = count[e], n = count[e + 1] - count[e];
-        if (n > 0)
-            DSARL_TRY(glm5_linear(m, glm5_at(m, a->expert_out, first * C), glm5_at(m, a->act, first * I),
-                                  glm5_at(m, L->experts_down, e * C * I), n, I, C, err));
-    }
+    if (!pad) // out = act W_down,e^T
+        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, E, count, 0, C, I, 1.0f, a->act, L->experts_down,
+                                            C * I, 0.0f, a->expert_out, 0, err));
     return DSARL_OK;
 }
 
@@ -344,15 +320,11 @@ static int local_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_la
         DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, C, I, pad, 1.0f, g->dexp, pad * C, a->act, pad * I,
                                           1.0f, glm5_grad_of(m, L->experts_down), C * I, E, err));
     }
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
-        if (n == 0)
-            continue;
-        const void *w_down = glm5_at(m, L->experts_down, e * C * I);
-        DSARL_TRY(d->gemm(m->dev, false, false, n, I, C, 1.0f, glm5_at(m, g->dexp, first * C), w_down, 0.0f,
-                          glm5_at(m, g->dact, first * I), err));
-        DSARL_TRY(d->gemm(m->dev, true, false, C, I, n, 1.0f, glm5_at(m, g->dexp, first * C),
-                          glm5_at(m, a->act, first * I), 1.0f, glm5_grad_of(m, w_down), err));
+    if (!pad) { // per expert: dact = dexp W_down,e; dW_down,e += dexp^T act (one grouped call each)
+        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, E, a->count, 0, I, C, 1.0f, g->dexp,
+                                            L->experts_down, C * I, 0.0f, g->dact, 0, err));
+        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, E, a->count, C, I, 0, 1.0f, g->dexp, a->act, 0,
+                                            1.0f, glm5_grad_of(m, L->experts_down), C * I, err));
     }
     DSARL_TRY(d->swiglu_backward(m->dev, g->dgu, g->dact, a->gate_up, R, I, err));
     if (pad) {
@@ -361,15 +333,12 @@ static int local_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_la
         DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, C, 2 * I, 1.0f, g->dgu, pad * 2 * I,
                                           L->experts_gate_up, 2 * I * C, 0.0f, g->dxin, pad * C, E, err));
     }
-    for (int64_t e = 0; e < E && !pad; e++) {
-        int64_t first = a->count[e], n = a->count[e + 1] - a->count[e];
-        if (n == 0)
-            continue;
-        const void *w_gu = glm5_at(m, L->experts_gate_up, e * 2 * I * C);
-        DSARL_TRY(d->gemm(m->dev, true, false, 2 * I, C, n, 1.0f, glm5_at(m, g->dgu, first * 2 * I),
-                          glm5_at(m, a->expert_in, first * C), 1.0f, glm5_grad_of(m, w_gu), err));
-        DSARL_TRY(d->gemm(m->dev, false, false, n, C, 2 * I, 1.0f, glm5_at(m, g->dgu, first * 2 * I), w_gu, 0.0f,
-                          glm5_at(m, g->dxin, first * C), err));
+    if (!pad) { // per expert: dW_gu,e += dgu^T in; dxin = dgu W_gu,e
+        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, E, a->count, 2 * I, C, 0, 1.0f, g->dgu,
+                                            a->expert_in, 0, 1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C,
+                                            err));
+        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, E, a->count, 0, C, 2 * I, 1.0f, g->dgu,
+                                            L->experts_gate_up, 2 * I * C, 0.0f, g->dxin, 0, err));
     }
     return DSARL_OK;
 }

@@ -17,6 +17,8 @@ DSARL_BEGIN_DECLS
 /* A test that links the CPU device too (which defines its own struct dsarl_device) defines
  * DSARL_CUDA_DEVICE_OPAQUE and sees the CUDA instance only through pointers. */
 #ifndef DSARL_CUDA_DEVICE_OPAQUE
+#define CUDA_GEMM_LANES 4 /* side streams of gemm_grouped */
+
 /* One device allocation of the caching allocator. */
 typedef struct cuda_block {
     void *ptr;
@@ -58,6 +60,13 @@ struct dsarl_device {
     const char *nccl_inflight_what;   /* that call's name, for the watchdog's message */
     int nccl_failed;          /* an NCCL call failed: destroy aborts the communicators instead of a clean destroy */
     int local_rank, local_size; /* this process on its host (NCCL needs one GPU per rank) */
+    /* cuda_gemm.cu: the side streams gemm_grouped spreads a MoE layer's expert products over, made at its first
+     * call (a product of a few hundred rows fills a fraction of the GPU; several at once fill it) */
+    void *lanes[CUDA_GEMM_LANES];     /* cudaStream_t */
+    void *lane_done[CUDA_GEMM_LANES]; /* cudaEvent_t: the lane's work, for compute to wait on */
+    void *lane_fork;                  /* cudaEvent_t: compute's work so far, for the lanes to wait on */
+    void *lane_ws[CUDA_GEMM_LANES];   /* each lane's cuBLASLt workspace (gemm_workspace_bytes) */
+    int lane;                         /* where lt_matmul queues: 0 the compute stream, i lanes[i - 1] */
 };
 #endif
 
@@ -117,7 +126,11 @@ int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int
                               float beta, void *c, int64_t stride_c, int64_t batch, dsarl_error *err);
 int cuda_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const void *a, const void *b, float beta, float *c, dsarl_error *err);
-/* Frees the planned GEMMs kept per problem (descriptors, layouts, algorithms); destroy calls it. */
+/* The ABI 1.7 slot: a MoE layer's expert products in one call, spread over the lanes (dsarl/ops/device.h). */
+int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t groups, const int64_t *first,
+                      int64_t m, int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t stride_b,
+                      float beta, void *c, int64_t stride_c, dsarl_error *err);
+/* Frees the planned GEMMs kept per problem (descriptors, layouts, algorithms) and the lanes; destroy calls it. */
 void cuda_gemm_cache_free(dsarl_device *dev);
 
 /* Copies, adds, conversions, SwiGLU (cuda_elementwise.cu). */

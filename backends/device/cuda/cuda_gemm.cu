@@ -20,6 +20,16 @@ static uint32_t alignment_of(const void *p)
     return align;
 }
 
+// The stream and cuBLASLt workspace of the lane lt_matmul queues on (dev->lane: 0 the compute stream).
+static cudaStream_t gemm_stream(const dsarl_device *dev)
+{
+    return dev->lane ? (cudaStream_t)dev->lanes[dev->lane - 1] : CUDA_STREAM(dev);
+}
+static void *gemm_workspace(const dsarl_device *dev)
+{
+    return dev->lane ? dev->lane_ws[dev->lane - 1] : dev->gemm_workspace;
+}
+
 // The column-major product D (rows, cols) = op(X) op(Y) that equals the row-major C = op(A) op(B).
 typedef struct lt_problem {
     cublasOperation_t op_x, op_y;
@@ -109,6 +119,17 @@ void cuda_gemm_cache_free(dsarl_device *dev)
             destroy_plan(slots[i].desc, slots[i].lx, slots[i].ly, slots[i].ld);
     free(slots);
     dev->gemm_algos = NULL;
+    for (int i = 0; i < CUDA_GEMM_LANES; i++) {
+        if (dev->lanes[i])
+            cudaStreamDestroy((cudaStream_t)dev->lanes[i]);
+        if (dev->lane_done[i])
+            cudaEventDestroy((cudaEvent_t)dev->lane_done[i]);
+        cudaFree(dev->lane_ws[i]);
+        dev->lanes[i] = dev->lane_done[i] = dev->lane_ws[i] = NULL;
+    }
+    if (dev->lane_fork)
+        cudaEventDestroy((cudaEvent_t)dev->lane_fork);
+    dev->lane_fork = NULL;
 }
 
 static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const void *x, int64_t stride_x,
@@ -142,7 +163,7 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (class_hit && memcmp(&slot->exact, &key, sizeof key) == 0) { // this very shape before: one call
         st = cublasLtMatmul(lt, slot->desc, &alpha, x, slot->lx, y, slot->ly, &beta, d, slot->ld, d, slot->ld,
-                            &slot->algo, dev->gemm_workspace, dev->gemm_workspace_bytes, CUDA_STREAM(dev));
+                            &slot->algo, gemm_workspace(dev), dev->gemm_workspace_bytes, gemm_stream(dev));
         if (st == CUBLAS_STATUS_SUCCESS)
             return DSARL_OK;
         class_hit = false;
@@ -195,8 +216,8 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     if (st == CUBLAS_STATUS_SUCCESS && !found)
         st = cublasLtMatmulAlgoGetHeuristic(lt, desc, lx, ly, ld, ld, pref, 1, &heur, &found);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0)
-        st = cublasLtMatmul(lt, desc, &alpha, x, lx, y, ly, &beta, d, ld, d, ld, &heur.algo, dev->gemm_workspace,
-                            dev->gemm_workspace_bytes, CUDA_STREAM(dev));
+        st = cublasLtMatmul(lt, desc, &alpha, x, lx, y, ly, &beta, d, ld, d, ld, &heur.algo, gemm_workspace(dev),
+                            dev->gemm_workspace_bytes, gemm_stream(dev));
     if (st == CUBLAS_STATUS_SUCCESS && found > 0 && slot) { // the slot keeps this plan (and frees the one it had)
         if (slot->cls.used)
             destroy_plan(slot->desc, slot->lx, slot->ly, slot->ld);
@@ -206,11 +227,15 @@ static int lt_matmul(dsarl_device *dev, const lt_problem *pr, float alpha, const
     }
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         // No cuBLASLt algorithm for this shape/alignment (or it failed): the classic cuBLAS entry point accepts
-        // every legal shape.
+        // every legal shape. (Its handle runs on the lane too, then goes back to the compute stream.)
+        if (dev->lane)
+            cublasSetStream((cublasHandle_t)dev->blas, gemm_stream(dev));
         st = cublasGemmStridedBatchedEx((cublasHandle_t)dev->blas, pr->op_x, pr->op_y, (int)pr->rows, (int)pr->cols,
                                         (int)pr->inner, &alpha, x, type, (int)pr->ldx, stride_x, y,
                                         type, (int)pr->ldy, stride_y, &beta, d, out_type, (int)pr->ldd,
                                         stride_d, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (dev->lane)
+            cublasSetStream((cublasHandle_t)dev->blas, CUDA_STREAM(dev));
         if (st != CUBLAS_STATUS_SUCCESS)
             rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: %s gemm (%llu x %llu x %llu, batch %lld) failed "
                             "in cuBLASLt and cuBLAS: %s", dev->f32 ? "f32" : "bf16", (unsigned long long)pr->rows,
@@ -243,10 +268,14 @@ static int row_major_gemm(dsarl_device *dev, bool trans_a, bool trans_b, int64_t
     if (k == 0) { /* C = beta * C, made explicit: some BLAS paths leave C alone for k = 0 */
         for (int64_t i = 0; i < batch; i++) {
             if (f32_out)
-                scale_kernel<float><<<grid_for(m * n, 256), 256, 0, CUDA_STREAM(dev)>>>((float *)c + i * stride_c,
+                scale_kernel<float><<<grid_for(m * n, 256), 256, 0, gemm_stream(dev)>>>((float *)c + i * stride_c,
+                                                                                        beta, m * n);
+            else if (dev->f32)
+                scale_kernel<float><<<grid_for(m * n, 256), 256, 0, gemm_stream(dev)>>>((float *)c + i * stride_c,
                                                                                         beta, m * n);
             else
-                STORAGE_LAUNCH(dev, scale_kernel, grid_for(m * n, 256), 256, 0, (S *)c + i * stride_c, beta, m * n);
+                scale_kernel<bf16><<<grid_for(m * n, 256), 256, 0, gemm_stream(dev)>>>((bf16 *)c + i * stride_c,
+                                                                                       beta, m * n);
             cudaCheckLaunch("gemm beta scale", err);
         }
         return DSARL_OK;
@@ -283,4 +312,120 @@ int cuda_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, i
                      const void *a, const void *b, float beta, float *c, dsarl_error *err)
 {
     return row_major_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1, true, err);
+}
+
+// The lanes, made at the first grouped call; on failure the call runs its groups on the compute stream.
+static bool lanes_ready(dsarl_device *dev)
+{
+    if (dev->lane_fork)
+        return true;
+    for (int i = 0; i < CUDA_GEMM_LANES; i++) {
+        cudaStream_t s = NULL;
+        cudaEvent_t e = NULL;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess ||
+            cudaMalloc(&dev->lane_ws[i], dev->gemm_workspace_bytes) != cudaSuccess) {
+            if (s)
+                cudaStreamDestroy(s);
+            if (e)
+                cudaEventDestroy(e);
+            cudaGetLastError(); // the failure is handled: the compute stream runs the groups
+            return false;
+        }
+        dev->lanes[i] = s, dev->lane_done[i] = e;
+    }
+    cudaEvent_t fork;
+    if (cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    dev->lane_fork = fork;
+    return true;
+}
+
+// One group's product on the current lane (the slot's semantics, dsarl/ops/device.h).
+static int grouped_product(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t g, const int64_t *first,
+                           int64_t m, int64_t n, int64_t k, float alpha, const char *a, const char *b,
+                           int64_t stride_b, float beta, char *c, int64_t stride_c, size_t e, dsarl_error *err)
+{
+    int64_t r0 = first[g], rows = first[g + 1] - first[g];
+    if (inner_grouped)
+        return row_major_gemm(dev, true, false, m, n, rows, alpha, a + (size_t)(r0 * m) * e, 0,
+                              b + (size_t)(r0 * n) * e, 0, beta, c + (size_t)(g * stride_c) * e, 0, 1, false, err);
+    return row_major_gemm(dev, false, trans_b, rows, n, k, alpha, a + (size_t)(r0 * k) * e, 0,
+                          b + (size_t)(g * stride_b) * e, 0, beta, c + (size_t)(r0 * n) * e, 0, 1, false, err);
+}
+
+/* The groups with work, spread over the lanes: compute's queued work is recorded (fork), each lane waits for it,
+ * takes its groups (largest first, each to the lane with the fewest rows so far: a pure function of the counts), and
+ * compute waits for every lane before its next op. So the call is ordered like any other op of the compute stream
+ * (the caching allocator's reuse included), and each group's result is the one gemm gives: cuBLASLt picks the
+ * same algorithm for a shape whatever the stream. */
+int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t groups, const int64_t *first,
+                      int64_t m, int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t stride_b,
+                      float beta, void *c, int64_t stride_c, dsarl_error *err)
+{
+    if (groups < 0 || (groups > 0 && (!first || first[0] != 0)))
+        return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: gemm_grouped needs groups >= 0 and first[0] = 0, got "
+                          "%lld groups", (long long)groups);
+    int64_t busy = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        if (first[g + 1] < first[g])
+            return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: gemm_grouped's first[] must not decrease (group "
+                              "%lld: %lld after %lld)", (long long)g, (long long)first[g + 1], (long long)first[g]);
+        busy += first[g + 1] > first[g] || (inner_grouped && beta != 1.0f);
+    }
+    size_t e = STORAGE_BYTES(dev);
+    const char *ca = (const char *)a, *cb = (const char *)b;
+    char *cc = (char *)c;
+    if (busy <= 1 || !lanes_ready(dev)) {
+        for (int64_t g = 0; g < groups; g++)
+            if (first[g + 1] > first[g] || (inner_grouped && beta != 1.0f))
+                DSARL_TRY(grouped_product(dev, inner_grouped, trans_b, g, first, m, n, k, alpha, ca, cb, stride_b,
+                                          beta, cc, stride_c, e, err));
+        return DSARL_OK;
+    }
+    int64_t *order = (int64_t *)malloc((size_t)busy * sizeof(int64_t));
+    if (!order)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "device cuda: out of host memory for %lld grouped products",
+                          (long long)busy);
+    int64_t n_order = 0;
+    for (int64_t g = 0; g < groups; g++)
+        if (first[g + 1] > first[g] || (inner_grouped && beta != 1.0f))
+            order[n_order++] = g;
+    for (int64_t i = 1; i < n_order; i++) { // insertion sort, largest group first, ties by index (stable)
+        int64_t g = order[i], j = i;
+        for (; j > 0 && first[order[j - 1] + 1] - first[order[j - 1]] < first[g + 1] - first[g]; j--)
+            order[j] = order[j - 1];
+        order[j] = g;
+    }
+    int rc = DSARL_OK;
+    cudaStream_t compute = CUDA_STREAM(dev);
+    if (cudaEventRecord((cudaEvent_t)dev->lane_fork, compute) != cudaSuccess)
+        rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: gemm_grouped could not record its fork event");
+    for (int i = 0; i < CUDA_GEMM_LANES && rc == DSARL_OK; i++)
+        if (cudaStreamWaitEvent((cudaStream_t)dev->lanes[i], (cudaEvent_t)dev->lane_fork, 0) != cudaSuccess)
+            rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: gemm_grouped could not order lane %d", i);
+    int64_t load[CUDA_GEMM_LANES] = {0};
+    for (int64_t i = 0; i < n_order && rc == DSARL_OK; i++) {
+        int64_t g = order[i];
+        int best = 0;
+        for (int l = 1; l < CUDA_GEMM_LANES; l++)
+            best = load[l] < load[best] ? l : best;
+        load[best] += first[g + 1] - first[g] + 1;
+        dev->lane = best + 1;
+        rc = grouped_product(dev, inner_grouped, trans_b, g, first, m, n, k, alpha, ca, cb, stride_b, beta, cc,
+                             stride_c, e, err);
+    }
+    dev->lane = 0;
+    // join even after a failure: compute must not run ahead of what the lanes were given
+    for (int i = 0; i < CUDA_GEMM_LANES; i++) {
+        cudaError_t r1 = cudaEventRecord((cudaEvent_t)dev->lane_done[i], (cudaStream_t)dev->lanes[i]);
+        cudaError_t r2 = cudaStreamWaitEvent(compute, (cudaEvent_t)dev->lane_done[i], 0);
+        if ((r1 != cudaSuccess || r2 != cudaSuccess) && rc == DSARL_OK)
+            rc = DSARL_FAIL(err, DSARL_E_DEVICE, "device cuda: gemm_grouped could not join lane %d: %s", i,
+                            cudaGetErrorString(r1 != cudaSuccess ? r1 : r2));
+    }
+    free(order);
+    return rc;
 }

@@ -102,4 +102,5 @@ const dsarl_device_ops dsarl_cuda_device_ops = {
     .recv = cuda_recv,
     .profile_scope = cuda_profile_scope, /* ABI 1.7: op classes of runtime.cuda_profile */
     .memory_info = cuda_memory_info,     /* ABI 1.7 */
+    .gemm_grouped = cuda_prof_gemm_grouped, /* ABI 1.7 */
 };

@@ -565,3 +565,16 @@ int cuda_prof_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, 
 {
     PROFILED("moe_group_padded", cuda_moe_group_padded(dev, rows, slot, slot_inv, idx, T, E, k, pad, err));
 }
+
+int cuda_prof_gemm_grouped(dsarl_device *dev, bool inner, bool tb, int64_t groups, const int64_t *first, int64_t m,
+                           int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t sb, float beta,
+                           void *c, int64_t sc, dsarl_error *err)
+{
+    char l[PROF_LABEL_LEN];
+    if (inner)
+        snprintf(l, sizeof l, "gemm_grouped inner m=%lld n=%lld x%lld", (long long)m, (long long)n, (long long)groups);
+    else
+        snprintf(l, sizeof l, "gemm_grouped rows%s n=%lld k=%lld x%lld", tb ? " Bt" : "", (long long)n, (long long)k,
+                 (long long)groups);
+    PROFILED(l, cuda_gemm_grouped(dev, inner, tb, groups, first, m, n, k, alpha, a, b, sb, beta, c, sc, err));
+}

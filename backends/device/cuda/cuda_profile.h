@@ -108,6 +108,9 @@ int cuda_prof_adamw_update(dsarl_device *dev, float *master, void *weight, const
                            dsarl_error *err);
 int cuda_prof_moe_group_padded(dsarl_device *dev, int32_t *rows, int32_t *slot, int32_t *slot_inv,
                                const int32_t *idx, int64_t T, int64_t E, int32_t k, int64_t pad, dsarl_error *err);
+int cuda_prof_gemm_grouped(dsarl_device *dev, bool inner, bool tb, int64_t groups, const int64_t *first, int64_t m,
+                           int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t sb, float beta,
+                           void *c, int64_t sc, dsarl_error *err);
 
 DSARL_END_DECLS
 

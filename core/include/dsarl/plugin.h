@@ -55,7 +55,7 @@ DSARL_BEGIN_DECLS
  * interleaved virtual pipeline stages: dsarl_parallel.vpp_size, dsarl/pipeline.h's chunk split
  * (dsarl_pipeline_chunk_layers), the stage ops' slots under the interleaved schedule.
  * 1.7: device profile_scope (op classes for profiles), moe_group_padded (MoE grouping on the device),
- * memory_info (free and total device memory). */
+ * memory_info (free and total device memory), gemm_grouped (a MoE layer's expert products in one call). */
 #define DSARL_ABI_MAJOR 1
 #define DSARL_ABI_MINOR 7
 

@@ -269,11 +269,51 @@ typedef struct dsarl_device_ops {
      * and in all, in bytes, as the driver reports it (policy.generation.gpu_memory_utilization sizes the paged
      * cache arena from them). */
     int (*memory_info)(dsarl_device *dev, size_t *free_bytes, size_t *total_bytes, dsarl_error *err);
+    /* ABI 1.7, optional (NULL: one gemm per group; call it through dsarl_device_gemm_grouped, which loops then).
+     * `groups` independent row-major products over the row groups of packed operands, as a MoE layer's experts
+     * run: group g holds rows first[g] .. first[g+1] (first: host (groups+1), first[0] = 0, non-decreasing);
+     * r_g rows. inner_grouped false: C rows of g (r_g, n) = alpha (A rows of g) (r_g, k) op(B + g stride_b) + beta
+     * C rows of g, A stored (rows, k), op(B) (k, n) as gemm's trans_b. inner_grouped true (weight gradients):
+     * C + g stride_c (m, n) = alpha (A rows of g)^T (m, r_g) (B rows of g) (r_g, n) + beta (C + g stride_c), A
+     * stored (rows, m), B (rows, n), trans_b ignored. The unused size (m, or k) is ignored. Groups may run
+     * concurrently; each gives what gemm gives for it. Storage dtype in and out, fp32 accumulation. */
+    int (*gemm_grouped)(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t groups, const int64_t *first,
+                        int64_t m, int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t stride_b,
+                        float beta, void *c, int64_t stride_c, dsarl_error *err);
 } dsarl_device_ops;
 
 /* The ABI 1.7 slot `name` of a device ops table from any 1.x plugin, or NULL when its struct_size predates it. */
 #define DSARL_DEVICE_SLOT(ops, name)                                                                               \
     ((ops)->common.struct_size >= offsetof(dsarl_device_ops, name) + sizeof((ops)->name) ? (ops)->name : NULL)
+
+/* gemm_grouped through the slot, or one gemm per group where the table has none (same results). */
+static inline int dsarl_device_gemm_grouped(const dsarl_device_ops *ops, dsarl_device *dev, bool inner_grouped,
+                                            bool trans_b, int64_t groups, const int64_t *first, int64_t m, int64_t n,
+                                            int64_t k, float alpha, const void *a, const void *b, int64_t stride_b,
+                                            float beta, void *c, int64_t stride_c, dsarl_error *err)
+{
+    int (*grouped)(dsarl_device *, bool, bool, int64_t, const int64_t *, int64_t, int64_t, int64_t, float,
+                   const void *, const void *, int64_t, float, void *, int64_t, dsarl_error *) =
+        DSARL_DEVICE_SLOT(ops, gemm_grouped);
+    if (grouped)
+        return grouped(dev, inner_grouped, trans_b, groups, first, m, n, k, alpha, a, b, stride_b, beta, c, stride_c,
+                       err);
+    size_t e = dsarl_dtype_size(ops->storage_dtype(dev));
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t r0 = first[g], rows = first[g + 1] - first[g];
+        int rc = 0;
+        if (inner_grouped && (rows > 0 || beta != 1.0f))
+            rc = ops->gemm(dev, true, false, m, n, rows, alpha, (const char *)a + (size_t)(r0 * m) * e,
+                           (const char *)b + (size_t)(r0 * n) * e, beta, (char *)c + (size_t)(g * stride_c) * e, err);
+        else if (!inner_grouped && rows > 0)
+            rc = ops->gemm(dev, false, trans_b, rows, n, k, alpha, (const char *)a + (size_t)(r0 * k) * e,
+                           (const char *)b + (size_t)(g * stride_b) * e, beta, (char *)c + (size_t)(r0 * n) * e,
+                           err);
+        if (rc)
+            return rc;
+    }
+    return DSARL_OK;
+}
 
 /* Names the op class of the work queued from now on, where the device profiles (NULL ends the scope). */
 static inline void dsarl_device_profile_scope(const dsarl_device_ops *ops, dsarl_device *dev, const char *name)
