@@ -1,8 +1,9 @@
 /* check_glm5_mtp.c: multi-token prediction in training (models/glm5/glm5_mtp.c) on a tiny model with two MTP depths
  * (MoE blocks with a full indexer): the backward against central finite differences of the training loss, for the
  * MTP parameters and, with the LM loss off, for every trunk parameter (the MTP loss reaches the trunk only through
- * its final hidden states); the MTP loss against a hand computation; the refusals; and saves: the MTP tensors
- * change after training steps with MTP on and stay byte-equal with it off. */
+ * its final hidden states); the MTP loss against a hand computation; the refusals; saves: the MTP tensors
+ * change after training steps with MTP on and stay byte-equal with it off; and routing replay, whose rows cover
+ * the trunk's layers only (the depths neither record nor replay). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -562,6 +563,82 @@ START_TEST(test_mtp_own_embedding_and_head)
 }
 END_TEST
 
+/* Routing replay with MTP depths: the rows cover the trunk's layers only (no cached pass runs a depth, so the engine
+ * has no choice of a depth's to record). A training pass that records writes the trunk's rows and nothing past them
+ * (a depth's MoE and indexer layers come after the trunk's, so indexing them as one more layer would write into the
+ * next token's row, and past the array at the last token); replaying those rows gives the trunk's log-probs, the
+ * MTP loss and every gradient of the pass that routes by its own scores, the depths routing by theirs. */
+START_TEST(test_mtp_routing_replay)
+{
+    dsarl_routing_shape sh = {.struct_size = sizeof sh};
+    ck_assert_msg(ops->routing_shape(model, &sh, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(sh.moe_layers, 2);  // trunk layers 1, 2 (layer 0 dense); not the depths' 3, 4
+    ck_assert_int_eq(sh.index_layers, 2); // F S F
+    int64_t we = (int64_t)sh.moe_layers * sh.experts_per_token, wi = (int64_t)sh.index_layers * sh.index_topk;
+    enum { GUARD = 64, SENTINEL = -7 };
+    int32_t *rec_e = malloc(sizeof(int32_t) * (size_t)(T * we + GUARD));
+    int32_t *rec_i = malloc(sizeof(int32_t) * (size_t)(T * wi + GUARD));
+    int32_t *own_e = malloc(sizeof(int32_t) * (size_t)(T * we)), *own_i = malloc(sizeof(int32_t) * (size_t)(T * wi));
+    for (int64_t i = 0; i < T * we + GUARD; i++)
+        rec_e[i] = SENTINEL;
+    for (int64_t i = 0; i < T * wi + GUARD; i++)
+        rec_i[i] = SENTINEL;
+    // the trunk's own choices: a log-prob pass runs no depth
+    float lp[T], lp_replay[T];
+    dsarl_token_batch b = batch;
+    b.record_experts = own_e, b.record_indices = own_i;
+    ck_assert_msg(ops->forward_logprobs(model, &b, targets, lp, &err) == 0, "%s", err.message);
+    // a training pass runs both depths (MoE blocks with a full indexer) after the trunk, recording
+    b.record_experts = rec_e, b.record_indices = rec_i;
+    ck_assert_msg(ops->train_forward(model, &b, targets, lp, &err) == 0, "%s", err.message);
+    glm5_train_release(model);
+    for (int64_t i = 0; i < GUARD; i++) {
+        ck_assert_msg(rec_e[T * we + i] == SENTINEL, "an expert row was written %lld ints past the last token's",
+                      (long long)i);
+        ck_assert_msg(rec_i[T * wi + i] == SENTINEL, "an index row was written %lld ints past the last token's",
+                      (long long)i);
+    }
+    for (int64_t i = 0; i < T * we; i++)
+        ck_assert_msg(rec_e[i] == own_e[i], "token %lld: recorded expert %d, the trunk routed to %d",
+                      (long long)(i / we), rec_e[i], own_e[i]);
+    for (int64_t i = 0; i < T * wi; i++)
+        ck_assert_msg(rec_i[i] == own_i[i], "token %lld: recorded key %d, the trunk selected %d", (long long)(i / wi),
+                      rec_i[i], own_i[i]);
+    // the same pass and backward routing by its own scores, then replaying the recording
+    size_t bytes = (size_t)model->n_weights * sizeof(float);
+    float *want = malloc(bytes);
+    double want_mtp = 0;
+    for (int replay = 0; replay < 2; replay++) {
+        b = batch;
+        if (replay)
+            b.replay_experts = rec_e, b.replay_indices = rec_i;
+        ck_assert_int_eq(ops->zero_grad(model, &err), 0);
+        ck_assert_msg(ops->train_forward(model, &b, targets, replay ? lp_replay : lp, &err) == 0, "%s", err.message);
+        ck_assert_msg(ops->train_backward(model, dlogprobs, NULL, &err) == 0, "%s", err.message);
+        if (!replay) {
+            memcpy(want, model->grads, bytes), want_mtp = model->mtp_loss;
+            continue;
+        }
+        for (int t = 0; t < T; t++)
+            ck_assert_msg(fabsf(lp_replay[t] - lp[t]) <= 1e-6f, "position %d: replayed log-prob %.8g, own %.8g", t,
+                          lp_replay[t], lp[t]);
+        ck_assert_msg(fabs(model->mtp_loss - want_mtp) <= 1e-6 * want_mtp, "replayed MTP loss %.8g, own %.8g",
+                      (double)model->mtp_loss, want_mtp);
+        for (int64_t i = 0; i < model->n_params; i++) {
+            const glm5_param *p = &model->params[i];
+            const float *g = (const float *)model->grads + p->offset, *w = want + p->offset;
+            double mx = 0, worst = 0;
+            for (int64_t j = 0; j < p->numel; j++)
+                mx = fmax(mx, fabs(w[j])), worst = fmax(worst, fabs(g[j] - w[j]));
+            ck_assert_msg(worst <= 1e-5 * mx + 1e-8, "replayed: %s differs by %g (of %g)", p->name, worst, mx);
+        }
+    }
+    fprintf(stderr, "MTP with replay: MTP loss %.7g, recorded rows stop at the trunk's %lld + %lld ints per token\n",
+            want_mtp, (long long)we, (long long)wi);
+    free(want), free(rec_e), free(rec_i), free(own_e), free(own_i);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("glm5_mtp");
@@ -577,6 +654,7 @@ int main(void)
     tcase_add_test(tc, test_mtp_saves);
     tcase_add_test(tc, test_mtp_own_embedding_and_head);
     tcase_add_test(tc, test_mtp_flops);
+    tcase_add_test(tc, test_mtp_routing_replay);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

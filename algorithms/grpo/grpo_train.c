@@ -102,13 +102,15 @@ static int read_options(trainer *tr, dsarl_error *err)
     CHECK(tr->cfg.val_batch_size < 1 || tr->cfg.val_batch_size % dp == 0, "grpo.val_batch_size",
           "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that every rank generates an "
           "equal share of each validation batch", tr->cfg.val_batch_size, dp);
-    /* the recorded rows follow each rollout's tokens through one process: the rollout gather across ranks and the
-     * sharded layouts (tp/cp rows, pipeline stages) do not carry them yet */
+    /* the recorded rows follow each rollout's tokens, through the rollout gather under data parallelism; the
+     * sharded layouts (tp/cp rows, pipeline stages) do not carry them yet, and expert parallelism is untested */
     const char *replay_key = o->router_replay ? "policy.router_replay.enabled" : "policy.dsa_index_replay.enabled";
-    CHECK(!(o->router_replay || o->index_replay) || !par || par->world_size <= 1, replay_key,
-          "is true, but routing replay runs in one process only; this run has %d ranks (tp %d, cp %d, pp %d, ep %d, "
-          "dp %d): turn it off or run on one rank", par ? par->world_size : 1, par ? par->tp_size : 1,
-          par ? par->cp_size : 1, par ? par->pp_size : 1, par ? par->ep_size : 1, par ? par->dp_size : 1);
+    bool data_parallel_only = !par || (par->tp_size <= 1 && par->cp_size <= 1 && par->pp_size <= 1 &&
+                                       par->ep_size <= 1);
+    CHECK(!(o->router_replay || o->index_replay) || data_parallel_only, replay_key,
+          "is true, but routing replay runs in one process or under data parallelism alone; this run has %d ranks "
+          "(tp %d, cp %d, pp %d, ep %d, dp %d): turn it off or set tp, cp, pp and ep to 1", par->world_size,
+          par->tp_size, par->cp_size, par->pp_size, par->ep_size, par->dp_size);
     CHECK(!(o->router_replay || o->index_replay) || tr->cfg.max_rollout_turns == 1, replay_key,
           "is true, but routing replay covers single-turn rollouts only; grpo.max_rollout_turns is %" PRId64,
           tr->cfg.max_rollout_turns);

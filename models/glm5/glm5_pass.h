@@ -303,7 +303,8 @@ int glm5_pass_host_alloc(glm5_pass *p, size_t bytes, void **out, dsarl_error *er
  * batch upload: key_first (T) host is each token's first key, NULL for a packed training batch) and refuses layouts
  * it cannot serve; glm5_routing_experts replays then records MoE layer `layer`'s expert ids idx (T, K) host (and
  * when it replays, rewrites a->route_idx and a->route_w from the pass's own scores); glm5_routing_indices does the
- * same for a full-indexer layer's a->topk. */
+ * same for a full-indexer layer's a->topk. Both leave an MTP depth's layer (>= num_hidden_layers) alone: the rows
+ * cover the trunk's layers only. */
 int glm5_routing_shape(const dsarl_model *m, dsarl_routing_shape *out, dsarl_error *err);
 int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t *key_first, dsarl_error *err);
 int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_t *idx, dsarl_error *err);

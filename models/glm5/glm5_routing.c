@@ -10,12 +10,24 @@
  *
  * Both run on the host: one download of the layer's choice (the MoE grouping downloads it anyway) and, when a row
  * is replayed, one download of the scores and one upload. Positions are relative to the token's sequence, so rows
- * recorded in a paged or contiguous cache replay in a packed training batch. */
+ * recorded in a paged or contiguous cache replay in a packed training batch.
+ *
+ * The rows cover the trunk's layers only (glm5_routing_shape). The MTP depths (glm5_mtp.c) are never recorded nor
+ * replayed: no cached pass runs them (the engine decodes with the trunk alone), so there is no engine choice to
+ * agree with, and their input at position i (h_i with the embedding of t_{i+k}) is the training pass's own. A
+ * depth routes and selects keys by its own scores in every pass, and its forward and backward share that choice
+ * through its activations. */
 #include <stdlib.h>
 #include <string.h>
 #include "glm5_pass.h"
 
-// Ordinal of layer among the layers with flag set (mlp_sparse or indexer_full), in model order.
+// Whether layer is an MTP depth (after the trunk's layers): its routing has no row (see above).
+static bool mtp_depth(const dsarl_model *m, int32_t layer)
+{
+    return layer >= m->cfg.num_hidden_layers;
+}
+
+// Ordinal of trunk layer among the layers with flag set (mlp_sparse or indexer_full), in model order.
 static int32_t ordinal(const unsigned char *flags, int32_t layer)
 {
     int32_t n = 0;
@@ -89,6 +101,8 @@ int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_
     dsarl_model *m = p->m;
     const glm5_config *c = &m->cfg;
     const dsarl_batch_routing *r = &p->routing;
+    if (mtp_depth(m, layer))
+        return DSARL_OK;
     int64_t T = p->T, E = c->n_routed_experts, K = c->num_experts_per_tok;
     dsarl_routing_shape sh = {.struct_size = sizeof(sh)};
     DSARL_TRY(glm5_routing_shape(m, &sh, err));
@@ -147,7 +161,7 @@ int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_
     dsarl_model *m = p->m;
     const dsarl_device_ops *d = m->dev_ops;
     const dsarl_batch_routing *r = &p->routing;
-    if (!r->replay_indices && !r->record_indices)
+    if ((!r->replay_indices && !r->record_indices) || mtp_depth(m, layer))
         return DSARL_OK;
     int64_t T = p->T, W = p->topk_width, ord = ordinal(m->cfg.indexer_full, layer);
     dsarl_routing_shape sh = {.struct_size = sizeof(sh)};

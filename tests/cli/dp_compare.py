@@ -7,7 +7,12 @@
                                                   names) drops metrics only one layout logs, and
                                                   DP_COMPARE_EXACT=1 asks every value bit for bit
   dp_compare.py weights A_DIR B_DIR [TOL]         two model.safetensors agree within TOL (1e-5) relative per tensor
-                                                  (to the tensor's largest value)"""
+                                                  (to the tensor's largest value)
+  dp_compare.py agree DIR                         every step of one run scores its tokens as the engine drew them:
+                                                  train/gen_kl_error <= 1e-10 and train/token_mult_prob_error
+                                                  within 1e-6 of 1 (float rounding: 1e-14 and 1e-7 on the CPU). A
+                                                  top-k near-tie that went one way in the engine and the other in
+                                                  the trainer gives 1e-6 and 1e-4 from a single token"""
 import glob, json, os, struct, sys
 
 
@@ -56,6 +61,20 @@ def compare_metrics(a_dir, b_dir, only):
     print(f"{os.path.basename(a_dir)} = {os.path.basename(b_dir)}: {n} values, max relative difference {worst:.3g}")
 
 
+def check_agreement(d):
+    """Per step of the run logged under d: the trainer's log-probs are the engine's to float rounding."""
+    (path,) = glob.glob(d + "/exp_*/metrics.jsonl")
+    rows = [json.loads(l) for l in open(path)]
+    assert rows, f"{path} logs no step"
+    for r in rows:
+        kl, tmpe = r["train/gen_kl_error"], r["train/token_mult_prob_error"]
+        assert kl <= 1e-10 and abs(tmpe - 1) <= 1e-6, \
+            f"step {r['step']}: gen_kl_error {kl:.3g}, token_mult_prob_error {tmpe!r}: the trainer scored some " \
+            f"token otherwise than the engine drew it"
+    worst = max(r["train/gen_kl_error"] for r in rows)
+    print(f"{os.path.basename(d)}: {len(rows)} steps agree with the engine, gen_kl_error at most {worst:.3g}")
+
+
 def tensors(path):
     """{name: list of floats} of a float32 safetensors file (no numpy needed)."""
     with open(path, "rb") as f:
@@ -87,5 +106,7 @@ def compare_weights(a_dir, b_dir, tol):
 if __name__ == "__main__":
     if sys.argv[1] == "metrics":
         compare_metrics(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
+    elif sys.argv[1] == "agree":
+        check_agreement(sys.argv[2])
     else:
         compare_weights(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5)
