@@ -459,8 +459,9 @@ static int64_t check_group(const int32_t *idx, int64_t T, int64_t E, int K, int6
         ck_assert_msg(rows[r] == want_rows[r] && slot[r] == want_slot[r], "T %lld pad %lld row %lld: token %d slot "
                       "%d, want %d %d", (long long)T, (long long)pad, (long long)r, rows[r], slot[r], want_rows[r],
                       want_slot[r]);
-        if (slot[r] < N)
-            ck_assert_int_eq(inv[slot[r]], r); // a used row and its pair point at each other
+        int32_t pair = slot[r];
+        if (pair >= 0 && pair < N)
+            ck_assert_int_eq(inv[pair], r); // a used row and its pair point at each other
     }
     for (int64_t i = 0; i < N; i++) {
         ck_assert_msg(inv[i] == want_inv[i], "T %lld pad %lld pair %lld: row %d, want %d", (long long)T,
