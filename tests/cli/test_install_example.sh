@@ -51,22 +51,26 @@ installed="$prefix/bin/dsarl"
 abi=$("$installed" --version | sed -n 's/.*plugin ABI \([0-9.]*\).*/\1/p') # the example is built against it
 for dir in "$tmp/ex" "$tmp/pc"; do
   out=$("$installed" plugins --plugin-path "$dir")
-  echo "$out" | grep -E "^environment +keyword +1.0.0 +${abi//./\\.} +0 +$dir/dsarl-environment-keyword.so" >/dev/null ||
+  # here-strings, not pipes: under pipefail a grep -q that matches in the first chunk of a long echo leaves the
+  # echo writing into a closed pipe, and the SIGPIPE fails the check at random
+  grep -E "^environment +keyword +1.0.0 +${abi//./\\.} +0 +$dir/dsarl-environment-keyword.so" <<<"$out" >/dev/null ||
     { echo "FAIL: $dir: plugin not listed:"; echo "$out"; exit 1; } >&2
-  echo "$out" | grep -q "refused: 0" || { echo "FAIL: refusals:"; echo "$out"; exit 1; } >&2
+  grep -q "refused: 0" <<<"$out" || { echo "FAIL: refusals:"; echo "$out"; exit 1; } >&2
   # DSARL_PLUGIN_PATH works the same way.
-  DSARL_PLUGIN_PATH="$dir" "$installed" plugins | grep -qE "^environment +keyword" ||
+  listed=$(DSARL_PLUGIN_PATH="$dir" "$installed" plugins)
+  grep -qE "^environment +keyword" <<<"$listed" ||
     { echo "FAIL: DSARL_PLUGIN_PATH=$dir not searched" >&2; exit 1; }
 done
 
 # Selected by a command-line override; its declared keys are listed.
 recipe="$prefix/share/dsarl/configs/recipes/llm/grpo-glm5.2-tiny.yaml"
 out=$("$installed" config show "$recipe" --plugin-path "$tmp/ex" data.default.env_name=keyword)
-echo "$out" | grep -E "#   environment +keyword +command line argument 1" >/dev/null ||
+grep -E "#   environment +keyword +command line argument 1" <<<"$out" >/dev/null ||
   { echo "FAIL: keyword not selected by the override:"; echo "$out" | tail -12; exit 1; } >&2
-echo "$out" | grep -q "NOT AVAILABLE.*" && echo "$out" | grep "#   environment" | grep -q "NOT AVAILABLE" &&
+grep -q "NOT AVAILABLE.*" <<<"$out" && grep "#   environment" <<<"$out" | grep -q "NOT AVAILABLE" &&
   { echo "FAIL: keyword selected but not available" >&2; exit 1; }
-"$installed" config keys environment/keyword --plugin-path "$tmp/ex" | grep -q "env.keyword.case_sensitive" ||
+keys=$("$installed" config keys environment/keyword --plugin-path "$tmp/ex")
+grep -q "env.keyword.case_sensitive" <<<"$keys" ||
   { echo "FAIL: config keys does not list the plugin's keys" >&2; exit 1; }
 # Without the plugin path the same selection is reported as unavailable.
 "$installed" config show "$recipe" data.default.env_name=keyword | grep -E "#   environment +keyword" |

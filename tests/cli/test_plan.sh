@@ -100,8 +100,9 @@ grep -q "(--model-config), its MTP layers not planned: 78 layers (75 MoE, 21 run
 # bad options
 run 2 option "$recipes/grpo-glm5.1-64n8g-megatron.yaml" --gpu-memory lots
 one_error option "dsarl plan: error: --gpu-memory needs a number"
-"$dsarl" plan --help | grep -q "usage: dsarl plan RECIPE" || fail "help"
-"$dsarl" --help | grep -q "  plan RECIPE" || fail "dsarl --help does not list plan"
+# captured, not piped: under pipefail a grep -q that stops reading early can fail the check with the writer's SIGPIPE
+help=$("$dsarl" plan --help) && grep -q "usage: dsarl plan RECIPE" <<<"$help" || fail "help"
+help=$("$dsarl" --help) && grep -q "  plan RECIPE" <<<"$help" || fail "dsarl --help does not list plan"
 
 [ "$failures" -eq 0 ] && echo "plan cli: all checks passed"
 exit $((failures > 0))
