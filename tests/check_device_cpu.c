@@ -521,6 +521,69 @@ START_TEST(test_moe_group_padded)
 }
 END_TEST
 
+/* dsarl_device_gemm_grouped on a table without the slot (the CPU device's): one gemm per expert row group, against
+ * float64 sums written out here, in both forms and with empty groups; and a table of ABI 1.6's size reads the 1.7
+ * slots as NULL whatever bytes lie past its end (the helper then loops, the profile scope is a no-op). */
+START_TEST(test_gemm_grouped_fallback)
+{
+    const dsarl_device_ops *ops = &dsarl_cpu_device_ops;
+    ck_assert_ptr_null(DSARL_DEVICE_SLOT(ops, gemm_grouped));
+    enum { G = 5 };
+    const int64_t rows_of[G] = {3, 0, 7, 1, 0};
+    int64_t first[G + 1] = {0};
+    for (int g = 0; g < G; g++)
+        first[g + 1] = first[g] + rows_of[g];
+    int64_t R = first[G], m = 6, n = 5, k = 4;
+    for (int tb = 0; tb <= 1; tb++) { // rows: C rows of g (r_g, n) = 0.5 A rows of g (r_g, k) op(B_g) + 0.25 C
+        float *a = rand_array(R * k, 1), *b = rand_array(G * k * n, 1), *c = rand_array(R * n, 1);
+        double *want = malloc((size_t)(R * n) * sizeof(double));
+        for (int g = 0; g < G; g++)
+            for (int64_t r = first[g]; r < first[g + 1]; r++)
+                for (int64_t j = 0; j < n; j++) {
+                    double sum = 0.0;
+                    for (int64_t q = 0; q < k; q++)
+                        sum += (double)a[r * k + q] * b[g * k * n + (tb ? j * k + q : q * n + j)];
+                    want[r * n + j] = 0.5 * sum + 0.25 * c[r * n + j];
+                }
+        ck_assert_int_eq(dsarl_device_gemm_grouped(ops, dev, false, tb, G, first, 0, n, k, 0.5f, a, b, k * n, 0.25f,
+                                                   c, 0, &err), 0);
+        assert_close(c, want, R * n, 1e-6, tb ? "gemm_grouped rows, B transposed" : "gemm_grouped rows");
+        free(a), free(b), free(c), free(want);
+    }
+    for (int accumulate = 0; accumulate <= 1; accumulate++) { // inner: C_g (m, n) = A_g^T B_g + beta C_g
+        float beta = accumulate ? 1.0f : 0.5f;
+        float *a = rand_array(R * m, 1), *b = rand_array(R * n, 1), *c = rand_array(G * m * n, 1);
+        double *want = malloc((size_t)(G * m * n) * sizeof(double));
+        for (int g = 0; g < G; g++)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double sum = 0.0;
+                    for (int64_t r = first[g]; r < first[g + 1]; r++)
+                        sum += (double)a[r * m + i] * b[r * n + j];
+                    want[(g * m + i) * n + j] = sum + beta * c[(g * m + i) * n + j]; // empty groups: beta C_g
+                }
+        ck_assert_int_eq(dsarl_device_gemm_grouped(ops, dev, true, false, G, first, m, n, 0, 1.0f, a, b, 0, beta, c,
+                                                   m * n, &err), 0);
+        assert_close(c, want, G * m * n, 1e-6, accumulate ? "gemm_grouped inner, beta 1" : "gemm_grouped inner");
+        free(a), free(b), free(c), free(want);
+    }
+    // a 1.6 table: its struct_size ends at recv; the bytes after it (here all ones) are not slots
+    dsarl_device_ops old;
+    memset(&old, 0xff, sizeof old);
+    memcpy(&old, ops, offsetof(dsarl_device_ops, memory_info));
+    old.common.struct_size = (uint32_t)offsetof(dsarl_device_ops, memory_info);
+    ck_assert_ptr_null(DSARL_DEVICE_SLOT(&old, memory_info));
+    ck_assert_ptr_null(DSARL_DEVICE_SLOT(&old, gemm_grouped));
+    dsarl_device_profile_scope(&old, dev, "attention"); // no slot: nothing to call
+    float a[4] = {1, 2, 3, 4}, b[4] = {10, 100, 1000, 10000}, c[2] = {0};
+    const int64_t two[3] = {0, 1, 2}; // two groups of one row: (1, 2) x B_g (2, 1), B_g = b + 2 g
+    ck_assert_int_eq(dsarl_device_gemm_grouped(&old, dev, false, false, 2, two, 0, 1, 2, 1.0f, a, b, 2, 0.0f, c, 0,
+                                               &err), 0);
+    ck_assert_float_eq(c[0], 1 * 10 + 2 * 100);
+    ck_assert_float_eq(c[1], 3 * 1000 + 4 * 10000);
+}
+END_TEST
+
 START_TEST(test_gather_scatter_rowdot)
 {
     float *x = rand_array(4 * 3, 1), g[3 * 3], out[4 * 3] = {0}, scale[3] = {0.5f, -1.0f, 2.0f}, dots[3];
@@ -734,6 +797,7 @@ static Suite *device_cpu_suite(void)
     tcase_add_test(tc, test_embedding_add_axpy_copy2d);
     tcase_add_test(tc, test_moe_route);
     tcase_add_test(tc, test_moe_group_padded);
+    tcase_add_test(tc, test_gemm_grouped_fallback);
     tcase_add_test(tc, test_gather_scatter_rowdot);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_ops_table_complete);
