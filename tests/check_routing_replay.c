@@ -81,6 +81,13 @@ static recorded record_rollouts(cpu_model_fixture *f, uint32_t seed)
                           b, j, r.indices[(at + j) * wi] >= 0);
         }
     }
+    // the key positions come in the order the engine's attention read them (the indexer's, by score), not sorted:
+    // a replay must sum them in that order. Random weights order some row's keys other than ascending.
+    int64_t unsorted = 0, W = r.sh.index_topk;
+    for (int64_t row = 0; row < r.T * r.sh.index_layers; row++)
+        for (int64_t j = 1; j < W && r.indices[row * W + j] >= 0; j++)
+            unsorted += r.indices[row * W + j] < r.indices[row * W + j - 1];
+    ck_assert_msg(unsorted > 0, "every recorded index row is ascending: the record sorted the indexer's order away");
     native_destroy(gen);
     return r;
 }

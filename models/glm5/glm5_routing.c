@@ -150,12 +150,6 @@ int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_
     return DSARL_OK;
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_error *err)
 {
     dsarl_model *m = p->m;
@@ -188,12 +182,13 @@ int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_
     }
     if (replayed)
         DSARL_TRY(d->copy(m->dev, a->topk, topk, (size_t)(T * W) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
+    // recorded in the order the attention reads them: a replay then sums the keys in the engine's order, and in
+    // bf16 a softmax over the same keys in another order rounds differently
     for (int64_t t = 0; r->record_indices && t < T; t++) {
         int32_t *out = r->record_indices + t * stride + ord * W, n = 0;
         for (int64_t j = 0; j < W; j++)
             if (topk[t * W + j] >= 0)
                 out[n++] = topk[t * W + j] - first[t];
-        qsort(out, (size_t)n, sizeof(int32_t), cmp_i32);
         for (int64_t j = n; j < W; j++)
             out[j] = -1;
     }

@@ -52,7 +52,8 @@ typedef struct dsarl_token_batch {
     const int32_t *replay_indices; /* (T, index_layers, index_topk) selected key positions within the token's own
                                       sequence (0 = its first token), -1 past the selected ones */
     int32_t *record_experts;       /* out (T, moe_layers, experts_per_token): the experts each new token routed to */
-    int32_t *record_indices;       /* out (T, index_layers, index_topk): its selected key positions, ascending, -1 after */
+    int32_t *record_indices;       /* out (T, index_layers, index_topk): its selected key positions in the order the
+                                      attention read them (so a replay sums them in that order), -1 after */
 } dsarl_token_batch;
 
 /* The logit factor of a batch from any 1.x caller (see dsarl_token_batch.logit_scale). */
