@@ -25,20 +25,10 @@
 #include <string.h>
 #include "cpu_model_fixture.h"
 #include "dsarl/rng.h"
+#include "generation_recipes.h"
 #include "glm5_ops.h"
 #include "glm5_pass.h"
 #include "native_generator.h"
-
-// IndexShare (F S F S), grouped routing, 3 MoE layers of 8 experts, top-2
-static const char *recipe =
-    "policy:\n"
-    "  model_config:\n"
-    "    vocab_size: 260\n    hidden_size: 32\n    intermediate_size: 24\n    moe_intermediate_size: 8\n"
-    "    num_hidden_layers: 4\n    num_attention_heads: 2\n    num_key_value_heads: 2\n    q_lora_rank: 12\n"
-    "    kv_lora_rank: 8\n    qk_nope_head_dim: 4\n    qk_rope_head_dim: 4\n    v_head_dim: 6\n"
-    "    n_routed_experts: 8\n    num_experts_per_tok: 2\n    n_group: 2\n    topk_group: 1\n    index_topk: 3\n"
-    "    index_head_dim: 8\n    index_n_heads: 3\n    first_k_dense_replace: 1\n    index_topk_pattern: FSFS\n"
-    "    n_shared_experts: 1\n    initializer_range: 0.3\n";
 
 static dsarl_error err;
 static int group_calls; // calls of the counting slot since the last reset
@@ -65,7 +55,8 @@ static void open_model(cpu_model_fixture *f)
     device_ops = host_ops = dsarl_cpu_device_ops;
     device_ops.moe_group_padded = counting_group;
     host_ops.moe_group_padded = NULL;
-    cpu_model_fixture_open(f, &glm5_2_model_ops, recipe, "moe_group.yaml", 17);
+    // the generation suites' GLM-5.2 model: IndexShare (F S F S), grouped routing, 3 MoE layers of 8 experts, top-2
+    cpu_model_fixture_open(f, &glm5_2_model_ops, recipe_52, "moe_group.yaml", 17);
     ck_assert_int_eq(f->model->cfg.n_routed_experts, 8);
 }
 

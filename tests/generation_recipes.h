@@ -1,11 +1,12 @@
 /* generation_recipes.h: the two small random-init models the generation suites run (check_generation,
- * check_generation_paged), with byte-tokenizer vocabularies and prompts longer than their index_topk.
+ * check_generation_paged, check_glm5_moe_group), with byte-tokenizer vocabularies and prompts longer than their
+ * index_topk.
  * Header-only: each suite is its own executable. */
 #ifndef DSARL_TEST_GENERATION_RECIPES_H
 #define DSARL_TEST_GENERATION_RECIPES_H
 
 // IndexShare (F S F S), grouped routing, a dense first layer and top-k 3; vocab of the byte tokenizer
-static const char *recipe_52 =
+static const char *const recipe_52 =
     "policy:\n"
     "  model_config:\n"
     "    vocab_size: 260\n    hidden_size: 32\n    intermediate_size: 24\n    moe_intermediate_size: 8\n"
@@ -15,7 +16,7 @@ static const char *recipe_52 =
     "    index_head_dim: 8\n    index_n_heads: 3\n    first_k_dense_replace: 1\n    index_topk_pattern: FSFS\n"
     "    n_shared_experts: 1\n    initializer_range: 0.3\n";
 // every layer runs its indexer (glm5.1), top-k 4, dense attention off
-static const char *recipe_51 =
+static const char *const recipe_51 =
     "policy:\n"
     "  model_config:\n"
     "    vocab_size: 260\n    hidden_size: 24\n    intermediate_size: 16\n    moe_intermediate_size: 8\n"

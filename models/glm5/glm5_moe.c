@@ -424,8 +424,7 @@ int glm5_moe_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, void
     // small or balanced groups (glm5_moe_pad): expert e's rows at e * pad, the rest of its pad rows read token
     // r mod T with weight 0 (route_w[N]), so one batched GEMM covers every expert and the combine adds a few zero
     // terms to each token, not E * pad of them to token 0 (one destination summing them all serialises a GPU's
-    // scatter). Not under EP: the rows of an expert
-    // group are what its owner receives.
+    // scatter). Not under EP: the rows of an expert group are what its owner receives.
     a->moe_pad = ep_active(m) ? 0 : glm5_moe_pad(m, T, largest);
     a->moe_rows = a->moe_pad ? E * a->moe_pad : N;
     for (int64_t e = 0; e < E; e++)

@@ -83,6 +83,8 @@ int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t
 bool glm5_routing_experts_on_host(const glm5_pass *p, int32_t layer)
 {
     const dsarl_batch_routing *r = &p->routing;
+    if (mtp_depth(p->m, layer)) // as glm5_routing_experts: an MTP depth has no row
+        return false;
     if (r->record_experts)
         return true;
     if (!r->replay_experts)
