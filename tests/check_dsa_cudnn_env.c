@@ -31,6 +31,7 @@ static const bad_key cases[] = {
     {"tilelang_select_threads", "384", "512 or 256"},
     {"tilelang_score_warps", "2", "8 or 4"},
     {"tilelang_indexer_chunk", "10", "64"},
+    {"tilelang_mla_query_groups", "sometimes", NULL},
 };
 
 START_TEST(test_bad_value_refused)

@@ -5,8 +5,8 @@
  * Inputs are drawn in float32 and rounded to bf16 once; out and lse come from the reference forward (out rounded
  * to bf16, as the device stores it), dout is random. The reference backward (double accumulation) runs on the same
  * values as float32 host arrays, split over host threads by query rows (each thread its own dkv, summed after).
- * Cases: 64, 128, 16 and 80 heads (16 and 80 pad their last group of 64), 8 heads declined; topk 64, 100 (a
- * partial last tile), 256 and 2048; ragged causal packs where early rows have fewer eligible keys than topk;
+ * Cases: 64, 128, 16 and 80 heads (16 and 80 pad their last group of 64; the per-query kernel declines 8 heads);
+ * topk 64, 100 (a partial last tile), 256 and 2048; ragged causal packs where early rows have fewer eligible keys than topk;
  * decode-style ranges into a longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys within
  * a row (the reductions must sum them), a case where every row draws its 256 slots from 5 keys, rows with no
  * valid slot, and rows whose valid keys fill only the first slots (the trailing -1 tiles are skipped). Each case
@@ -19,8 +19,11 @@
  * error printed beside it; NaN or inf fails. A bigger shape (Tq 512, Tk 8192, H 64, k 2048) checks the new kernel
  * against the previous (WMMA) kernel through the entry point, and that two launches give the same dq bit for bit
  * (dkv's fp32 reductions land in any order, so only dq is compared exactly).
- * DSARL_GPU_BENCH=1 times both kernels at `dsarl bench dsa`'s index pattern (Tq 2048, Tk 8192, H 64, k 2048),
- * TFLOP/s with FLOP = 2 T k H (3 d_qk + 2 d_v). CK_RUN_CASE=small runs only the quick cases.
+ * Query groups (8, 16 and 32 heads: 64 / H queries per block over the union of their keys): the groups' key lists
+ * are checked exactly against the host's, the grouped kernel against the reference on packs, decode windows and
+ * repeated keys, and against one block per query (16 heads) or WMMA (8) on a causal 4096-token sequence.
+ * DSARL_GPU_BENCH=1 times the kernels (test_bench says which shapes), TFLOP/s with FLOP = 2 T k H (3 d_qk + 2 d_v).
+ * CK_RUN_CASE=small runs only the quick cases, CK_RUN_CASE=bench only the timings.
  * Label gpu; exit status 77 (skipped) without a GPU or on a device that is not compute capability 9.0. */
 #include <check.h>
 #include <math.h>
@@ -41,6 +44,19 @@ int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_ba
                                       const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
                                       const void *out, const float *lse, const void *dout, void *dq, float *dkv_acc,
                                       int *used, dsarl_error *err);
+/* The query groups of 8/16/32 heads (sparse_mla_query_union.cu, sparse_mla_backward_sm90.cu): queries per block,
+ * the groups' key lists, and the grouped kernel over them. */
+int tilelang_sparse_mla_query_group(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                    const dsarl_dsa_attention_inputs *in, int32_t topk, int *group, dsarl_error *err);
+int tilelang_query_union(dsarl_dsa_context *ctx, const int32_t *indices, int32_t topk, int group, int64_t n_queries,
+                         int64_t n_keys, int32_t *union_keys, uint8_t *union_mask, int32_t *union_len,
+                         dsarl_error *err);
+int tilelang_sparse_mla_backward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                              const dsarl_dsa_attention_inputs *in, int32_t topk, int group,
+                                              const int32_t *union_keys, const uint8_t *union_mask,
+                                              const int32_t *union_len, const void *out, const float *lse,
+                                              const void *dout, void *dq, float *dkv_acc, int *used,
+                                              dsarl_error *err);
 
 #define D_QK 576
 #define D_V 512
@@ -50,6 +66,7 @@ int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_ba
 static dsarl_device *gpu;
 static dsarl_dsa_context *tl;
 static dsarl_dsa_context *tl_wmma; /* runtime.tilelang_sparse_mla = wmma: the portable kernels on the H200 */
+static dsarl_dsa_context *tl_single; /* runtime.tilelang_mla_query_groups = false: one block per query */
 static dsarl_error err;
 static rng stream;     /* the run's random inputs (cuda_test_util.h) */
 static close_check cc; /* expect_close's device and printed label */
@@ -61,6 +78,8 @@ static void setup(void)
     ck_assert_msg(cuda_create(&cfg, &gpu, &err) == 0, "%s", err.message);
     ck_assert_msg(tilelang_create(&dsarl_cuda_device_ops, gpu, NULL, &tl, &err) == 0, "%s", err.message);
     tl_wmma = tilelang_with_keys(gpu, TL_KEYS_WMMA);
+    tl_single = tilelang_with_keys(gpu, "runtime:\n  tilelang_mla_query_groups: false\n");
+    ck_assert_int_eq(tl_single->settings.query_groups, 0);
     cc = (close_check){.gpu = gpu, .label = LOG_PREFIX ":", .width = 58, .norm = 1};
 }
 
@@ -68,6 +87,7 @@ static void teardown(void)
 {
     tilelang_destroy(tl);
     tilelang_destroy(tl_wmma);
+    tilelang_destroy(tl_single);
     cuda_destroy(gpu);
 }
 
@@ -169,6 +189,69 @@ static void run_entry(mla_case *c, int sm90)
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+/* Builds the query groups' key lists on the device and checks them exactly against the host's: per group of
+ * `group` queries, the ascending distinct valid keys with the bit of every query that selected each, or, when a
+ * query selected a key twice, its queries' valid slots in slot order with their own query's bit. */
+static int64_t lists_merged, lists_in_slot_order; /* over the run: both kinds of list must have been checked */
+
+static void union_lists(const mla_case *c, int group, int32_t **ukeys, uint8_t **umask, int32_t **ulen)
+{
+    const int64_t groups = (c->Tq + group - 1) / group, cap = (int64_t)group * c->topk;
+    *ukeys = dev_alloc(gpu, (size_t)(groups * cap) * 4), *umask = dev_alloc(gpu, (size_t)(groups * cap));
+    *ulen = dev_alloc(gpu, (size_t)groups * 4);
+    ck_assert_msg(tilelang_query_union(tl, c->g_idx, c->topk, group, c->Tq, c->Tk, *ukeys, *umask, *ulen, &err) == 0,
+                  "%s", err.message);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    int32_t *keys = from_gpu_i32(gpu, *ukeys, groups * cap), *len = from_gpu_i32(gpu, *ulen, groups);
+    uint8_t *mask = malloc((size_t)(groups * cap));
+    ck_assert_int_eq(cudaMemcpy(mask, *umask, (size_t)(groups * cap), cudaMemcpyDeviceToHost), cudaSuccess);
+    uint8_t *seen = malloc((size_t)(c->Tk > 0 ? c->Tk : 1)); /* per key: the bits of the group's queries */
+    int64_t merged = 0, slot_order = 0, total = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        memset(seen, 0, (size_t)c->Tk);
+        int repeated = 0;
+        for (int q = 0; q < group && g * group + q < c->Tq; q++)
+            for (int32_t s = 0; s < c->topk; s++) {
+                const int32_t key = c->idx[(g * group + q) * c->topk + s];
+                if (key < 0 || key >= c->Tk)
+                    continue;
+                repeated |= (seen[key] >> q) & 1;
+                seen[key] |= (uint8_t)(1u << q);
+            }
+        int64_t n = 0;
+        const int32_t *gk = keys + g * cap;
+        const uint8_t *gm = mask + g * cap;
+        if (!repeated) {
+            for (int64_t key = 0; key < c->Tk; key++)
+                if (seen[key]) {
+                    ck_assert_msg(n < len[g] && gk[n] == key && gm[n] == seen[key], "group %lld list entry %lld: "
+                                  "key %d mask %u, want key %lld mask %u (length %d)", (long long)g, (long long)n,
+                                  n < len[g] ? gk[n] : -1, n < len[g] ? gm[n] : 0, (long long)key, seen[key], len[g]);
+                    n++;
+                }
+            merged++;
+        } else {
+            for (int q = 0; q < group && g * group + q < c->Tq; q++)
+                for (int32_t s = 0; s < c->topk; s++) {
+                    const int32_t key = c->idx[(g * group + q) * c->topk + s];
+                    if (key < 0 || key >= c->Tk)
+                        continue;
+                    ck_assert_msg(n < len[g] && gk[n] == key && gm[n] == (1u << q), "group %lld (a repeated key) "
+                                  "entry %lld: key %d mask %u, want key %d mask %u", (long long)g, (long long)n,
+                                  n < len[g] ? gk[n] : -1, n < len[g] ? gm[n] : 0, key, 1u << q);
+                    n++;
+                }
+            slot_order++;
+        }
+        ck_assert_msg(len[g] == n, "group %lld list length %d, want %lld", (long long)g, len[g], (long long)n);
+        total += n;
+    }
+    lists_merged += merged, lists_in_slot_order += slot_order;
+    printf(LOG_PREFIX ": %d queries per group: %lld merged lists, %lld in slot order (repeated keys), %.2f keys per "
+           "query\n", group, (long long)merged, (long long)slot_order, c->Tq ? (double)total / (double)c->Tq : 0.0);
+    free(keys), free(len), free(mask), free(seen);
+}
+
 static void check_case(mla_case *c, const char *what)
 {
     char name[200];
@@ -177,19 +260,44 @@ static void check_case(mla_case *c, const char *what)
     float *dq = malloc((size_t)n_dq * 4), *grad = malloc((size_t)(n_kv > 0 ? n_kv : 1) * 4);
     reference(c, 1, dq, grad);
 
-    // 1. the kernel itself into a zeroed fp32 accumulator
+    // 1. the kernel itself (one block per query) into a zeroed fp32 accumulator; 8 heads it declines
     int used = 0;
-    poison_dq(c);
-    ck_assert_int_eq(cudaMemset(c->g_acc, 0, (size_t)n_kv * 4), cudaSuccess);
-    ck_assert_msg(tilelang_sparse_mla_backward_sm90(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
-                                                    c->g_dout, c->g_dq, c->g_acc, &used, &err) == 0,
-                  "%s", err.message);
-    ck_assert_msg(used, "the sm90 backward did not take H %d, topk %d", c->H, c->topk);
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    snprintf(name, sizeof name, "%s dq", what);
-    expect_close(&cc, c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
-    snprintf(name, sizeof name, "%s dkv gradient (fp32)", what);
-    expect_close(&cc, c->g_acc, DSARL_DTYPE_F32, grad, n_kv, 1e-2, name);
+    if (tilelang_sparse_mla_sm90_head_groups(c->H)) {
+        poison_dq(c);
+        ck_assert_int_eq(cudaMemset(c->g_acc, 0, (size_t)n_kv * 4), cudaSuccess);
+        ck_assert_msg(tilelang_sparse_mla_backward_sm90(tl, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out,
+                                                        c->g_lse, c->g_dout, c->g_dq, c->g_acc, &used, &err) == 0,
+                      "%s", err.message);
+        ck_assert_msg(used, "the sm90 backward did not take H %d, topk %d", c->H, c->topk);
+        ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+        snprintf(name, sizeof name, "%s dq", what);
+        expect_close(&cc, c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
+        snprintf(name, sizeof name, "%s dkv gradient (fp32)", what);
+        expect_close(&cc, c->g_acc, DSARL_DTYPE_F32, grad, n_kv, 1e-2, name);
+    }
+    // 1b. at 8, 16 and 32 heads the grouped kernel over the lists of the query-union kernel (checked exactly)
+    int group = 0;
+    ck_assert_msg(tilelang_sparse_mla_query_group(tl, &c->dbatch, &c->din, c->topk, &group, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(group, (c->H == 8 || c->H == 16 || c->H == 32) && 64 / c->H * c->topk <= 16384 ? 64 / c->H : 0);
+    if (group) {
+        int32_t *ukeys, *ulen;
+        uint8_t *umask;
+        union_lists(c, group, &ukeys, &umask, &ulen);
+        poison_dq(c);
+        ck_assert_int_eq(cudaMemset(c->g_acc, 0, (size_t)n_kv * 4), cudaSuccess);
+        used = 0;
+        ck_assert_msg(tilelang_sparse_mla_backward_sm90_grouped(tl, &c->dbatch, &c->din, c->topk, group, ukeys, umask,
+                                                                ulen, c->g_out, c->g_lse, c->g_dout, c->g_dq,
+                                                                c->g_acc, &used, &err) == 0, "%s", err.message);
+        ck_assert_msg(used, "the grouped sm90 backward did not take H %d, topk %d", c->H, c->topk);
+        ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+        snprintf(name, sizeof name, "%s grouped dq", what);
+        expect_close(&cc, c->g_dq, DSARL_DTYPE_BF16, dq, n_dq, 1e-2, name);
+        snprintf(name, sizeof name, "%s grouped dkv gradient (fp32)", what);
+        expect_close(&cc, c->g_acc, DSARL_DTYPE_F32, grad, n_kv, 1e-2, name);
+        cuda_free(gpu, ukeys), cuda_free(gpu, umask), cuda_free(gpu, ulen);
+    }
 
     // 2. the entry point: dkv += gradient on a random prefill of about half the gradient's size
     double gmax = 0.0;
@@ -281,7 +389,8 @@ END_TEST
 // across queries, all summed by the reductions.
 START_TEST(test_repeated_keys)
 {
-    mla_case c = {.Tq = 24, .Tk = 40, .H = 64, .topk = 256};
+  for (int hc = 0; hc < 2; hc++) { /* 64 heads, and 16 through query groups (every group's list in slot order) */
+    mla_case c = {.Tq = 24, .Tk = 40, .H = hc ? 16 : 64, .topk = 256};
     c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4), c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
     const int32_t pool[5] = {3, 17, 18, 30, 39};
     for (int64_t t = 0; t < c.Tq; t++) {
@@ -291,8 +400,9 @@ START_TEST(test_repeated_keys)
     }
     fill_index_row(&stream, c.idx + 5 * c.topk, c.topk, 0, 0, 0, 0); /* one row with no valid slot */
     case_inputs(&c);
-    check_case(&c, "5 keys x 256 slots Tq24 H64 k256");
+    check_case(&c, hc ? "5 keys x 256 slots Tq24 H16 k256" : "5 keys x 256 slots Tq24 H64 k256");
     case_free(&c);
+  }
 }
 END_TEST
 
@@ -324,6 +434,42 @@ START_TEST(test_front_packed)
         check_case(&c, heads[hc] == 64 ? "front-packed rows Tq24 H64 k256" : "front-packed rows Tq24 H16 k256");
         case_free(&c);
     }
+}
+END_TEST
+
+// 8, 16 and 32 heads through query groups (64 / H queries per block over the union of their keys): ragged packs
+// whose sequences and last group end inside a group, rows with repeated keys (their groups take the slot-order
+// list) and without, decode-style windows that barely overlap, topk 64 to 2048.
+START_TEST(test_query_groups)
+{
+    mla_case c;
+    const int32_t lengths[] = {1, 17, 64, 90, 5};
+    case_packed(&c, lengths, 5, 16, 64);
+    check_case(&c, "groups: pack 1/17/64/90/5 H16 k64");
+    case_free(&c);
+    const int32_t lengths2[] = {33, 120, 2};
+    case_packed(&c, lengths2, 3, 32, 100);
+    check_case(&c, "groups: pack 33/120/2 H32 k100");
+    case_free(&c);
+    const int32_t lengths3[] = {41, 90, 3};
+    case_packed_rows(&c, lengths3, 3, 8, 256, 0);
+    check_case(&c, "groups: pack 41/90/3 H8 k256 (no repeats)");
+    case_free(&c);
+    case_packed(&c, lengths3, 3, 8, 256);
+    check_case(&c, "groups: pack 41/90/3 H8 k256");
+    case_free(&c);
+    const int32_t one[] = {300};
+    case_packed_rows(&c, one, 1, 16, 256, 0);
+    check_case(&c, "groups: causal T300 H16 k256 (no repeats)");
+    case_free(&c);
+    case_decode(&c, 21, 3000, 16, 2048);
+    check_case(&c, "groups: decode Tq21 Tk3000 H16 k2048");
+    case_free(&c);
+    case_decode(&c, 13, 2600, 8, 2048);
+    check_case(&c, "groups: decode Tq13 Tk2600 H8 k2048");
+    case_free(&c);
+    ck_assert_msg(lists_merged > 0 && lists_in_slot_order > 0, "both kinds of group list must be checked (merged "
+                  "%lld, slot order %lld)", (long long)lists_merged, (long long)lists_in_slot_order);
 }
 END_TEST
 
@@ -377,8 +523,75 @@ START_TEST(test_old_vs_new)
 }
 END_TEST
 
-// DSARL_GPU_BENCH=1: both kernels through the entry point at `dsarl bench dsa`'s index pattern (2048 distinct keys
-// spread over 8192), Tq 2048; the new one timed twice (the spread between equal runs).
+/* The backward through the entry point on ctx, from a dkv of prefill; dq and dkv downloaded. */
+static void entry_on(dsarl_dsa_context *ctx, mla_case *c, const float *prefill, float **dq, float **dkv)
+{
+    const int64_t n_dq = c->Tq * c->H * D_QK, n_kv = c->Tk * D_QK;
+    ck_assert_int_eq(cuda_upload_f32(gpu, c->g_dkv, DSARL_DTYPE_BF16, prefill, (size_t)n_kv, &err), 0);
+    poison_dq(c);
+    ck_assert_msg(tilelang_sparse_mla_backward(ctx, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out, c->g_lse,
+                                               c->g_dout, c->g_dq, c->g_dkv, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    *dq = from_gpu(gpu, c->g_dq, n_dq, DSARL_DTYPE_BF16);
+    *dkv = from_gpu(gpu, c->g_dkv, n_kv, DSARL_DTYPE_BF16);
+}
+
+// At 16 and 8 heads on a causal 4096-token sequence, top-2048: the grouped kernel agrees with one block per query
+// (16 heads) or the WMMA kernel (8), and gives the same dq on two launches (each block owns its dq rows).
+START_TEST(test_groups_vs_single)
+{
+    const int heads[2] = {16, 8};
+    for (int hc = 0; hc < 2; hc++) {
+        mla_case c;
+        const int32_t one[] = {4096};
+        case_packed_rows(&c, one, 1, heads[hc], 2048, 0);
+        device_forward(&c);
+        const int64_t n_dq = c.Tq * c.H * D_QK, n_kv = c.Tk * D_QK;
+        float *prefill = rand_bf16(&stream, n_kv, 1.0f), *dq0, *dkv0, *dq1, *dkv1, *dq2, *dkv2;
+        entry_on(heads[hc] == 16 ? tl_single : tl_wmma, &c, prefill, &dq0, &dkv0);
+        entry_on(tl, &c, prefill, &dq1, &dkv1);
+        entry_on(tl, &c, prefill, &dq2, &dkv2);
+        char name[120];
+        snprintf(name, sizeof name, "groups vs %s causal T4096 H%d k2048 dq", hc ? "wmma" : "single", heads[hc]);
+        cuda_upload_f32(gpu, c.g_dq, DSARL_DTYPE_BF16, dq1, (size_t)n_dq, &err);
+        expect_close(&cc, c.g_dq, DSARL_DTYPE_BF16, dq0, n_dq, 1e-2, name);
+        snprintf(name, sizeof name, "groups vs %s causal T4096 H%d k2048 dkv (+=)", hc ? "wmma" : "single", heads[hc]);
+        cuda_upload_f32(gpu, c.g_dkv, DSARL_DTYPE_BF16, dkv1, (size_t)n_kv, &err);
+        expect_close(&cc, c.g_dkv, DSARL_DTYPE_BF16, dkv0, n_kv, 1e-2, name);
+        ck_assert_msg(memcmp(dq1, dq2, (size_t)n_dq * 4) == 0, "two launches of the grouped backward give different "
+                      "dq at H%d (a race)", heads[hc]);
+        free(prefill), free(dq0), free(dkv0), free(dq1), free(dkv1), free(dq2), free(dkv2);
+        case_free(&c);
+    }
+}
+END_TEST
+
+/* Mean ms of reps backward calls through the entry point on ctx (after one warm-up). */
+static float time_entry(dsarl_dsa_context *ctx, mla_case *c, int reps)
+{
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    cudaEventRecord(a, 0);
+    for (int r = -1; r < reps; r++) { /* r = -1: the warm-up (and the workspace grown) */
+        if (r == 0)
+            cudaEventRecord(a, 0);
+        ck_assert_int_eq(tilelang_sparse_mla_backward(ctx, &c->dbatch, &c->din, c->g_idx, c->topk, c->g_out,
+                                                      c->g_lse, c->g_dout, c->g_dq, c->g_dkv, &err), 0);
+    }
+    cudaEventRecord(b, 0);
+    ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return ms / (float)reps;
+}
+
+// DSARL_GPU_BENCH=1: the kernels through the entry point.
+//   - `dsarl bench dsa`'s index pattern (2048 distinct keys spread over 8192), Tq 2048, 64 heads: sm90 twice (the
+//     spread between equal runs) and WMMA;
+//   - a causal 8192-token sequence (row t: min(t + 1, 2048) of its keys less ~10% holes, drawn at random) at 32, 16
+//     and 8 heads: query groups against one block per query (16, 32) or WMMA (8). Useful FLOP = 2 k' H (3 d_qk +
+//     2 d_v) over the valid slots k' only.
 START_TEST(test_bench)
 {
     if (!getenv("DSARL_GPU_BENCH"))
@@ -392,27 +605,67 @@ START_TEST(test_bench)
     }
     case_inputs(&c);
     device_forward(&c);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a), cudaEventCreate(&b);
-    const double flops = 2.0 * c.Tq * c.topk * c.H * (3.0 * D_QK + 2.0 * D_V);
-    const int sm90[3] = {1, 1, 0}, reps[3] = {5, 5, 2};
+    double flops = 2.0 * c.Tq * c.topk * c.H * (3.0 * D_QK + 2.0 * D_V);
+    dsarl_dsa_context *ctxs[3] = {tl, tl, tl_wmma};
     for (int k = 0; k < 3; k++) {
-        run_entry(&c, sm90[k]); /* warm-up */
-        cudaEventRecord(a, 0);
-        for (int r = 0; r < reps[k]; r++)
-            ck_assert_int_eq(tilelang_sparse_mla_backward(sm90[k] ? tl : tl_wmma, &c.dbatch, &c.din, c.g_idx,
-                                                          c.topk, c.g_out, c.g_lse, c.g_dout, c.g_dq, c.g_dkv, &err),
-                             0);
-        cudaEventRecord(b, 0);
-        ck_assert_int_eq(cudaEventSynchronize(b), cudaSuccess);
-        float ms = 0.0f;
-        cudaEventElapsedTime(&ms, a, b);
-        ms /= (float)reps[k];
+        const float ms = time_entry(ctxs[k], &c, k == 2 ? 2 : 5);
         printf(LOG_PREFIX ": BENCH sparse_mla_backward %s Tq2048 Tk8192 H64 k2048: %.3f ms = %.1f TFLOP/s\n",
-               sm90[k] ? "sm90" : "wmma", ms, flops / ms / 1e9);
+               k < 2 ? "sm90" : "wmma", ms, flops / ms / 1e9);
     }
-    cudaEventDestroy(a), cudaEventDestroy(b);
     case_free(&c);
+    { /* the same index pattern at 16 heads: query groups against one block per query */
+        mla_case d = {.Tq = 8192, .Tk = 8192, .H = 16, .topk = 2048};
+        d.start = malloc((size_t)d.Tq * 4), d.end = malloc((size_t)d.Tq * 4);
+        d.idx = malloc((size_t)(d.Tq * d.topk) * 4);
+        for (int64_t t = 0; t < d.Tq; t++) {
+            d.start[t] = 0, d.end[t] = (int32_t)d.Tk;
+            for (int32_t i = 0; i < d.topk; i++)
+                d.idx[t * d.topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % d.Tk);
+        }
+        case_inputs(&d);
+        device_forward(&d);
+        int32_t *ukeys, *ulen;
+        uint8_t *umask;
+        union_lists(&d, 4, &ukeys, &umask, &ulen);
+        cuda_free(gpu, ukeys), cuda_free(gpu, umask), cuda_free(gpu, ulen);
+        flops = 2.0 * d.Tq * d.topk * d.H * (3.0 * D_QK + 2.0 * D_V);
+        const float grouped = time_entry(tl, &d, 5), single = time_entry(tl_single, &d, 5);
+        printf(LOG_PREFIX ": BENCH sparse_mla_backward spread T8192 H16 k2048: query groups %.3f ms = %.1f TFLOP/s, "
+               "one query per block %.3f ms = %.1f TFLOP/s\n", grouped, flops / grouped / 1e9, single,
+               flops / single / 1e9);
+        case_free(&d);
+    }
+    const int heads[3] = {32, 16, 8};
+    for (int hc = 0; hc < 3; hc++) {
+        const int32_t one[] = {8192};
+        case_packed_rows(&c, one, 1, heads[hc], 2048, 0);
+        device_forward(&c);
+        int64_t valid = 0;
+        for (int64_t i = 0; i < c.Tq * c.topk; i++)
+            valid += c.idx[i] >= 0;
+        flops = 2.0 * (double)valid * c.H * (3.0 * D_QK + 2.0 * D_V);
+        int32_t *ukeys, *ulen;
+        uint8_t *umask;
+        union_lists(&c, 64 / heads[hc], &ukeys, &umask, &ulen); /* prints the keys per query of the lists */
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        cudaEventRecord(e0, 0);
+        for (int r = 0; r < 5; r++)
+            ck_assert_int_eq(tilelang_query_union(tl, c.g_idx, c.topk, 64 / heads[hc], c.Tq, c.Tk, ukeys, umask, ulen,
+                                                  &err), 0);
+        cudaEventRecord(e1, 0);
+        ck_assert_int_eq(cudaEventSynchronize(e1), cudaSuccess);
+        float union_ms = 0.0f;
+        cudaEventElapsedTime(&union_ms, e0, e1);
+        printf(LOG_PREFIX ": BENCH query union kernel causal T8192 H%d k2048: %.3f ms\n", heads[hc], union_ms / 5);
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        cuda_free(gpu, ukeys), cuda_free(gpu, umask), cuda_free(gpu, ulen);
+        const float grouped = time_entry(tl, &c, 5), single = time_entry(heads[hc] == 8 ? tl_wmma : tl_single, &c, 3);
+        printf(LOG_PREFIX ": BENCH sparse_mla_backward causal T8192 H%d k2048: query groups %.3f ms = %.1f TFLOP/s, "
+               "%s %.3f ms = %.1f TFLOP/s (%.2fx)\n", heads[hc], grouped, flops / grouped / 1e9,
+               heads[hc] == 8 ? "wmma" : "one query per block", single, flops / single / 1e9, single / grouped);
+        case_free(&c);
+    }
 }
 END_TEST
 
@@ -427,14 +680,20 @@ static Suite *mla_bwd_sm90_suite(void)
     tcase_add_test(small, test_padded_heads);
     tcase_add_test(small, test_front_packed);
     tcase_add_test(small, test_repeated_keys);
+    tcase_add_test(small, test_query_groups);
     suite_add_tcase(s, small);
     TCase *large = tcase_create("large");
     tcase_add_checked_fixture(large, setup, teardown);
     tcase_set_timeout(large, 600);
     tcase_add_test(large, test_decode_topk2048);
     tcase_add_test(large, test_old_vs_new);
-    tcase_add_test(large, test_bench);
+    tcase_add_test(large, test_groups_vs_single);
     suite_add_tcase(s, large);
+    TCase *bench = tcase_create("bench"); /* CK_RUN_CASE=bench DSARL_GPU_BENCH=1: the timings alone */
+    tcase_add_checked_fixture(bench, setup, teardown);
+    tcase_set_timeout(bench, 600);
+    tcase_add_test(bench, test_bench);
+    suite_add_tcase(s, bench);
     return s;
 }
 

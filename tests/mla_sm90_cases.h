@@ -70,8 +70,9 @@ static void case_free(mla_case *c)
 #endif
 }
 
-// Causal packed THD with ragged sequences; row t gets min(eligible, topk) keys minus ~10% holes, unsorted.
-static void case_packed(mla_case *c, const int32_t *lengths, int n_seq, int H, int32_t topk)
+// Causal packed THD with ragged sequences; row t gets min(eligible, topk) keys minus ~10% holes, unsorted, and
+// with repeats every seventh row also repeats some of its keys in other slots.
+static void case_packed_rows(mla_case *c, const int32_t *lengths, int n_seq, int H, int32_t topk, int repeats)
 {
     int64_t T = 0;
     for (int i = 0; i < n_seq; i++)
@@ -86,12 +87,17 @@ static void case_packed(mla_case *c, const int32_t *lengths, int n_seq, int H, i
             int32_t eligible = j + 1, want = eligible < topk ? eligible : topk;
             if (want > 4)
                 want -= rng_below(&stream, want / 10 + 1);
-            fill_index_row(&stream, c->idx + t * topk, topk, c->start[t], c->end[t], want, t % 7 == 3);
+            fill_index_row(&stream, c->idx + t * topk, topk, c->start[t], c->end[t], want, repeats && t % 7 == 3);
         }
         off += lengths[i];
     }
     fill_index_row(&stream, c->idx + (T - 1) * topk, topk, 0, 0, 0, 0); /* the last row has no valid slot */
     case_inputs(c);
+}
+
+static void case_packed(mla_case *c, const int32_t *lengths, int n_seq, int H, int32_t topk)
+{
+    case_packed_rows(c, lengths, n_seq, H, topk, 1);
 }
 
 // Decode-style: every query sees a random window of a longer key array; one window empty, one row with 3 keys.

@@ -36,27 +36,6 @@ static __device__ __forceinline__ float key_value(uint32_t k)
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// Exclusive count of flags before this thread, over the block; *total gets the block's count.
-static __device__ int block_exclusive_count(int flag, int *total)
-{
-    __shared__ int warp_counts[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    unsigned int ballot = __ballot_sync(0xffffffffu, flag);
-    int before = __popc(ballot & ((1u << lane) - 1u));
-    __syncthreads();
-    if (lane == 0)
-        warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int offset = 0, sum = 0;
-    for (int w = 0; w < n_warps; w++) {
-        if (w < warp)
-            offset += warp_counts[w];
-        sum += warp_counts[w];
-    }
-    *total = sum;
-    return offset + before;
-}
-
 // Weighted-ReLU score of key row kr against one group of `hpt` heads (qT is (head_dim, n_heads), so the group's
 // query values at one column are adjacent: one 16-byte broadcast load for 4 heads).
 template <int HPT>

@@ -141,11 +141,29 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "dsa tilelang sparse_mla_backward: d_qk %d / d_v %d need %zu "
                           "bytes of shared memory, more than %d", in->d_qk, in->d_v, shared, TL_MAX_SHARED);
     int64_t acc_n = batch->n_keys * (int64_t)in->d_qk;
-    float *acc;
-    DSARL_TRY(tilelang_workspace(ctx, (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), (void **)&acc, err));
+    /* at 8/16/32 heads the sm_90 kernel takes 64 / H queries per block over their keys' union: the lists go after
+     * the accumulator in the workspace (keys, lengths, then masks; every part 16-byte aligned) */
+    int group = 0;
+    DSARL_TRY(tilelang_sparse_mla_query_group(ctx, batch, in, topk, &group, err));
+    const int64_t groups = group ? (batch->n_queries + group - 1) / group : 0;
+    const size_t acc_bytes = (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), cap = (size_t)group * (size_t)topk;
+    const size_t keys_bytes = (size_t)groups * cap * sizeof(int32_t), len_bytes = ((size_t)groups * 4 + 15) & ~(size_t)15;
+    char *ws;
+    DSARL_TRY(tilelang_workspace(ctx, acc_bytes + keys_bytes + len_bytes + (size_t)groups * cap, (void **)&ws, err));
+    float *acc = (float *)ws;
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float), TL_STREAM(ctx)), err);
     int used = 0;
-    DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used, err));
+    if (group) {
+        int32_t *union_keys = (int32_t *)(ws + acc_bytes), *union_len = (int32_t *)(ws + acc_bytes + keys_bytes);
+        uint8_t *union_mask = (uint8_t *)(ws + acc_bytes + keys_bytes + len_bytes);
+        DSARL_TRY(tilelang_query_union(ctx, indices, topk, group, batch->n_queries, batch->n_keys, union_keys,
+                                       union_mask, union_len, err));
+        DSARL_TRY(tilelang_sparse_mla_backward_sm90_grouped(ctx, batch, in, topk, group, union_keys, union_mask,
+                                                            union_len, out, lse, dout, dq, acc, &used, err));
+    }
+    if (!used)
+        DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,
+                                                    err));
     if (!used)
         DSARL_TRY(tilelang_sparse_mla_backward_wmma(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,
                                                     err));

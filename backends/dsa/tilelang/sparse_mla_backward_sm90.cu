@@ -38,6 +38,14 @@
  * Heads that are not whole groups of 64 pad the last group with zero rows (lse +inf there, so P and dS are 0 and
  * add nothing to dKV; their dq rows are not stored); it must hold at least 16 real heads
  * (tilelang_sparse_mla_sm90_head_groups).
+ * Query groups (the GROUPED instance, 8, 16 and 32 heads): padding would leave 48 of 16 heads' 64 rows idle while
+ * the gather and the key-gradient reductions, which cost the same at any head count, bound the block. Instead a
+ * block takes the H heads of G = 64 / H consecutive queries (their q, dO, out, lse rows are adjacent, so nothing
+ * else changes) and walks the union of their selected keys (sparse_mla_query_union.cu); a row's P is 0 at a key
+ * its query did not select, so dS is 0 there too. Each union key is gathered and reduced once per group instead
+ * of once per query: causal neighbours select mostly the same keys, so the union is far shorter than G top-k
+ * lists (all of them alike while fewer than topk keys are eligible); where queries share no keys the work is what
+ * one block per query does. dQ sums in another order than the per-query kernel's (fp32, before one bf16 rounding). 
  * Its rate on the H200 against the WMMA kernel's is in docs/performance.md. */
 #include <math.h>
 #include <stdint.h>
@@ -99,10 +107,16 @@ static __device__ __forceinline__ void scatter_chunk(float *dst, const float (&c
 }
 #endif
 
+/* GROUPED: the block's 64 rows are the heads of 64 / heads_per_query consecutive queries (virtual query t = the
+ * group, n_heads = 64, rows from t * 64 live below n_rows) and its keys are the group's list (indices, topk = its
+ * capacity, union_len its length, union_mask which of the queries selected each key:
+ * sparse_mla_query_union.cu); otherwise one query's top-k row and a group of 64 of its heads. */
+template <bool GROUPED>
 static __global__ void __launch_bounds__(BW_THREADS, 1)
 sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const bf16 *kv, const int32_t *indices,
                                 const bf16 *out, const float *lse, const bf16 *dout, int topk, int n_heads,
-                                int64_t n_keys, float scale, float scale_log2)
+                                int64_t n_keys, float scale, float scale_log2, const uint8_t *union_mask,
+                                const int32_t *union_len, int heads_per_query, int64_t n_rows)
 {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
@@ -114,6 +128,7 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
     float *lse_s = (float *)(smem + BW_STATS); // [64] lse in log2 units
     float *delta_s = lse_s + 64;               // [64] rowsum(dO * O)
     int *keys = (int *)(delta_s + 64);         // [2 buffers][64 slots]: the tile's key, -1 when invalid
+    __shared__ uint8_t masks[2][64];           // GROUPED: the queries of the group that selected each tile key
 
     const int64_t t = blockIdx.x;
     const int h0 = blockIdx.y * SM90_HEAD_GROUP, tid = threadIdx.x;
@@ -121,9 +136,17 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
     const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; // this thread's two rows of every accumulator
     const int cq = 2 * (lane & 3);                       // its column pair within each 8-column group
     const int32_t *sel = indices + t * topk;
+    const int n_slots = GROUPED ? union_len[t] : topk; // slots of this block's key list
+    // is row r of this block a real (query, head)? GROUPED: the group's last query may be past the batch
+    auto row_live = [&](int r) { return GROUPED ? t * 64 + r < n_rows : h0 + r < n_heads; };
+    // the union list's masks of tile i's keys into buffer i & 1 (read after the tile's barrier)
+    auto load_masks = [&](int i) {
+        if (GROUPED && tid < 64)
+            masks[i & 1][tid] = i * 64 + tid < n_slots ? union_mask[t * topk + i * 64 + tid] : 0;
+    };
 
     { // Q (64 heads x 576) and dO (64 heads x 512): row tid / 4; rows past n_heads (a partial last group) are zero
-        const int row = tid >> 2, live = h0 + row < n_heads, h = live ? h0 + row : 0;
+        const int row = tid >> 2, live = row_live(row), h = live ? h0 + row : 0;
         const char *src_q = (const char *)(q + (t * n_heads + h) * SM90_DQK);
         const char *src_o = (const char *)(dout + (t * n_heads + h) * SM90_DV);
 #pragma unroll
@@ -137,11 +160,12 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             cp_async16(do_s + tile_offset(row, chunk), src_o + chunk * 16, live ? 16 : 0);
         }
     }
-    gather_rows<BW_THREADS, true>(kv_s, keys, kv, sel, 0, topk, n_keys, tid);
+    gather_rows<BW_THREADS, true>(kv_s, keys, kv, sel, 0, n_slots, n_keys, tid);
+    load_masks(0);
     cp_async_commit();
     // Delta and lse (log2 units) per head, one warp per head, while the copies land
     for (int h = tid >> 5; h < SM90_HEAD_GROUP; h += BW_THREADS / 32) {
-        if (h0 + h >= n_heads) { // padding row: lse +inf makes P and dS 0, so it adds nothing to dKV
+        if (!row_live(h)) { // padding row: lse +inf makes P and dS 0, so it adds nothing to dKV
             if (lane == 0)
                 delta_s[h] = 0.0f, lse_s[h] = INFINITY;
             continue;
@@ -156,11 +180,14 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
         }
     }
     __shared__ int block_last;
-    const int n_tiles = live_tiles<BW_THREADS>(sel, topk, n_keys, &block_last, tid); // trailing -1 tiles skipped
+    const int n_tiles = GROUPED ? (n_slots + SM90_KEYS - 1) / SM90_KEYS // an empty list runs no tile: dq 0
+                                : live_tiles<BW_THREADS>(sel, topk, n_keys, &block_last, tid); // trailing -1 skipped
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();
     const float lse0 = lse_s[r0], lse1 = lse_s[r1], delta0 = delta_s[r0], delta1 = delta_s[r1];
+    // GROUPED: the bit of row r0's / r1's query in a key's mask
+    const unsigned bit0 = GROUPED ? 1u << (r0 / heads_per_query) : 0u, bit1 = GROUPED ? 1u << (r1 / heads_per_query) : 0u;
 
     // descriptors, 128B swizzle. K-major (LBO 16, SBO 1024 per 8 rows): Q, dO, this warpgroup's 32 keys, dS as A of
     // dQ. N-/M-major (LBO 8 KiB per 64-column block, SBO 1024 per 8 rows of K): the tile as B of dQ; dS^T, P^T as A
@@ -184,6 +211,7 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
 
     for (int i = 0; i < n_tiles; i++) {
         const int *key = keys + (i & 1) * 64;
+        const uint8_t *mask = masks[i & 1];
 
         // A. warpgroup 0: S = Q K^T, then P; warpgroup 1: dP = dO V^T, then dS (64 heads x 64 keys each, K-major
         // operands): acc[4 j + {0,1 | 2,3}] = S or dP [r0 | r1][8 j + cq + {0,1}]
@@ -203,10 +231,13 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             for (int j = 0; j < 8; j++) {
                 const int c = 8 * j + cq; // key slot within the tile
                 const bool v0 = key[c] >= 0, v1 = key[c + 1] >= 0;
-                const float p00 = v0 ? exp2f(acc[4 * j] * scale_log2 - lse0) : 0.0f;
-                const float p01 = v1 ? exp2f(acc[4 * j + 1] * scale_log2 - lse0) : 0.0f;
-                const float p10 = v0 ? exp2f(acc[4 * j + 2] * scale_log2 - lse1) : 0.0f;
-                const float p11 = v1 ? exp2f(acc[4 * j + 3] * scale_log2 - lse1) : 0.0f;
+                // GROUPED: a key counts for a row only if the row's query selected it
+                const bool v00 = v0 && (!GROUPED || (mask[c] & bit0)), v01 = v1 && (!GROUPED || (mask[c + 1] & bit0));
+                const bool v10 = v0 && (!GROUPED || (mask[c] & bit1)), v11 = v1 && (!GROUPED || (mask[c + 1] & bit1));
+                const float p00 = v00 ? exp2f(acc[4 * j] * scale_log2 - lse0) : 0.0f;
+                const float p01 = v01 ? exp2f(acc[4 * j + 1] * scale_log2 - lse0) : 0.0f;
+                const float p10 = v10 ? exp2f(acc[4 * j + 2] * scale_log2 - lse1) : 0.0f;
+                const float p11 = v11 ? exp2f(acc[4 * j + 3] * scale_log2 - lse1) : 0.0f;
                 *(__nv_bfloat162 *)(smem + BW_P + r0 * 128 + ((j ^ (r0 & 7)) << 4) + cq * 2) =
                     __floats2bfloat162_rn(p00, p01);
                 *(__nv_bfloat162 *)(smem + BW_P + r1 * 128 + ((j ^ (r1 & 7)) << 4) + cq * 2) =
@@ -258,9 +289,11 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
         __syncthreads(); // both warpgroups are done with the key tile
 
         // C. the next tile lands while this tile's key gradient is computed and sent
-        if (i + 1 < n_tiles)
-            gather_rows<BW_THREADS, true>(kv_s, keys + ((i + 1) & 1) * 64, kv, sel, (i + 1) * SM90_KEYS, topk,
+        if (i + 1 < n_tiles) {
+            gather_rows<BW_THREADS, true>(kv_s, keys + ((i + 1) & 1) * 64, kv, sel, (i + 1) * SM90_KEYS, n_slots,
                                           n_keys, tid);
+            load_masks(i + 1);
+        }
         cp_async_commit();
         const int odd = lane & 1;        // lane pairs swap halves: even lanes send row r0, odd lanes row r1
         const int my_key = key[odd ? r1 : r0];
@@ -309,7 +342,7 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
             xch[i * 128 + tid - 128] = dqr[i];
     }
     __syncthreads();
-    const bool live0 = h0 + r0 < n_heads, live1 = h0 + r1 < n_heads; // padding rows are not written
+    const bool live0 = row_live(r0), live1 = row_live(r1); // padding rows are not written
     bf16 *dq0 = dq + (t * n_heads + h0 + r0) * SM90_DQK + cq, *dq1 = dq + (t * n_heads + h0 + r1) * SM90_DQK + cq;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
@@ -335,35 +368,88 @@ sparse_mla_backward_sm90_kernel(bf16 *dq, float *dkv_acc, const bf16 *q, const b
 #endif
 }
 
+/* The shapes and device the kernel serves (compute capability 9.0, bf16 storage, GLM-5 dims, aligned rows). */
+static int backward_sm90_serves(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                const dsarl_dsa_attention_inputs *in, int32_t topk, const void *out, const void *dout,
+                                const void *dq, const float *dkv_acc, int *serves, dsarl_error *err)
+{
+    *serves = 0;
+    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || topk <= 0 || ((uintptr_t)in->q % 16) ||
+        ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) || ((uintptr_t)dout % 16) || ((uintptr_t)dq % 4) ||
+        ((uintptr_t)dkv_acc % 16) || batch->n_queries > 0x7fffffff || ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
+        return DSARL_OK;
+    int device = 0, major = 0, minor = 0;
+    tlCheck(cudaGetDevice(&device), err);
+    tlCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), err);
+    tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
+    *serves = major == 9 && minor == 0;
+    return DSARL_OK;
+}
+
 /* C linkage: the dispatch (sparse_mla_backward.cu) and the test (check_dsa_mla_bwd_sm90.c) call it. dq written,
  * the key gradient added into the fp32 accumulator dkv_acc (Tk, 576); *used = 0 without launching when the
- * operands do not fit (other dims or storage, a last head group under 16 heads, unaligned rows, not compute 9.0). */
+ * operands do not fit (other dims or storage, a last head group under 16 heads, unaligned rows, not compute 9.0).
+ * One block per (query, 64 heads). */
 extern "C" int tilelang_sparse_mla_backward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                                  const dsarl_dsa_attention_inputs *in, const int32_t *indices,
                                                  int32_t topk, const void *out, const float *lse, const void *dout,
                                                  void *dq, float *dkv_acc, int *used, dsarl_error *err)
 {
     *used = 0;
-    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !tilelang_sparse_mla_sm90_head_groups(in->n_heads) ||
-        topk <= 0 || ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
-        ((uintptr_t)dout % 16) || ((uintptr_t)dq % 4) || ((uintptr_t)dkv_acc % 16) || batch->n_queries > 0x7fffffff ||
-        ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
-        return DSARL_OK;
-    int device = 0, major = 0, minor = 0;
-    tlCheck(cudaGetDevice(&device), err);
-    tlCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), err);
-    tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
-    if (major != 9 || minor != 0)
+    int serves = 0;
+    DSARL_TRY(backward_sm90_serves(ctx, batch, in, topk, out, dout, dq, dkv_acc, &serves, err));
+    if (!serves || !tilelang_sparse_mla_sm90_head_groups(in->n_heads))
         return DSARL_OK;
     *used = 1;
     if (batch->n_queries == 0)
         return DSARL_OK;
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)tilelang_sparse_mla_sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
-    tlSharedLimit(sparse_mla_backward_sm90_kernel, BW_SHARED, err);
-    sparse_mla_backward_sm90_kernel<<<grid, BW_THREADS, BW_SHARED, TL_STREAM(ctx)>>>(
+    tlSharedLimit(sparse_mla_backward_sm90_kernel<false>, BW_SHARED, err);
+    sparse_mla_backward_sm90_kernel<false><<<grid, BW_THREADS, BW_SHARED, TL_STREAM(ctx)>>>(
         (bf16 *)dq, dkv_acc, (const bf16 *)in->q, (const bf16 *)in->kv, indices, (const bf16 *)out, lse,
-        (const bf16 *)dout, topk, in->n_heads, batch->n_keys, in->softmax_scale, scale_log2);
+        (const bf16 *)dout, topk, in->n_heads, batch->n_keys, in->softmax_scale, scale_log2, NULL, NULL, 0, 0);
     tlCheckLaunch("sparse_mla_backward (sm90 wgmma)", err);
+    return DSARL_OK;
+}
+
+extern "C" int tilelang_sparse_mla_query_group(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                               const dsarl_dsa_attention_inputs *in, int32_t topk, int *group,
+                                               dsarl_error *err)
+{
+    const int h = in->n_heads;
+    *group = 0;
+    if (!ctx->settings.query_groups || (h != 8 && h != 16 && h != 32) || batch->n_keys >= ((int64_t)1 << 29) ||
+        (int64_t)(SM90_HEAD_GROUP / h) * topk > TILELANG_QUERY_UNION_MAX)
+        return DSARL_OK;
+    int serves = 0; /* alignment aside (the grouped launch checks it again) */
+    DSARL_TRY(backward_sm90_serves(ctx, batch, in, topk, in->q, in->q, in->q, (const float *)in->q, &serves, err));
+    *group = serves ? SM90_HEAD_GROUP / h : 0;
+    return DSARL_OK;
+}
+
+extern "C" int tilelang_sparse_mla_backward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                         const dsarl_dsa_attention_inputs *in, int32_t topk,
+                                                         int group, const int32_t *union_keys,
+                                                         const uint8_t *union_mask, const int32_t *union_len,
+                                                         const void *out, const float *lse, const void *dout,
+                                                         void *dq, float *dkv_acc, int *used, dsarl_error *err)
+{
+    *used = 0;
+    int serves = 0;
+    DSARL_TRY(backward_sm90_serves(ctx, batch, in, topk, out, dout, dq, dkv_acc, &serves, err));
+    if (!serves || group <= 1 || group * in->n_heads != SM90_HEAD_GROUP)
+        return DSARL_OK;
+    *used = 1;
+    const int64_t groups = (batch->n_queries + group - 1) / group;
+    if (groups == 0)
+        return DSARL_OK;
+    const float scale_log2 = in->softmax_scale * 1.4426950408889634f;
+    tlSharedLimit(sparse_mla_backward_sm90_kernel<true>, BW_SHARED, err);
+    sparse_mla_backward_sm90_kernel<true><<<(unsigned int)groups, BW_THREADS, BW_SHARED, TL_STREAM(ctx)>>>(
+        (bf16 *)dq, dkv_acc, (const bf16 *)in->q, (const bf16 *)in->kv, union_keys, (const bf16 *)out, lse,
+        (const bf16 *)dout, group * topk, SM90_HEAD_GROUP, batch->n_keys, in->softmax_scale, scale_log2, union_mask,
+        union_len, in->n_heads, batch->n_queries * in->n_heads);
+    tlCheckLaunch("sparse_mla_backward (sm90 wgmma, query groups)", err);
     return DSARL_OK;
 }

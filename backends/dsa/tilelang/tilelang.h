@@ -64,6 +64,7 @@ typedef struct tilelang_settings {
     int select_threads;    /* 512 (default) or 256 (per-warp first histograms) for the radix select */
     int score_warps;       /* 8 (default) or 4 warps per query tile of the mma.sync indexer scores */
     int64_t indexer_chunk; /* query rows per workspace chunk of the two-kernel indexer; 0 = from the budget */
+    int query_groups;      /* sm_90 backward at 8/16/32 heads: one block per 64 / H queries (1) or per query (0) */
 } tilelang_settings;
 
 /* The recipe keys of the tilelang backend; the cudnn backend, which hands shapes over to tilelang, declares them
@@ -78,7 +79,9 @@ typedef struct tilelang_settings {
     {.path = "runtime.tilelang_score_warps", .type = DSARL_KEY_INT, .default_value = "8",                       \
      .doc = "warps per query tile of the mma.sync indexer scores: 8 | 4"},                                      \
     {.path = "runtime.tilelang_indexer_chunk", .type = DSARL_KEY_INT, .default_value = "0",                     \
-     .doc = "query rows per indexer workspace chunk (64 or more; 0 = as many as 256 MiB of scores hold)"}
+     .doc = "query rows per indexer workspace chunk (64 or more; 0 = as many as 256 MiB of scores hold)"},      \
+    {.path = "runtime.tilelang_mla_query_groups", .type = DSARL_KEY_BOOL, .default_value = "true",              \
+     .doc = "sm_90 sparse MLA backward at 8/16/32 heads: one block per 64/H queries over their keys' union"}
 
 /* Reads and checks the runtime.tilelang_* keys of recipe (NULL: the defaults); one sentence naming a bad key. */
 int tilelang_read_settings(const dsarl_node *recipe, tilelang_settings *out, dsarl_error *err);
@@ -101,6 +104,7 @@ struct dsarl_dsa_context {
  * docs/performance.md). The cudnn backend routes by it too. */
 #define TILELANG_SM90_HEAD_GROUP 64     /* heads per block of the sm_90 sparse MLA kernels */
 #define TILELANG_SM90_MIN_LAST_GROUP 16 /* fewest real heads in a padded last group */
+#define TILELANG_QUERY_UNION_MAX 16384  /* most slots (queries per group x topk) a query group's key list sorts */
 static inline int tilelang_sparse_mla_sm90_head_groups(int n_heads)
 {
     const int rest = n_heads % TILELANG_SM90_HEAD_GROUP;

@@ -58,6 +58,27 @@
         tlSharedLimit(kernel<bf16>, bytes, err);                                                                \
     } while (0)
 
+// Exclusive count of flags before this thread, over the block; *total gets the block's count.
+static __device__ __forceinline__ int block_exclusive_count(int flag, int *total)
+{
+    __shared__ int warp_counts[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    unsigned int ballot = __ballot_sync(0xffffffffu, flag);
+    int before = __popc(ballot & ((1u << lane) - 1u));
+    __syncthreads();
+    if (lane == 0)
+        warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int offset = 0, sum = 0;
+    for (int w = 0; w < n_warps; w++) {
+        if (w < warp)
+            offset += warp_counts[w];
+        sum += warp_counts[w];
+    }
+    *total = sum;
+    return offset + before;
+}
+
 /* dst (n, storage) += acc (n) fp32 (flushes a key-gradient accumulator). Defined in context.cu. */
 int tilelang_flush_accumulator(const dsarl_dsa_context *ctx, void *dst, const float *acc, int64_t n,
                                dsarl_error *err);
@@ -74,5 +95,29 @@ int tilelang_sparse_mla_backward_wmma(dsarl_dsa_context *ctx, const dsarl_dsa_ba
                                       const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
                                       const void *out, const float *lse, const void *dout, void *dq, float *dkv_acc,
                                       int *used, dsarl_error *err);
+
+/* *group = queries per block of the sm_90 backward's query groups for this shape (64 / n_heads at 8, 16 or 32
+ * heads, GLM-5 dims, bf16, compute 9.0, runtime.tilelang_mla_query_groups on), or 0: one block per query. */
+extern "C" int tilelang_sparse_mla_query_group(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                               const dsarl_dsa_attention_inputs *in, int32_t topk, int *group,
+                                               dsarl_error *err);
+
+/* Power of two the query-union kernel sorts for group x topk slots (its shared memory: 4 bytes each). */
+extern "C" size_t tilelang_query_union_sorted(int group, int32_t topk);
+
+/* Per group of `group` consecutive queries: its key list (union_keys, union_mask, capacity group x topk each, at
+ * group x capacity) and length (union_len), from the top-k rows (sparse_mla_query_union.cu). */
+extern "C" int tilelang_query_union(dsarl_dsa_context *ctx, const int32_t *indices, int32_t topk, int group,
+                                    int64_t n_queries, int64_t n_keys, int32_t *union_keys, uint8_t *union_mask,
+                                    int32_t *union_len, dsarl_error *err);
+
+/* The sm_90 backward over query groups: one block per `group` queries (group x n_heads = 64) reading the lists of
+ * tilelang_query_union; dq written, the key gradient added into dkv_acc; *used = 0 when it does not take the shape. */
+extern "C" int tilelang_sparse_mla_backward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                         const dsarl_dsa_attention_inputs *in, int32_t topk,
+                                                         int group, const int32_t *union_keys,
+                                                         const uint8_t *union_mask, const int32_t *union_len,
+                                                         const void *out, const float *lse, const void *dout,
+                                                         void *dq, float *dkv_acc, int *used, dsarl_error *err);
 
 #endif /* DSARL_TILELANG_COMMON_CUH */
