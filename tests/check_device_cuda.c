@@ -145,6 +145,130 @@ START_TEST(test_gemm_grouped)
 }
 END_TEST
 
+/* A second CUDA device instance made with the recipe keys of yaml (same GPU, its own streams). */
+static dsarl_device *cuda_with(const char *yaml)
+{
+    dsarl_recipe *recipe = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string(yaml, "keys.yaml", &recipe, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
+    dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single, .threads = 1,
+                               .recipe = dsarl_recipe_root(recipe)};
+    dsarl_device *dev = NULL;
+    ck_assert_msg(cuda_create(&cfg, &dev, &err) == 0, "%s", err.message);
+    dsarl_recipe_free(recipe);
+    return dev;
+}
+
+/* gemm_grouped's wgmma kernel (bf16, n and the reduced dim in 64s) at MoE shapes: ragged groups with empty ones, a
+ * group of one row, groups past a 128-row tile, n that ends inside a tile (192, 320), in all three products, against
+ * one CPU gemm per group; alpha and beta not 1. The kernel must take these shapes (and decline n = 80). Float32
+ * storage: the kernel declines and the lanes run the same cases. */
+START_TEST(test_gemm_grouped_wgmma)
+{
+    enum { G = 10 };
+    const int64_t rows_of[G] = {5, 0, 130, 1, 64, 0, 300, 17, 256, 33};
+    int64_t first[G + 1] = {0};
+    for (int g = 0; g < G; g++)
+        first[g + 1] = first[g] + rows_of[g];
+    const int64_t R = first[G];
+    const int64_t shapes[3][3] = {{192, 2048, 0}, {320, 256, 0}, {192, 320, 0}}; /* n, k (rows) | m, n (inner) */
+    int dev_sm90 = 0;
+    cudaDeviceGetAttribute(&dev_sm90, cudaDevAttrComputeCapabilityMajor, 0);
+    dsarl_device *forced = cuda_with(storage == DSARL_DTYPE_F32 ? "runtime:\n  cuda_grouped_gemm: wgmma\n"
+                                                                  "  cuda_storage_dtype: f32\n"
+                                                                : "runtime:\n  cuda_grouped_gemm: wgmma\n");
+    for (int mode = 0; mode < 4; mode++) { /* rows B^T, rows B, inner beta 0, inner beta 1 */
+        const bool inner = mode >= 2, tb = mode == 0;
+        const int64_t n = inner ? shapes[2][1] : shapes[mode][0], k = inner ? 0 : shapes[mode][1];
+        const int64_t m = inner ? shapes[2][0] : 0;
+        const float alpha = 0.5f, beta = inner ? (mode == 3 ? 1.0f : 0.0f) : 0.25f;
+        const int64_t na = inner ? R * m : R * k, nb = inner ? R * n : G * k * n, nc = inner ? G * m * n : R * n;
+        float *a = rand_bf16(&stream, na, 1), *b = rand_bf16(&stream, nb, 1), *c = rand_bf16(&stream, nc, 1);
+        void *da = to_storage(a, na), *db = to_storage(b, nb), *dc = to_storage(c, nc);
+        for (int g = 0; g < G; g++) {
+            if (inner && (rows_of[g] > 0 || beta != 1.0f))
+                ck_assert_int_eq(cpu_gemm(cpu, true, false, m, n, rows_of[g], alpha, a + first[g] * m,
+                                          b + first[g] * n, beta, c + g * m * n, &err), 0);
+            else if (!inner && rows_of[g] > 0)
+                ck_assert_int_eq(cpu_gemm(cpu, false, tb, rows_of[g], n, k, alpha, a + first[g] * k, b + g * k * n,
+                                          beta, c + first[g] * n, &err), 0);
+        }
+        int used = 0;
+        ck_assert_msg(cuda_gemm_grouped_wgmma(forced, inner, tb, G, first, m, n, k, alpha, da, db, k * n, beta, dc,
+                                              m * n, &used, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(used, storage == DSARL_DTYPE_BF16 && dev_sm90 == 9);
+        if (!used)
+            ck_assert_msg(cuda_gemm_grouped(forced, inner, tb, G, first, m, n, k, alpha, da, db, k * n, beta, dc,
+                                            m * n, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess); /* forced queues on its own stream */
+        const char *names[4] = {"gemm_grouped wgmma rows, B^T", "gemm_grouped wgmma rows, B",
+                                "gemm_grouped wgmma inner", "gemm_grouped wgmma inner, beta 1"};
+        expect_close(&cc, dc, storage, c, nc, storage_tol, names[mode]);
+        cuda_free(gpu, da), cuda_free(gpu, db), cuda_free(gpu, dc);
+        free(a), free(b), free(c);
+    }
+    int used = 1; /* n = 80 is not a multiple of 64: declined */
+    ck_assert_int_eq(cuda_gemm_grouped_wgmma(forced, false, true, G, first, 0, 80, 128, 1.0f, NULL, NULL, 0, 0.0f,
+                                             NULL, 0, &used, &err), 0);
+    ck_assert_int_eq(used, 0);
+    cuda_destroy(forced);
+}
+END_TEST
+
+/* DSARL_GPU_BENCH=1: the bench config's MoE layer (64 experts, hidden 2048, expert width 512, 8192 tokens x top 8
+ * over the experts at random): each of its six grouped products, wgmma kernel against the cuBLASLt lanes. */
+START_TEST(test_gemm_grouped_bench)
+{
+    if (!getenv("DSARL_GPU_BENCH") || storage != DSARL_DTYPE_BF16)
+        return;
+    dsarl_device *lanes = cuda_with("runtime:\n  cuda_grouped_gemm: lanes\n");
+    dsarl_device *kernel = cuda_with("runtime:\n  cuda_grouped_gemm: wgmma\n");
+    enum { E = 64 };
+    const int64_t C = 2048, I = 512, R = 8192 * 8;
+    int64_t first[E + 1] = {0}, count[E] = {0};
+    for (int64_t r = 0; r < R; r++)
+        count[rng_below(&stream, E)]++;
+    for (int e = 0; e < E; e++)
+        first[e + 1] = first[e] + count[e];
+    struct { const char *name; bool inner, tb; int64_t m, n, k; } p[6] = {
+        {"gate/up  x W^T", false, true, 0, 2 * I, C},   {"down     x W^T", false, true, 0, C, I},
+        {"d act    dy W", false, false, 0, I, C},       {"d in     dy W", false, false, 0, C, 2 * I},
+        {"dW down  dy^T act", true, false, C, I, 0},    {"dW gu    dgu^T in", true, false, 2 * I, C, 0}};
+    void *a = dev_alloc(gpu, (size_t)(R * C * 2)), *b = dev_alloc(gpu, (size_t)(E * C * 2 * I * 2));
+    void *c = dev_alloc(gpu, (size_t)(R * C * 2) > (size_t)(E * C * 2 * I * 2) ? (size_t)(R * C * 2)
+                                                                                : (size_t)(E * C * 2 * I * 2));
+    cudaMemset(a, 0x3c, (size_t)(R * C * 2)), cudaMemset(b, 0x3c, (size_t)(E * C * 2 * I * 2));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    for (int i = 0; i < 6; i++) {
+        const double flops = 2.0 * R * (p[i].inner ? p[i].m * p[i].n : p[i].n * p[i].k);
+        float ms[2];
+        for (int which = 0; which < 2; which++) {
+            dsarl_device *dev = which ? lanes : kernel;
+            for (int r = -1; r < 5; r++) {
+                if (r == 0)
+                    cudaEventRecord(e0, (cudaStream_t)cuda_stream(dev));
+                ck_assert_msg(cuda_gemm_grouped(dev, p[i].inner, p[i].tb, E, first, p[i].m, p[i].n, p[i].k, 1.0f, a, b,
+                                                p[i].n * (p[i].k ? p[i].k : 1), p[i].inner ? 1.0f : 0.0f, c,
+                                                p[i].m * p[i].n, &err) == 0, "%s", err.message);
+            }
+            cudaEventRecord(e1, (cudaStream_t)cuda_stream(dev));
+            ck_assert_int_eq(cudaEventSynchronize(e1), cudaSuccess);
+            cudaEventElapsedTime(&ms[which], e0, e1);
+            ms[which] /= 5.0f;
+        }
+        printf("check_device_cuda: BENCH gemm_grouped %s (64 experts, %lld rows): wgmma %.3f ms = %.1f TFLOP/s, "
+               "lanes %.3f ms = %.1f TFLOP/s (%.2fx)\n", p[i].name, (long long)R, ms[0], flops / ms[0] / 1e9, ms[1],
+               flops / ms[1] / 1e9, ms[1] / ms[0]);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cuda_free(gpu, a), cuda_free(gpu, b), cuda_free(gpu, c);
+    cuda_destroy(lanes);
+    cuda_destroy(kernel);
+}
+END_TEST
+
 START_TEST(test_gemm_strided_batched)
 {
     int64_t m = 24, n = 40, k = 64, batch = 5;
@@ -623,7 +747,7 @@ START_TEST(test_ops_table_complete)
         ck_assert_msg(slot != NULL, "device cuda: slot at byte %td is NULL", p - (const char *)ops);
     }
     ck_assert_int_eq(ops->storage_dtype(gpu), storage);
-    ck_assert_int_eq(ops->common.n_keys, 2); // runtime.cuda_storage_dtype, runtime.cuda_profile
+    ck_assert_int_eq(ops->common.n_keys, 3); // cuda_storage_dtype, cuda_grouped_gemm, cuda_profile
     void *buf = NULL;
     ck_assert_int_eq(ops->alloc(gpu, 1000, &buf, &err), 0);
     ck_assert_int_eq((uintptr_t)buf % 256, 0);
@@ -752,6 +876,8 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_gemm_all_transposes);
     tcase_add_test(tc, test_gemm_strided_batched);
     tcase_add_test(tc, test_gemm_grouped);
+    tcase_add_test(tc, test_gemm_grouped_wgmma);
+    tcase_add_test(tc, test_gemm_grouped_bench);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_layernorm);
     tcase_add_test(tc, test_rope);

@@ -29,6 +29,8 @@ struct dsarl_device {
     int f32;                  /* 1: float32 storage (runtime.cuda_storage_dtype=f32); 0: bf16 (the default) */
     int ordinal;              /* the CUDA device this instance runs on (local rank modulo the visible count) */
     int sm_count;             /* multiprocessors, for persistent grids */
+    int sm90;                 /* compute capability 9.0: the wgmma kernels run */
+    int grouped_wgmma;        /* runtime.cuda_grouped_gemm: 0 lanes, 1 auto (default), 2 wgmma wherever it applies */
     void *compute;            /* cudaStream_t: kernels and GEMMs */
     void *copies;             /* cudaStream_t: host<->device transfers */
     void *copy_done;          /* cudaEvent_t: orders compute after a copy */
@@ -127,6 +129,15 @@ int cuda_gemm_strided_batched(dsarl_device *dev, bool trans_a, bool trans_b, int
 int cuda_gemm_f32out(dsarl_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const void *a, const void *b, float beta, float *c, dsarl_error *err);
 /* The ABI 1.7 slot: a MoE layer's expert products in one call, spread over the lanes (dsarl/ops/device.h). */
+/* Most groups cuda_gemm_grouped_wgmma takes in one launch (its table goes by value as a kernel argument). */
+#define CUDA_GROUPED_MAX_GROUPS 256
+
+/* gemm_grouped as one sm_90a wgmma kernel (cuda_gemm_grouped.cu) for bf16 storage with n and the reduced dim in
+ * multiples of 64; *used = 0 without launching otherwise (the caller takes the cuBLASLt lanes). */
+int cuda_gemm_grouped_wgmma(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t groups, const int64_t *first,
+                            int64_t m, int64_t n, int64_t k, float alpha, const void *a, const void *b,
+                            int64_t stride_b, float beta, void *c, int64_t stride_c, int *used, dsarl_error *err);
+
 int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t groups, const int64_t *first,
                       int64_t m, int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t stride_b,
                       float beta, void *c, int64_t stride_c, dsarl_error *err);

@@ -375,6 +375,11 @@ int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64
                               "%lld: %lld after %lld)", (long long)g, (long long)first[g + 1], (long long)first[g]);
         busy += first[g + 1] > first[g] || (inner_grouped && beta != 1.0f);
     }
+    int used = 0;
+    DSARL_TRY(cuda_gemm_grouped_wgmma(dev, inner_grouped, trans_b, groups, first, m, n, k, alpha, a, b, stride_b,
+                                      beta, c, stride_c, &used, err));
+    if (used)
+        return DSARL_OK;
     size_t e = STORAGE_BYTES(dev);
     const char *ca = (const char *)a, *cb = (const char *)b;
     char *cc = (char *)c;

@@ -44,10 +44,17 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
         f32 = strcmp(storage, "f32") == 0;
     }
     bool profile = false; // runtime.cuda_profile: per-op GPU times printed at destroy
+    const char *grouped = "auto"; // runtime.cuda_grouped_gemm: gemm_grouped's kernel
     if (config && config->recipe) {
         int rc = dsarl_recipe_bool_or(config->recipe, "runtime.cuda_profile", false, &profile, err);
         if (rc)
             return rc;
+        rc = dsarl_recipe_string_or(config->recipe, "runtime.cuda_grouped_gemm", "auto", &grouped, err);
+        if (rc)
+            return rc;
+        if (strcmp(grouped, "auto") != 0 && strcmp(grouped, "wgmma") != 0 && strcmp(grouped, "lanes") != 0)
+            return dsarl_recipe_fail(config->recipe, "runtime.cuda_grouped_gemm", err, DSARL_E_INVALID,
+                                     "must be auto, wgmma or lanes, got '%s'", grouped);
     }
     dsarl_device *dev = (dsarl_device *)calloc(1, sizeof(*dev));
     if (!dev)
@@ -56,6 +63,7 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
     dev->local_rank = local_rank;
     dev->local_size = config && config->parallel ? config->parallel->local_size : 1;
     dev->f32 = f32;
+    dev->grouped_wgmma = strcmp(grouped, "lanes") == 0 ? 0 : strcmp(grouped, "auto") == 0 ? 1 : 2;
     dev->seed = config ? config->seed : 0;
     *out = dev;
     cudaDeviceProp prop;
@@ -77,6 +85,7 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
     STEP(cudaSetDevice(dev->ordinal));
     STEP(cudaGetDeviceProperties(&prop, dev->ordinal));
     dev->sm_count = prop.multiProcessorCount;
+    dev->sm90 = prop.major == 9 && prop.minor == 0;
     STEP(cudaStreamCreateWithFlags(&compute, cudaStreamDefault));
     dev->compute = compute;
     STEP(cudaStreamCreateWithFlags(&copies, cudaStreamDefault));
