@@ -473,6 +473,46 @@ START_TEST(test_query_groups)
 }
 END_TEST
 
+// The query-union lists alone (no attention) where keys lie far apart: a group's keys in clusters over 300K keys
+// (several windows of the kernel's presence map) and scattered over 3M keys (more windows than it takes, so it
+// sorts), each with and without a repeated key, at 2, 4 and 8 queries per group; exact against the host.
+START_TEST(test_union_far_keys)
+{
+    const int64_t spans[2] = {300000, 3000000};
+    for (int sp = 0; sp < 2; sp++)
+        for (int group = 2; group <= 8; group *= 2) {
+            mla_case c = {.Tq = 3 * group + 1, .Tk = spans[sp], .H = 64 / group, .topk = 512};
+            c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
+            for (int64_t t = 0; t < c.Tq; t++) {
+                int32_t *row = c.idx + t * c.topk;
+                for (int32_t i = 0; i < c.topk; i++) {
+                    if (rng_below(&stream, 10) == 0) {
+                        row[i] = -1;
+                        continue;
+                    }
+                    /* clustered: 4 clusters of 4096 keys at 70K apart; scattered: anywhere */
+                    row[i] = sp == 0 ? rng_below(&stream, 4) * 70000 + rng_below(&stream, 4096)
+                                     : rng_below(&stream, (int32_t)c.Tk);
+                    for (int32_t j = 0; j < i; j++) /* distinct within the row */
+                        if (row[j] == row[i]) {
+                            row[i] = -1;
+                            break;
+                        }
+                }
+            }
+            if (group == 4) /* one row repeats a key: its group takes the slot order */
+                c.idx[(2 * group) * c.topk + 7] = c.idx[(2 * group) * c.topk + 3] >= 0 ? c.idx[(2 * group) * c.topk + 3]
+                                                                                       : 11;
+            c.g_idx = to_gpu_i32(gpu, c.idx, c.Tq * c.topk);
+            int32_t *ukeys, *ulen;
+            uint8_t *umask;
+            union_lists(&c, group, &ukeys, &umask, &ulen);
+            cuda_free(gpu, ukeys), cuda_free(gpu, umask), cuda_free(gpu, ulen), cuda_free(gpu, c.g_idx);
+            free(c.idx);
+        }
+}
+END_TEST
+
 START_TEST(test_decode_topk2048)
 {
     mla_case c;
@@ -681,6 +721,7 @@ static Suite *mla_bwd_sm90_suite(void)
     tcase_add_test(small, test_front_packed);
     tcase_add_test(small, test_repeated_keys);
     tcase_add_test(small, test_query_groups);
+    tcase_add_test(small, test_union_far_keys);
     suite_add_tcase(s, small);
     TCase *large = tcase_create("large");
     tcase_add_checked_fixture(large, setup, teardown);

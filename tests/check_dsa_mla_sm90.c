@@ -3,7 +3,8 @@
  *
  * Inputs are drawn in float32 and rounded to bf16 once; the reference (double accumulation) runs on those values as
  * float32 host arrays, split over host threads by query rows so that topk 2048 stays affordable. Cases: 64 and 128
- * heads, 16 and 80 (their last group of 64 padded), 8 declined; topk 64, 100 (a partial last tile), 128, 256 and
+ * heads, 16 and 80 (their last group of 64 padded), 8 declined by the per-query kernel; 8, 16 and 32 heads through
+ * query groups too (64 / H queries per block over their keys' union); topk 64, 100 (a partial last tile), 128, 256 and
  * 2048; ragged causal packs where early rows have fewer eligible keys than topk; decode-style ranges into a
  * longer key array (one empty); unsorted slots, -1 holes anywhere, repeated keys, rows with only a few valid keys
  * and one row with none; rows whose valid keys fill only the first slots (the trailing -1 tiles are skipped).
@@ -31,6 +32,17 @@
 int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
                                      const dsarl_dsa_attention_inputs *in, const int32_t *indices, int32_t topk,
                                      void *out, float *lse, int *used, dsarl_error *err);
+/* Query groups at 8/16/32 heads (the lists themselves are checked exactly by check_dsa_mla_bwd_sm90). */
+int tilelang_sparse_mla_query_group(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                    const dsarl_dsa_attention_inputs *in, int32_t topk, int *group, dsarl_error *err);
+int tilelang_query_union(dsarl_dsa_context *ctx, const int32_t *indices, int32_t topk, int group, int64_t n_queries,
+                         int64_t n_keys, int32_t *union_keys, uint8_t *union_mask, int32_t *union_len,
+                         dsarl_error *err);
+int tilelang_sparse_mla_forward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                             const dsarl_dsa_attention_inputs *in, int32_t topk, int group,
+                                             const int32_t *union_keys, const uint8_t *union_mask,
+                                             const int32_t *union_len, void *out, float *lse, int *used,
+                                             dsarl_error *err);
 
 #define D_QK 576
 #define D_V 512
@@ -125,16 +137,47 @@ static void run_sm90(mla_case *c)
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+/* The grouped kernel (64 / H queries per block) over the query-union lists of the case's rows. */
+static void run_grouped(mla_case *c, int group)
+{
+    const int64_t groups = (c->Tq + group - 1) / group, cap = (int64_t)group * c->topk;
+    int32_t *ukeys = dev_alloc(gpu, (size_t)(groups * cap) * 4), *ulen = dev_alloc(gpu, (size_t)groups * 4);
+    uint8_t *umask = dev_alloc(gpu, (size_t)(groups * cap));
+    ck_assert_msg(tilelang_query_union(tl, c->g_idx, c->topk, group, c->Tq, c->Tk, ukeys, umask, ulen, &err) == 0,
+                  "%s", err.message);
+    int used = 0;
+    poison(c);
+    ck_assert_msg(tilelang_sparse_mla_forward_sm90_grouped(tl, &c->dbatch, &c->din, c->topk, group, ukeys, umask, ulen,
+                                                           c->g_out, c->g_lse, &used, &err) == 0, "%s", err.message);
+    ck_assert_msg(used, "the grouped sm90 forward did not take H %d, topk %d", c->H, c->topk);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    cuda_free(gpu, ukeys), cuda_free(gpu, umask), cuda_free(gpu, ulen);
+}
+
+/* Against the reference: the per-query kernel where it takes the head count, and at 8, 16 and 32 heads the grouped
+ * kernel too. */
 static void check_case(mla_case *c, const char *what)
 {
     char name[160];
     float *out = malloc((size_t)(c->Tq * c->H * D_V) * 4), *lse = malloc((size_t)(c->Tq * c->H) * 4);
     reference_forward(c, out, lse);
-    run_sm90(c);
-    snprintf(name, sizeof name, "%s out", what);
-    expect_close(&cc, c->g_out, DSARL_DTYPE_BF16, out, c->Tq * c->H * D_V, 1e-2, name);
-    snprintf(name, sizeof name, "%s lse", what);
-    expect_close_floor(&cc, c->g_lse, DSARL_DTYPE_F32, lse, c->Tq * c->H, 1e-3, 1.0, name);
+    if (tilelang_sparse_mla_sm90_head_groups(c->H)) {
+        run_sm90(c);
+        snprintf(name, sizeof name, "%s out", what);
+        expect_close(&cc, c->g_out, DSARL_DTYPE_BF16, out, c->Tq * c->H * D_V, 1e-2, name);
+        snprintf(name, sizeof name, "%s lse", what);
+        expect_close_floor(&cc, c->g_lse, DSARL_DTYPE_F32, lse, c->Tq * c->H, 1e-3, 1.0, name);
+    }
+    int group = 0;
+    ck_assert_msg(tilelang_sparse_mla_query_group(tl, &c->dbatch, &c->din, c->topk, &group, &err) == 0, "%s",
+                  err.message);
+    if (group) {
+        run_grouped(c, group);
+        snprintf(name, sizeof name, "%s grouped out", what);
+        expect_close(&cc, c->g_out, DSARL_DTYPE_BF16, out, c->Tq * c->H * D_V, 1e-2, name);
+        snprintf(name, sizeof name, "%s grouped lse", what);
+        expect_close_floor(&cc, c->g_lse, DSARL_DTYPE_F32, lse, c->Tq * c->H, 1e-3, 1.0, name);
+    }
     free(out), free(lse);
 }
 
@@ -233,6 +276,81 @@ START_TEST(test_decode_topk2048)
 END_TEST
 
 // The entry point dispatches to the new kernel, which agrees with the WMMA kernel and with itself.
+// 8, 16 and 32 heads through query groups: ragged packs (sequences and the last group ending inside a group), rows
+// with repeated keys (their groups in slot order) and without, decode windows that barely overlap, a row with no
+// valid slot.
+START_TEST(test_query_groups)
+{
+    mla_case c;
+    const int32_t lengths[] = {1, 17, 64, 90, 5};
+    case_packed(&c, lengths, 5, 16, 64);
+    check_case(&c, "groups: pack 1/17/64/90/5 H16 k64");
+    case_free(&c);
+    const int32_t lengths2[] = {33, 120, 2};
+    case_packed(&c, lengths2, 3, 32, 100);
+    check_case(&c, "groups: pack 33/120/2 H32 k100");
+    case_free(&c);
+    const int32_t lengths3[] = {41, 90, 3};
+    case_packed_rows(&c, lengths3, 3, 8, 256, 0);
+    check_case(&c, "groups: pack 41/90/3 H8 k256 (no repeats)");
+    case_free(&c);
+    const int32_t one[] = {300};
+    case_packed_rows(&c, one, 1, 16, 256, 0);
+    check_case(&c, "groups: causal T300 H16 k256 (no repeats)");
+    case_free(&c);
+    case_decode(&c, 21, 3000, 16, 2048);
+    check_case(&c, "groups: decode Tq21 Tk3000 H16 k2048");
+    case_free(&c);
+    case_decode(&c, 13, 2600, 8, 2048);
+    check_case(&c, "groups: decode Tq13 Tk2600 H8 k2048");
+    case_free(&c);
+}
+END_TEST
+
+// The entry point groups a causal 4096-token sequence at 16 heads (enough queries for two blocks an SM) and keeps
+// one block per query for a 32-query decode batch; both agree with the per-query kernel, and two grouped launches
+// give the same out and lse.
+START_TEST(test_entry_groups)
+{
+    mla_case c;
+    const int32_t one[] = {4096};
+    case_packed_rows(&c, one, 1, 16, 2048, 0);
+    const int64_t n_out = c.Tq * c.H * D_V, n_lse = c.Tq * c.H;
+    run_sm90(&c);
+    float *single = from_gpu(gpu, c.g_out, n_out, DSARL_DTYPE_BF16), *single_lse = from_gpu(gpu, c.g_lse, n_lse,
+                                                                                             DSARL_DTYPE_F32);
+    float *got[2], *got_lse[2];
+    for (int k = 0; k < 2; k++) {
+        poison(&c);
+        ck_assert_msg(tilelang_sparse_mla_forward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse, &err) ==
+                      0, "%s", err.message);
+        ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+        got[k] = from_gpu(gpu, c.g_out, n_out, DSARL_DTYPE_BF16), got_lse[k] = from_gpu(gpu, c.g_lse, n_lse,
+                                                                                       DSARL_DTYPE_F32);
+    }
+    ck_assert_msg(memcmp(got[0], got[1], (size_t)n_out * 4) == 0 && memcmp(got_lse[0], got_lse[1], (size_t)n_lse * 4)
+                  == 0, "two grouped launches differ (a race)");
+    expect_close(&cc, c.g_out, DSARL_DTYPE_BF16, single, n_out, 1e-2, "entry (groups) vs per query T4096 H16 out");
+    expect_close_floor(&cc, c.g_lse, DSARL_DTYPE_F32, single_lse, n_lse, 1e-3, 1.0,
+                       "entry (groups) vs per query T4096 H16 lse");
+    ck_assert_msg(memcmp(got[0], single, (size_t)n_out * 4) != 0, "the entry point did not take the query groups "
+                  "(its out equals the per-query kernel's bit for bit)");
+    free(single), free(single_lse), free(got[0]), free(got[1]), free(got_lse[0]), free(got_lse[1]);
+    case_free(&c);
+    case_decode(&c, 32, 6000, 16, 2048); /* decode: the entry must give the per-query kernel's result exactly */
+    run_sm90(&c);
+    single = from_gpu(gpu, c.g_out, 32 * 16 * D_V, DSARL_DTYPE_BF16);
+    poison(&c);
+    ck_assert_int_eq(tilelang_sparse_mla_forward(tl, &c.dbatch, &c.din, c.g_idx, c.topk, c.g_out, c.g_lse, &err), 0);
+    float *entry = from_gpu(gpu, c.g_out, 32 * 16 * D_V, DSARL_DTYPE_BF16);
+    ck_assert_msg(memcmp(single, entry, (size_t)(32 * 16 * D_V) * 4) == 0, "a 32-query decode batch took another "
+                  "path than one block per query");
+    printf("check_dsa_mla_sm90: the entry groups T4096 H16 and keeps a 32-query decode batch per query\n");
+    free(single), free(entry);
+    case_free(&c);
+}
+END_TEST
+
 START_TEST(test_old_vs_new)
 {
     mla_case c;
@@ -333,12 +451,14 @@ static Suite *mla_sm90_suite(void)
     tcase_add_test(small, test_packed_h128);
     tcase_add_test(small, test_padded_heads);
     tcase_add_test(small, test_front_packed);
+    tcase_add_test(small, test_query_groups);
     suite_add_tcase(s, small);
     TCase *large = tcase_create("large");
     tcase_add_checked_fixture(large, setup, teardown);
     tcase_set_timeout(large, 600);
     tcase_add_test(large, test_decode_topk2048);
     tcase_add_test(large, test_old_vs_new);
+    tcase_add_test(large, test_entry_groups);
     tcase_add_test(large, test_bench);
     suite_add_tcase(s, large);
     return s;

@@ -126,7 +126,26 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
                           "indices, out and lse set", topk);
     if (batch->n_queries == 0)
         return DSARL_OK;
-    int used = 0;
+    int used = 0, group = 0;
+    /* query groups (8/16/32 heads: 64 / H queries per block over their keys' union) where the batch still gives
+     * every SM two blocks: a packed prefill or training pass; a decode step's few queries, each of another
+     * sequence, keep one block per query (their keys hardly overlap, and fewer blocks would leave SMs idle) */
+    DSARL_TRY(tilelang_sparse_mla_query_group(ctx, batch, in, topk, &group, err));
+    if (group && batch->n_queries / group >= 2 * (int64_t)ctx->sm_count) {
+        const int64_t groups = (batch->n_queries + group - 1) / group;
+        const size_t cap = (size_t)group * (size_t)topk, keys_bytes = (size_t)groups * cap * sizeof(int32_t);
+        const size_t len_bytes = ((size_t)groups * 4 + 15) & ~(size_t)15;
+        char *ws;
+        DSARL_TRY(tilelang_workspace(ctx, keys_bytes + len_bytes + (size_t)groups * cap, (void **)&ws, err));
+        int32_t *union_keys = (int32_t *)ws, *union_len = (int32_t *)(ws + keys_bytes);
+        uint8_t *union_mask = (uint8_t *)(ws + keys_bytes + len_bytes);
+        DSARL_TRY(tilelang_query_union(ctx, indices, topk, group, batch->n_queries, batch->n_keys, union_keys,
+                                       union_mask, union_len, err));
+        DSARL_TRY(tilelang_sparse_mla_forward_sm90_grouped(ctx, batch, in, topk, group, union_keys, union_mask,
+                                                           union_len, out, lse, &used, err));
+        if (used)
+            return DSARL_OK;
+    }
     DSARL_TRY(tilelang_sparse_mla_forward_sm90(ctx, batch, in, indices, topk, out, lse, &used, err));
     if (used)
         return DSARL_OK;

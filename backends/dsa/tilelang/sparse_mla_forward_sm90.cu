@@ -36,9 +36,15 @@
 #define SM90_STATS (3 * SM90_TILE_BYTES)           /* rescale factors [64], row sums [64], valid flags [2][64] */
 #define SM90_SHARED (SM90_STATS + 4 * 64 * 4 + 1024) /* + slack to align the base to 1024 bytes */
 
+/* GROUPED: the block's 64 rows are the heads of 64 / heads_per_query consecutive queries (virtual query t = the
+ * group, n_heads = 64, rows from t * 64 live below n_rows) over the group's key list (indices, topk = its capacity,
+ * union_len its length, union_mask the queries that selected each key: sparse_mla_query_union.cu), a key counting
+ * for a row only where the row's query selected it; otherwise one query's top-k row and 64 of its heads. */
+template <bool GROUPED>
 static __global__ void __launch_bounds__(SM90_THREADS, 1)
 sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *kv, const int32_t *indices, int topk,
-                               int n_heads, int64_t n_keys, float scale_log2)
+                               int n_heads, int64_t n_keys, float scale_log2, const uint8_t *union_mask,
+                               const int32_t *union_len, int heads_per_query, int64_t n_rows)
 {
 #ifdef SM90_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
@@ -49,6 +55,7 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     float *alpha_s = (float *)(smem + SM90_STATS);                  // [64] this tile's O rescale factors
     float *row_sum = alpha_s + 64;                                  // [64] at the end
     int *valid = (int *)(row_sum + 64);                             // [2 buffers][64 slots]
+    __shared__ uint8_t masks[2][64]; // GROUPED: the queries of the group that selected each tile key
 
     const int64_t t = blockIdx.x;
     const int h0 = blockIdx.y * SM90_HEAD_GROUP, tid = threadIdx.x;
@@ -56,9 +63,16 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; // this thread's two head rows of every accumulator
     const int cq = 2 * (lane & 3);                       // its column pair within each 8-column group
     const int32_t *sel = indices + t * topk;
+    const int n_slots = GROUPED ? union_len[t] : topk;
+    auto row_live = [&](int r) { return GROUPED ? t * 64 + r < n_rows : h0 + r < n_heads; };
+    // the masks of tile i's keys into buffer i & 1, by 64 threads u = 0..63 of the block or a warpgroup
+    auto load_masks = [&](int i, int u) {
+        if (GROUPED && u < 64)
+            masks[i & 1][u] = i * 64 + u < n_slots ? union_mask[t * topk + i * 64 + u] : 0;
+    };
 
     { // Q: 64 heads x 576, row tid / 4; rows past n_heads (a partial last group) are zero and never stored
-        const int row = tid >> 2, live = h0 + row < n_heads;
+        const int row = tid >> 2, live = row_live(row);
         const char *src = (const char *)(q + ((t * n_heads) + (live ? h0 + row : 0)) * SM90_DQK);
 #pragma unroll
         for (int k = 0; k < SM90_CHUNKS / 4; k++) {
@@ -66,10 +80,13 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
             cp_async16(q_s + tile_offset(row, chunk), src + chunk * 16, live ? 16 : 0);
         }
     }
-    gather_rows<SM90_THREADS>(kv_s0, valid, kv, sel, 0, topk, n_keys, tid);
+    gather_rows<SM90_THREADS>(kv_s0, valid, kv, sel, 0, n_slots, n_keys, tid);
+    load_masks(0, tid);
     cp_async_commit();
     __shared__ int block_last;
-    const int n_tiles = live_tiles<SM90_THREADS>(sel, topk, n_keys, &block_last, tid); // trailing -1 tiles skipped
+    const int n_tiles = GROUPED ? max(1, (n_slots + SM90_KEYS - 1) / SM90_KEYS) // an empty list: one empty tile
+                                : live_tiles<SM90_THREADS>(sel, topk, n_keys, &block_last, tid); // trailing -1 skipped
+    const unsigned bit0 = GROUPED ? 1u << (r0 / heads_per_query) : 0u, bit1 = GROUPED ? 1u << (r1 / heads_per_query) : 0u;
 
     // descriptors: 128B swizzle, K-major (Q, K, P) with 1024-byte 8-row groups; V N-major, 64-column blocks 8 KiB apart
     const uint64_t desc_q = smem_desc(q_s, 16, 1024), desc_k = smem_desc(kv_s0, 16, 1024);
@@ -104,12 +121,15 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
             fence_regs(s);
 
             const int *ok = valid + buf * 64;
+            const uint8_t *mask = masks[buf];
             float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const float x = ok[8 * j + cq + (e & 1)] ? s[4 * j + e] * scale_log2 : -INFINITY;
+                    const int c = 8 * j + cq + (e & 1);
+                    const bool take = ok[c] && (!GROUPED || (mask[c] & (e < 2 ? bit0 : bit1)));
+                    const float x = take ? s[4 * j + e] * scale_log2 : -INFINITY;
                     s[4 * j + e] = x;
                     if (e < 2)
                         mx0 = fmaxf(mx0, x);
@@ -140,9 +160,11 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
             if ((lane & 3) == 0)
                 alpha_s[r0] = alpha0, alpha_s[r1] = alpha1;
         } else {
-            if (i + 1 < n_tiles) // the next tile, while warpgroup 0 works on this one
+            if (i + 1 < n_tiles) { // the next tile, while warpgroup 0 works on this one
                 gather_rows<128>(kv_s0 + (buf ^ 1) * SM90_TILE_BYTES, valid + (buf ^ 1) * 64, kv, sel,
-                                 (i + 1) * SM90_KEYS, topk, n_keys, tid - 128);
+                                 (i + 1) * SM90_KEYS, n_slots, n_keys, tid - 128);
+                load_masks(i + 1, tid - 128);
+            }
             cp_async_commit();
         }
         fence_proxy_async();
@@ -178,7 +200,7 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
     __syncthreads();
     l0 = row_sum[r0], l1 = row_sum[r1];
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    const bool live0 = h0 + r0 < n_heads, live1 = h0 + r1 < n_heads;
+    const bool live0 = row_live(r0), live1 = row_live(r1);
     bf16 *out0 = out + (t * n_heads + h0 + r0) * SM90_DV + wg * 256 + cq;
     bf16 *out1 = out + (t * n_heads + h0 + r1) * SM90_DV + wg * 256 + cq;
     if (live0) {
@@ -202,31 +224,68 @@ sparse_mla_forward_sm90_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 
 #endif
 }
 
-/* C linkage: the test (check_dsa_mla_sm90.c) calls it directly. */
-extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
-                                                const dsarl_dsa_attention_inputs *in, const int32_t *indices,
-                                                int32_t topk, void *out, float *lse, int *used, dsarl_error *err)
+/* The device and shapes the kernel serves (bf16 at GLM-5 dims, 16-byte aligned rows, compute capability 9.0). */
+static int forward_sm90_serves(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                               const dsarl_dsa_attention_inputs *in, const void *out, int *serves, dsarl_error *err)
 {
-    *used = 0;
-    // bf16 storage at GLM-5 dims, heads in groups of 64 (a last group of at least 16, padded), 16-byte aligned rows,
-    // a compute capability 9.0 device
-    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || !tilelang_sparse_mla_sm90_head_groups(in->n_heads) ||
-        ((uintptr_t)in->q % 16) || ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) ||
-        batch->n_queries > 0x7fffffff || ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
+    *serves = 0;
+    if (ctx->f32 || in->d_qk != SM90_DQK || in->d_v != SM90_DV || ((uintptr_t)in->q % 16) ||
+        ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) || batch->n_queries > 0x7fffffff ||
+        ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
         return DSARL_OK;
     int device = 0, major = 0, minor = 0;
     tlCheck(cudaGetDevice(&device), err);
     tlCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), err);
     tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
-    if (major != 9 || minor != 0)
+    *serves = major == 9 && minor == 0;
+    return DSARL_OK;
+}
+
+/* C linkage: the dispatch (sparse_mla_forward.cu) and the test (check_dsa_mla_sm90.c) call it. One block per
+ * (query, 64 heads); heads in groups of 64, a last group of at least 16 padded. */
+extern "C" int tilelang_sparse_mla_forward_sm90(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                const dsarl_dsa_attention_inputs *in, const int32_t *indices,
+                                                int32_t topk, void *out, float *lse, int *used, dsarl_error *err)
+{
+    *used = 0;
+    int serves = 0;
+    DSARL_TRY(forward_sm90_serves(ctx, batch, in, out, &serves, err));
+    if (!serves || !tilelang_sparse_mla_sm90_head_groups(in->n_heads))
         return DSARL_OK;
     dim3 grid((unsigned int)batch->n_queries, (unsigned int)tilelang_sparse_mla_sm90_head_groups(in->n_heads));
     const float scale_log2 = in->softmax_scale * 1.4426950408889634f; /* logits in log2 units for exp2 */
-    tlSharedLimit(sparse_mla_forward_sm90_kernel, SM90_SHARED, err);
-    sparse_mla_forward_sm90_kernel<<<grid, SM90_THREADS, SM90_SHARED, TL_STREAM(ctx)>>>(
-        (bf16 *)out, lse, (const bf16 *)in->q, (const bf16 *)in->kv, indices, topk, in->n_heads, batch->n_keys,
-        scale_log2);
+    tlSharedLimit(sparse_mla_forward_sm90_kernel<false>, SM90_SHARED, err);
+    if (batch->n_queries > 0)
+        sparse_mla_forward_sm90_kernel<false><<<grid, SM90_THREADS, SM90_SHARED, TL_STREAM(ctx)>>>(
+            (bf16 *)out, lse, (const bf16 *)in->q, (const bf16 *)in->kv, indices, topk, in->n_heads, batch->n_keys,
+            scale_log2, NULL, NULL, 0, 0);
     tlCheckLaunch("sparse_mla_forward (sm90 wgmma)", err);
     *used = 1;
+    return DSARL_OK;
+}
+
+/* The forward over query groups (group x n_heads = 64) reading the lists of tilelang_query_union; *used = 0 when
+ * it does not take the shape. */
+extern "C" int tilelang_sparse_mla_forward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                        const dsarl_dsa_attention_inputs *in, int32_t topk,
+                                                        int group, const int32_t *union_keys,
+                                                        const uint8_t *union_mask, const int32_t *union_len,
+                                                        void *out, float *lse, int *used, dsarl_error *err)
+{
+    *used = 0;
+    int serves = 0;
+    DSARL_TRY(forward_sm90_serves(ctx, batch, in, out, &serves, err));
+    if (!serves || group <= 1 || group * in->n_heads != SM90_HEAD_GROUP || topk <= 0)
+        return DSARL_OK;
+    *used = 1;
+    const int64_t groups = (batch->n_queries + group - 1) / group;
+    if (groups == 0)
+        return DSARL_OK;
+    const float scale_log2 = in->softmax_scale * 1.4426950408889634f;
+    tlSharedLimit(sparse_mla_forward_sm90_kernel<true>, SM90_SHARED, err);
+    sparse_mla_forward_sm90_kernel<true><<<(unsigned int)groups, SM90_THREADS, SM90_SHARED, TL_STREAM(ctx)>>>(
+        (bf16 *)out, lse, (const bf16 *)in->q, (const bf16 *)in->kv, union_keys, group * topk, SM90_HEAD_GROUP,
+        batch->n_keys, scale_log2, union_mask, union_len, in->n_heads, batch->n_queries * in->n_heads);
+    tlCheckLaunch("sparse_mla_forward (sm90 wgmma, query groups)", err);
     return DSARL_OK;
 }

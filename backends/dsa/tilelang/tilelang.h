@@ -104,7 +104,7 @@ struct dsarl_dsa_context {
  * docs/performance.md). The cudnn backend routes by it too. */
 #define TILELANG_SM90_HEAD_GROUP 64     /* heads per block of the sm_90 sparse MLA kernels */
 #define TILELANG_SM90_MIN_LAST_GROUP 16 /* fewest real heads in a padded last group */
-#define TILELANG_QUERY_UNION_MAX 16384  /* most slots (queries per group x topk) a query group's key list sorts */
+#define TILELANG_QUERY_UNION_MAX 16384  /* most slots (queries per group x topk) a query group's key list takes */
 static inline int tilelang_sparse_mla_sm90_head_groups(int n_heads)
 {
     const int rest = n_heads % TILELANG_SM90_HEAD_GROUP;

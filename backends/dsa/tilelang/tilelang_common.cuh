@@ -111,6 +111,14 @@ extern "C" int tilelang_query_union(dsarl_dsa_context *ctx, const int32_t *indic
                                     int64_t n_queries, int64_t n_keys, int32_t *union_keys, uint8_t *union_mask,
                                     int32_t *union_len, dsarl_error *err);
 
+/* The sm_90 forward over query groups (group x n_heads = 64) reading the lists of tilelang_query_union; out and
+ * lse written; *used = 0 when it does not take the shape. */
+extern "C" int tilelang_sparse_mla_forward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
+                                                        const dsarl_dsa_attention_inputs *in, int32_t topk,
+                                                        int group, const int32_t *union_keys,
+                                                        const uint8_t *union_mask, const int32_t *union_len,
+                                                        void *out, float *lse, int *used, dsarl_error *err);
+
 /* The sm_90 backward over query groups: one block per `group` queries (group x n_heads = 64) reading the lists of
  * tilelang_query_union; dq written, the key gradient added into dkv_acc; *used = 0 when it does not take the shape. */
 extern "C" int tilelang_sparse_mla_backward_sm90_grouped(dsarl_dsa_context *ctx, const dsarl_dsa_batch *batch,
