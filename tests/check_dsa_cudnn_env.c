@@ -32,6 +32,7 @@ static const bad_key cases[] = {
     {"tilelang_score_warps", "2", "8 or 4"},
     {"tilelang_indexer_chunk", "10", "64"},
     {"tilelang_mla_query_groups", "sometimes", NULL},
+    {"tilelang_mla_forward_query_groups", "often", NULL},
 };
 
 START_TEST(test_bad_value_refused)

@@ -307,11 +307,14 @@ START_TEST(test_query_groups)
 }
 END_TEST
 
-// The entry point groups a causal 4096-token sequence at 16 heads (enough queries for two blocks an SM) and keeps
+// With runtime.tilelang_mla_forward_query_groups on, the entry point groups a causal 4096-token sequence at 16 heads (enough queries for two blocks an SM) and keeps
 // one block per query for a 32-query decode batch; both agree with the per-query kernel, and two grouped launches
 // give the same out and lse.
 START_TEST(test_entry_groups)
 {
+    dsarl_dsa_context *tl_default = tl;
+    tl = tilelang_with_keys(gpu, "runtime:\n  tilelang_mla_forward_query_groups: true\n");
+    ck_assert_int_eq(tl->settings.forward_groups, 1);
     mla_case c;
     const int32_t one[] = {4096};
     case_packed_rows(&c, one, 1, 16, 2048, 0);
@@ -348,6 +351,8 @@ START_TEST(test_entry_groups)
     printf("check_dsa_mla_sm90: the entry groups T4096 H16 and keeps a 32-query decode batch per query\n");
     free(single), free(entry);
     case_free(&c);
+    tilelang_destroy(tl);
+    tl = tl_default;
 }
 END_TEST
 

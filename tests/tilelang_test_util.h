@@ -38,7 +38,8 @@ static inline dsarl_dsa_context *tilelang_with_keys(dsarl_device *gpu, const cha
                       ctx->settings.select_threads == want.select_threads &&
                       ctx->settings.score_warps == want.score_warps &&
                       ctx->settings.indexer_chunk == want.indexer_chunk &&
-                      ctx->settings.query_groups == want.query_groups,
+                      ctx->settings.query_groups == want.query_groups &&
+                      ctx->settings.forward_groups == want.forward_groups,
                   "the context did not keep the keys of '%s'", yaml);
     ck_assert_msg(ctx->stream == cuda_stream(gpu), "the tilelang context is not on the device's stream");
     dsarl_recipe_free(r);

@@ -24,7 +24,7 @@ static const char *const indexer_names[] = {"auto", "rowwise", "cuda_core"};
 int tilelang_read_settings(const dsarl_node *recipe, tilelang_settings *out, dsarl_error *err)
 {
     tilelang_settings s = {.sparse_mla = TILELANG_MLA_AUTO, .indexer = TILELANG_INDEXER_AUTO, .select_threads = 512,
-                           .score_warps = 8, .indexer_chunk = 0, .query_groups = 1};
+                           .score_warps = 8, .indexer_chunk = 0, .query_groups = 1, .forward_groups = 0};
     if (recipe) {
         int mla = 0, indexer = 0;
         int64_t threads = 0, warps = 0, chunk = 0;
@@ -51,6 +51,10 @@ int tilelang_read_settings(const dsarl_node *recipe, tilelang_settings *out, dsa
         bool groups = true;
         DSARL_TRY(dsarl_recipe_bool_or(recipe, "runtime.tilelang_mla_query_groups", true, &groups, err));
         s.query_groups = groups;
+        bool forward_groups = false;
+        DSARL_TRY(dsarl_recipe_bool_or(recipe, "runtime.tilelang_mla_forward_query_groups", false, &forward_groups,
+                                       err));
+        s.forward_groups = forward_groups;
     }
     *out = s;
     return DSARL_OK;
@@ -60,7 +64,8 @@ void tilelang_format_settings(const tilelang_settings *s, char *buf, size_t size
 {
     snprintf(buf, size, "runtime.tilelang_sparse_mla=%s runtime.tilelang_indexer=%s "
              "runtime.tilelang_select_threads=%d runtime.tilelang_score_warps=%d runtime.tilelang_indexer_chunk=%lld "
-             "runtime.tilelang_mla_query_groups=%s",
+             "runtime.tilelang_mla_query_groups=%s runtime.tilelang_mla_forward_query_groups=%s",
              mla_names[s->sparse_mla], indexer_names[s->indexer], s->select_threads, s->score_warps,
-             (long long)s->indexer_chunk, s->query_groups ? "true" : "false");
+             (long long)s->indexer_chunk, s->query_groups ? "true" : "false",
+             s->forward_groups ? "true" : "false");
 }

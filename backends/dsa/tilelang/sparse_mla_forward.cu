@@ -127,10 +127,13 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
     if (batch->n_queries == 0)
         return DSARL_OK;
     int used = 0, group = 0;
-    /* query groups (8/16/32 heads: 64 / H queries per block over their keys' union) where the batch still gives
-     * every SM two blocks: a packed prefill or training pass; a decode step's few queries, each of another
-     * sequence, keep one block per query (their keys hardly overlap, and fewer blocks would leave SMs idle) */
-    DSARL_TRY(tilelang_sparse_mla_query_group(ctx, batch, in, topk, &group, err));
+    /* runtime.tilelang_mla_forward_query_groups: query groups (8/16/32 heads: 64 / H queries per block over their
+     * keys' union) where the batch still gives every SM two blocks: a packed prefill or training pass; a decode
+     * step's few queries, each of another sequence, keep one block per query (their keys hardly overlap, and fewer
+     * blocks would leave SMs idle). Off by default: slower than one block per query where queries share few keys
+     * (docs/performance.md) */
+    if (ctx->settings.forward_groups)
+        DSARL_TRY(tilelang_sparse_mla_query_group(ctx, batch, in, topk, &group, err));
     if (group && batch->n_queries / group >= 2 * (int64_t)ctx->sm_count) {
         const int64_t groups = (batch->n_queries + group - 1) / group;
         const size_t cap = (size_t)group * (size_t)topk, keys_bytes = (size_t)groups * cap * sizeof(int32_t);

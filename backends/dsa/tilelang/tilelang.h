@@ -65,6 +65,7 @@ typedef struct tilelang_settings {
     int score_warps;       /* 8 (default) or 4 warps per query tile of the mma.sync indexer scores */
     int64_t indexer_chunk; /* query rows per workspace chunk of the two-kernel indexer; 0 = from the budget */
     int query_groups;      /* sm_90 backward at 8/16/32 heads: one block per 64 / H queries (1) or per query (0) */
+    int forward_groups;    /* the same for the forward of packed batches (1), off by default (0) */
 } tilelang_settings;
 
 /* The recipe keys of the tilelang backend; the cudnn backend, which hands shapes over to tilelang, declares them
@@ -81,7 +82,9 @@ typedef struct tilelang_settings {
     {.path = "runtime.tilelang_indexer_chunk", .type = DSARL_KEY_INT, .default_value = "0",                     \
      .doc = "query rows per indexer workspace chunk (64 or more; 0 = as many as 256 MiB of scores hold)"},      \
     {.path = "runtime.tilelang_mla_query_groups", .type = DSARL_KEY_BOOL, .default_value = "true",              \
-     .doc = "sm_90 sparse MLA backward at 8/16/32 heads: one block per 64/H queries over their keys' union"}
+     .doc = "sm_90 sparse MLA backward at 8/16/32 heads: one block per 64/H queries over their keys' union"},    \
+    {.path = "runtime.tilelang_mla_forward_query_groups", .type = DSARL_KEY_BOOL, .default_value = "false",     \
+     .doc = "the same for the forward of packed batches (measured slower where queries share few keys)"}
 
 /* Reads and checks the runtime.tilelang_* keys of recipe (NULL: the defaults); one sentence naming a bad key. */
 int tilelang_read_settings(const dsarl_node *recipe, tilelang_settings *out, dsarl_error *err);
