@@ -356,7 +356,8 @@ static int grouped_product(dsarl_device *dev, bool inner_grouped, bool trans_b, 
                           b + (size_t)(g * stride_b) * e, 0, beta, c + (size_t)(r0 * n) * e, 0, 1, false, err);
 }
 
-/* The groups with work, spread over the lanes: compute's queued work is recorded (fork), each lane waits for it,
+/* The products cuda_gemm_grouped_wgmma takes (runtime.cuda_grouped_gemm) run as its one kernel; the others: the
+ * groups with work, spread over the lanes: compute's queued work is recorded (fork), each lane waits for it,
  * takes its groups (largest first, each to the lane with the fewest rows so far: a pure function of the counts), and
  * compute waits for every lane before its next op. So the call is ordered like any other op of the compute stream
  * (the caching allocator's reuse included), and each group's result is the one gemm gives: cuBLASLt picks the

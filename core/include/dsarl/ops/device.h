@@ -276,7 +276,8 @@ typedef struct dsarl_device_ops {
      * C rows of g, A stored (rows, k), op(B) (k, n) as gemm's trans_b. inner_grouped true (weight gradients):
      * C + g stride_c (m, n) = alpha (A rows of g)^T (m, r_g) (B rows of g) (r_g, n) + beta (C + g stride_c), A
      * stored (rows, m), B (rows, n), trans_b ignored. The unused size (m, or k) is ignored. Groups may run
-     * concurrently; each gives what gemm gives for it. Storage dtype in and out, fp32 accumulation. */
+     * concurrently; each gives gemm's product to rounding (a device may sum in another order). Storage dtype in
+     * and out, fp32 accumulation. */
     int (*gemm_grouped)(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t groups, const int64_t *first,
                         int64_t m, int64_t n, int64_t k, float alpha, const void *a, const void *b, int64_t stride_b,
                         float beta, void *c, int64_t stride_c, dsarl_error *err);
