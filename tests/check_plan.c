@@ -330,7 +330,31 @@ START_TEST(test_settings_from_recipe)
     ck_assert(s.rollouts == 8);
     // 16 prompt + 100 new tokens pass the 64-token sequence: plan the cap, 63 new after a 1-token prompt
     ck_assert(s.new_tokens == 63 && s.prompt_tokens == 1);
+    ck_assert(s.gen_memory_utilization == 0.0); // absent: unset
     dsarl_recipe_free(r);
+    // policy.generation.gpu_memory_utilization: null is unset, a fraction in (0, 1] is kept, 0 and 1.5 are refused
+    // naming the key, as the generation engine refuses them
+    const char *values[5] = {"null", "0.85", "1", "0", "1.5"};
+    const double want[3] = {0.0, 0.85, 1.0};
+    for (int i = 0; i < 5; i++) {
+        char yaml[sizeof text + 64];
+        const char *at = strstr(text, "    max_new_tokens: 100\n");
+        ck_assert_ptr_nonnull(at);
+        snprintf(yaml, sizeof yaml, "%.*s    gpu_memory_utilization: %s\n%s", (int)(at - text), text, values[i], at);
+        ck_assert_int_eq(dsarl_recipe_load_string(yaml, "u.yaml", &r, &err), 0);
+        ck_assert_int_eq(dsarl_recipe_resolve(r, &err), 0);
+        dsarl_error_clear(&err);
+        int rc = dsarl_plan_settings_from_recipe(dsarl_recipe_root(r), &l, &s, &err);
+        if (i < 3) {
+            ck_assert_msg(rc == 0, "%s: %s", values[i], err.message);
+            ck_assert_msg(s.gen_memory_utilization == want[i], "%s: %g", values[i], s.gen_memory_utilization);
+        } else {
+            ck_assert_msg(rc != 0, "gpu_memory_utilization %s was accepted", values[i]);
+            expect_one_sentence(&err, "policy.generation.gpu_memory_utilization");
+            ck_assert_msg(strstr(err.message, "must be in (0, 1]") != NULL, "%s", err.message);
+        }
+        dsarl_recipe_free(r);
+    }
 }
 END_TEST
 

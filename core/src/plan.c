@@ -93,11 +93,16 @@ int dsarl_plan_settings_from_recipe(const dsarl_node *root, const dsarl_layout *
         s->new_tokens = s->seq_len - 1;
     if (s->prompt_tokens > s->seq_len - s->new_tokens)
         s->prompt_tokens = s->seq_len - s->new_tokens;
-    DSARL_TRY(dsarl_recipe_double_or(root, "policy.generation.gpu_memory_utilization", 0.0,
-                                     &s->gen_memory_utilization, err));
-    if (!(s->gen_memory_utilization >= 0.0 && s->gen_memory_utilization <= 1.0))
-        return dsarl_recipe_fail(root, "policy.generation.gpu_memory_utilization", err, DSARL_E_INVALID,
-                                 "must be in (0, 1], got %g", s->gen_memory_utilization);
+    // absent or null: unset (0 inside); 0 as a value is refused, as the generation engine refuses it
+    s->gen_memory_utilization = 0.0;
+    const dsarl_node *util = dsarl_node_get(root, "policy.generation.gpu_memory_utilization");
+    if (util && dsarl_node_kind(util) != DSARL_NODE_NULL) {
+        DSARL_TRY(dsarl_recipe_double(root, "policy.generation.gpu_memory_utilization", &s->gen_memory_utilization,
+                                      err));
+        if (!(s->gen_memory_utilization > 0.0 && s->gen_memory_utilization <= 1.0))
+            return dsarl_recipe_fail(root, "policy.generation.gpu_memory_utilization", err, DSARL_E_INVALID,
+                                     "must be in (0, 1] (null: unset), got %g", s->gen_memory_utilization);
+    }
     if (!s->colocated) {
         int64_t nodes, per_node, tp, ep;
         DSARL_TRY(get_positive(root, "policy.generation.colocated.resources.num_nodes", 1, 1 << 16, &nodes, err));
