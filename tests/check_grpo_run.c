@@ -561,7 +561,7 @@ START_TEST(test_routing_replay_run)
 END_TEST
 
 /* What routing replay cannot serve yet is refused before anything runs, in one sentence naming the key: a sharded
- * layout (data parallelism alone carries the rows), multi-turn episodes, the built-in sampler (which records
+ * layout (data and expert parallelism alone carry the rows), multi-turn episodes, the built-in sampler (which records
  * nothing). */
 START_TEST(test_routing_replay_refusals)
 {
@@ -569,7 +569,7 @@ START_TEST(test_routing_replay_refusals)
     static const char *const cases[][2] = {{"+policy.router_replay.enabled=true", NULL},
                                            {"+policy.dsa_index_replay.enabled=true", "grpo.max_rollout_turns=2"},
                                            {"+policy.router_replay.enabled=true", NULL}};
-    static const char *const want[] = {"runs in one process or under data parallelism alone",
+    static const char *const want[] = {"runs in one process or under data and expert parallelism alone",
                                        "single-turn rollouts only", "the built-in sampler does not record routing"};
     for (int c = 0; c < 3; c++) {
         run_harness h;

@@ -102,14 +102,14 @@ static int read_options(trainer *tr, dsarl_error *err)
     CHECK(tr->cfg.val_batch_size < 1 || tr->cfg.val_batch_size % dp == 0, "grpo.val_batch_size",
           "(%" PRId64 ") must be divisible by the data-parallel size %" PRId64 ", so that every rank generates an "
           "equal share of each validation batch", tr->cfg.val_batch_size, dp);
-    /* the recorded rows follow each rollout's tokens, through the rollout gather under data parallelism; the
-     * sharded layouts (tp/cp rows, pipeline stages) do not carry them yet, and expert parallelism is untested */
+    /* the recorded rows follow each rollout's tokens, through the rollout gather under data parallelism (expert
+     * parallelism included: a rank routes its own tokens, replayed or not, before they go to the experts' owners);
+     * the sharded layouts (tp/cp rows, pipeline stages) do not carry them yet */
     const char *replay_key = o->router_replay ? "policy.router_replay.enabled" : "policy.dsa_index_replay.enabled";
-    bool data_parallel_only = !par || (par->tp_size <= 1 && par->cp_size <= 1 && par->pp_size <= 1 &&
-                                       par->ep_size <= 1);
-    CHECK(!(o->router_replay || o->index_replay) || data_parallel_only, replay_key,
-          "is true, but routing replay runs in one process or under data parallelism alone; this run has %d ranks "
-          "(tp %d, cp %d, pp %d, ep %d, dp %d): turn it off or set tp, cp, pp and ep to 1", par->world_size,
+    bool rows_stay = !par || (par->tp_size <= 1 && par->cp_size <= 1 && par->pp_size <= 1);
+    CHECK(!(o->router_replay || o->index_replay) || rows_stay, replay_key,
+          "is true, but routing replay runs in one process or under data and expert parallelism alone; this run has "
+          "%d ranks (tp %d, cp %d, pp %d, ep %d, dp %d): turn it off or set tp, cp and pp to 1", par->world_size,
           par->tp_size, par->cp_size, par->pp_size, par->ep_size, par->dp_size);
     CHECK(!(o->router_replay || o->index_replay) || tr->cfg.max_rollout_turns == 1, replay_key,
           "is true, but routing replay covers single-turn rollouts only; grpo.max_rollout_turns is %" PRId64,

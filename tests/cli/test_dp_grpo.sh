@@ -10,8 +10,9 @@
 #     trainer's log-probs are the engine's to float rounding at every step (the replayed rows cross ranks);
 #   - checkpoints under DP2: a run stopped after 2 steps and resumed to 3 equals the uninterrupted one-process run,
 #     and the step directory holds one optimizer shard per rank;
-#   - each refusal of a batch that does not split over dp (and of routing replay under expert parallelism) names its
-#     keys, and fails before any model is built.
+#   - each refusal of a batch that does not split over dp (and of routing replay under pipeline parallelism) names its
+#     keys, and fails before any model is built;
+#   - routing replay under expert parallelism (EP2) logs what one process logs, the trainer agreeing with the engine.
 set -uo pipefail
 build=$1 src=$2 mpiexec=$3
 dsarl="$build/bin/dsarl"
@@ -78,6 +79,16 @@ for r in mtp_one mtp_dp2; do
   python3 "$src/tests/cli/dp_compare.py" agree "$tmp/$r" || fail "$r: the trainer disagrees with the engine"
 done
 [ "$(ls -d "$tmp"/dp2/exp_* | wc -l)" -eq 1 ] || fail "more than one rank logged"
+# routing and index replay under expert parallelism (EP2 over the two data-parallel ranks): each rank replays its
+# own tokens' rows before they go to the experts' owners, so the run logs what one process logs and the trainer
+# agrees with the engine at every step
+rep=(grpo.max_num_steps=3 +policy.router_replay.enabled=true +policy.dsa_index_replay.enabled=true)
+run rep_one 1 "${rep[@]}"
+run rep_ep2 2 "${rep[@]}" policy.megatron_cfg.expert_model_parallel_size=2
+same rep_one rep_ep2
+for r in rep_one rep_ep2; do
+  python3 "$src/tests/cli/dp_compare.py" agree "$tmp/$r" || fail "$r: the trainer disagrees with the engine"
+done
 
 # a reference policy with a KL penalty, log-prob passes of 3 sequences (not a divisor of the shares)
 kl=(loss_fn.reference_policy_kl_penalty=0.05 grpo.skip_reference_policy_logprobs_calculation=false
@@ -128,6 +139,6 @@ refuse microbatches "must be divisible by the data-parallel size 2 x policy.trai
   policy.train_micro_batch_size=8
 refuse validation "must be divisible by the data-parallel size 2, so that every rank generates an equal share" \
   grpo.val_batch_size=3 grpo.max_val_samples=3
-refuse replay_ep "routing replay runs in one process or under data parallelism alone" \
-  +policy.router_replay.enabled=true policy.megatron_cfg.expert_model_parallel_size=2
+refuse replay_pp "routing replay runs in one process or under data and expert parallelism alone" \
+  +policy.router_replay.enabled=true policy.megatron_cfg.pipeline_model_parallel_size=2
 echo "dp grpo ok"
