@@ -7,7 +7,9 @@
  *   WEIGHTS  n_tensors, bucket: the policy's tensors follow in buckets (grpo_refit_receive);
  *   ROLLOUTS split, n, n_gen, seed, top_k, temperature, top_p + n example indices: it runs grpo_run_rollouts on
  *            those examples of its own dataset (generation and environment rewards, one process) and sends every
- *            training rank the rows' metadata, tokens and log-probs; each rank decodes the texts itself;
+ *            training rank the rows' metadata, tokens and log-probs, and under routing replay the engine's routing
+ *            rows of every rollout's prompt and response tokens (-1 where it recorded none); each rank decodes the
+ *            texts itself;
  *   STOP.
  * The request carries the sampling seed the trainer derived, so the rows equal those one process would generate
  * with the same weights (float32 copies are exact). One request is outstanding at a time: the trainer receives its
@@ -62,6 +64,73 @@ static int64_t example_index(const dsarl_dataset *ds, const dsarl_example *ex)
     if (!base || ex < base || ex >= base + n)
         return -1;
     return (int64_t)(ex - base);
+}
+
+/* Routing replay: the rollouts' routing rows (prompt + response tokens, trainer.replay_w_* int32 each) of rs,
+ * kind 0 experts and 1 key positions, laid end to end into *out (-1 rows where the engine recorded none); *tokens
+ * their count. */
+static int pack_routing(const trainer *tr, const rollout_set *rs, int kind, int32_t **out, int64_t *tokens,
+                        dsarl_error *err)
+{
+    const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
+    size_t total = 0;
+    for (int64_t i = 0; i < rs->n; i++)
+        total += (size_t)(rs->items[i].prompt_len + rs->items[i].response_len);
+    *tokens = (int64_t)total;
+    *out = malloc(sizeof(int32_t) * (total * w + 1));
+    if (!*out)
+        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory sending the routing of %zu tokens", total);
+    size_t at = 0;
+    for (int64_t i = 0; i < rs->n; i++) {
+        const rollout *x = &rs->items[i];
+        const size_t t = (size_t)(x->prompt_len + x->response_len);
+        const int32_t *rows = kind ? x->routed_indices : x->routed_experts;
+        if (rows)
+            memcpy(*out + at * w, rows, sizeof(int32_t) * t * w);
+        else
+            memset(*out + at * w, 0xff, sizeof(int32_t) * t * w);
+        at += t;
+    }
+    return DSARL_OK;
+}
+
+/* The routing rows of an answer (after its log-probs) into the rollouts items[first ..] of out, which the trainer
+ * encoded (their prompt lengths) and grpo_rollout_unpack filled (their response lengths). */
+static int receive_routing(trainer *tr, const remote_pending *p, dsarl_error *err)
+{
+    const dsarl_group *g = grpo_remote_group(tr);
+    int32_t peer = grpo_remote_generation_peer(tr);
+    size_t want = 0;
+    for (int64_t i = 0; i < p->rows; i++)
+        want += (size_t)(p->out->items[p->first + i].prompt_len + p->out->items[p->first + i].response_len);
+    for (int kind = 0; kind < 2; kind++) {
+        const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
+        if (!w)
+            continue;
+        int64_t tokens = 0;
+        DSARL_TRY(dsarl_group_recv_host(g, &tokens, 1, DSARL_DTYPE_I64, peer, err));
+        if (tokens < 0 || (size_t)tokens != want)
+            return DSARL_FAIL(err, DSARL_E_INTERNAL, "the generation rank sent routing rows for %" PRId64 " tokens; "
+                              "the %" PRId64 " rollouts hold %zu", tokens, p->rows, want);
+        int32_t *all = malloc(sizeof(int32_t) * (want * w + 1));
+        if (!all)
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory receiving the routing of %zu tokens", want);
+        int rc = dsarl_group_recv_host(g, all, (int64_t)(want * w), DSARL_DTYPE_I32, peer, err);
+        size_t at = 0;
+        for (int64_t i = 0; rc == DSARL_OK && i < p->rows; i++) {
+            rollout *x = &p->out->items[p->first + i];
+            const size_t t = (size_t)(x->prompt_len + x->response_len);
+            int32_t **rows = kind ? &x->routed_indices : &x->routed_experts;
+            if (!(*rows = malloc(sizeof(int32_t) * (t ? t : 1) * w)))
+                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding the routing of %zu tokens", t);
+            else
+                memcpy(*rows, all + at * w, sizeof(int32_t) * t * w);
+            at += t;
+        }
+        free(all);
+        DSARL_TRY(rc);
+    }
+    return DSARL_OK;
 }
 
 int grpo_remote_rollouts(trainer *tr, const dsarl_example *const *examples, size_t n, int64_t n_gen,
@@ -148,6 +217,8 @@ int grpo_remote_finish(trainer *tr, dsarl_error *err)
     free(meta);
     free(tok);
     free(lp);
+    if (rc == DSARL_OK && (tr->replay_w_experts || tr->replay_w_indices))
+        rc = receive_routing(tr, &p, err);
     double generate_s;
     memcpy(&generate_s, &status[3], sizeof generate_s);
     tr->remote_wait_s += now_s() - t0;
@@ -191,6 +262,14 @@ static int answer(trainer *tr, int rc, const dsarl_error *why, const rollout_set
         memcpy(lp + at, x->response_lp, sizeof(float) * (size_t)x->response_len);
         at += x->response_len;
     }
+    int32_t *routing[2] = {NULL, NULL}; // routing replay: experts, key positions
+    int64_t routed[2] = {0, 0};
+    for (int kind = 0; kind < 2 && rc == DSARL_OK; kind++)
+        if (kind ? tr->replay_w_indices : tr->replay_w_experts) {
+            rc = pack_routing(tr, rs, kind, &routing[kind], &routed[kind], &nomem);
+            if (rc != DSARL_OK)
+                why = &nomem;
+        }
     int64_t status[STATUS] = {rc == DSARL_OK ? 0 : (why->code ? (int64_t)why->code : (int64_t)DSARL_E_INTERNAL),
                               (int64_t)rows, toks, 0};
     memcpy(&status[3], &seconds, sizeof seconds);
@@ -208,10 +287,20 @@ static int answer(trainer *tr, int rc, const dsarl_error *why, const rollout_set
             sent = dsarl_group_send_host(g, tok, toks, DSARL_DTYPE_I32, r, err);
         if (sent == DSARL_OK && rc == DSARL_OK)
             sent = dsarl_group_send_host(g, lp, toks, DSARL_DTYPE_F32, r, err);
+        for (int kind = 0; kind < 2 && sent == DSARL_OK && rc == DSARL_OK; kind++) {
+            const int64_t w = kind ? tr->replay_w_indices : tr->replay_w_experts;
+            if (!w)
+                continue;
+            sent = dsarl_group_send_host(g, &routed[kind], 1, DSARL_DTYPE_I64, r, err);
+            if (sent == DSARL_OK)
+                sent = dsarl_group_send_host(g, routing[kind], routed[kind] * w, DSARL_DTYPE_I32, r, err);
+        }
     }
     free(meta);
     free(tok);
     free(lp);
+    free(routing[0]);
+    free(routing[1]);
     return sent;
 }
 

@@ -303,6 +303,15 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
             rc = variant_metrics(tr, &rs, &p, m, k, err);
         if (rc == DSARL_OK)
             rc = generation_metrics(tr, tr->step - 1 - version, refit_s, tr->refit_buckets - buckets0, err);
+        if (rc == DSARL_OK && (tr->replay_w_experts || tr->replay_w_indices)) {
+            // routing replay: the share of the step's rollouts whose engine rows reached the trainer (1 when every
+            // rollout replays; a rollout without rows routes by the trainer's own scores)
+            int64_t with_rows = 0;
+            for (int64_t i = 0; i < n; i++)
+                with_rows += (!tr->replay_w_experts || rs.items[i].routed_experts) &&
+                             (!tr->replay_w_indices || rs.items[i].routed_indices);
+            rc = grpo_set_metric(tr, "train/routing_replay_coverage", n ? (double)with_rows / (double)n : 0.0, err);
+        }
         float last_mtp;
         const dsarl_model_ops *mops = tr->ctx->model_ops;
         if (rc == DSARL_OK && DSARL_MODEL_HAS(mops, mtp_loss) && mops->mtp_loss(tr->model, NULL, 0.0, &last_mtp) > 0)

@@ -221,7 +221,7 @@ static int open_replay(trainer *tr, dsarl_error *err)
     if (!DSARL_MODEL_HAS(mo, routing_shape))
         return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is true, but model plugin '%s' cannot "
                                  "record or replay its routing", mo->common.name);
-    if (!tr->engine)
+    if (!tr->engine && !tr->remote) // a dedicated generation rank's engine records (grpo_remote.c sends the rows)
         return dsarl_recipe_fail(tr->root, key, err, DSARL_E_UNSUPPORTED, "is true, but the built-in sampler does "
                                  "not record routing; set policy.generation.backend to an engine that does (native)");
     dsarl_routing_shape sh = {.struct_size = sizeof sh};
@@ -250,11 +250,6 @@ static int open_generation_copy(trainer *tr, dsarl_error *err)
                                  mo->common.name);
     const dsarl_parallel *par = ctx->parallel;
     if (dsarl_parallel_generation_ranks(par) > 0) { // the copy lives on the job's dedicated generation rank
-        if (tr->opt.router_replay || tr->opt.index_replay)
-            return dsarl_recipe_fail(tr->root, tr->opt.router_replay ? "policy.router_replay.enabled"
-                                                                     : "policy.dsa_index_replay.enabled",
-                                     err, DSARL_E_UNSUPPORTED, "is true with a dedicated generation rank, which does "
-                                     "not send the routing it records; generate colocated or in one process");
         tr->remote = true;
         return DSARL_OK;
     }
@@ -300,8 +295,10 @@ int grpo_trainer_open(trainer *tr, dsarl_error *err)
     if (tr->serving && !ctx->generation_ops)
         return dsarl_recipe_fail(tr->root, "policy.generation.backend", err, DSARL_E_UNSUPPORTED, "selects no "
                                  "generation plugin, but a dedicated generation rank generates with one (native)");
-    if (tr->serving) // the generation rank: its model is the generation copy, refitted by the trainer
-        return ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err);
+    if (tr->serving) { // the generation rank: its model is the generation copy, refitted by the trainer
+        DSARL_TRY(ctx->generation_ops->create(tr->root, ctx->model_ops, tr->model, &tr->engine, err));
+        return open_replay(tr, err); // under routing replay it records the rows it sends with the rollouts
+    }
     if (!tr->cfg.skip_reference_policy_logprobs)
         DSARL_TRY(dsarl_session_create_model(&tr->session, &tr->reference, err)); /* the initial weights, frozen */
     DSARL_TRY(open_generation_copy(tr, err));

@@ -11,8 +11,10 @@
 #     reaches the importance ratio and the loss;
 #   - async GRPO (age 1) on the generation rank equals the one-process async run bit for bit, and logs the
 #     generation rank's time, the trainer's wait and the overlap;
-#   - refusals: a resources count other than one, generation tensor parallelism, model-parallel training, routing
-#     replay, each in one sentence.
+#   - routing and index replay with the generation rank: it sends the rows it records with the rollouts, so the run
+#     logs what the one-process non-colocated replay run logs, bit for bit, and its trainer agrees with the engine;
+#   - refusals: a resources count other than one, generation tensor parallelism, model-parallel training, each in
+#     one sentence.
 set -uo pipefail
 build=$1 src=$2 mpiexec=$3
 dsarl="$build/bin/dsarl"
@@ -80,6 +82,20 @@ print('async overlap per step (s):', [round(x['timing/train/generation/overlappe
       'trainer waits:', [round(x['timing/train/generation/wait'], 4) for x in g])
 " || fail "async on the generation rank: wrong ages or no overlap metrics"
 
+# --- routing and index replay: the generation rank sends the rows it records ------------------------------------
+rep=(++policy.router_replay.enabled=true ++policy.dsa_index_replay.enabled=true)
+run rep_one 1 "${nc[@]}" "${rep[@]}"
+run rep_gen 2 "${nc[@]}" "${rep[@]}"
+DP_COMPARE_EXACT=1 cmp_runs rep_one rep_gen
+python3 -c "
+import glob, json
+g = [json.loads(l) for l in open(glob.glob('$tmp/rep_gen/exp_*/metrics.jsonl')[0])]
+assert [x['train/routing_replay_coverage'] for x in g] == [1.0] * len(g), g
+" || fail "the generation rank's routing rows did not reach the trainer"
+for r in rep_one rep_gen; do
+  python3 "$src/tests/cli/dp_compare.py" agree "$tmp/$r" || fail "$r: the trainer disagrees with the engine"
+done
+
 # --- refusals -----------------------------------------------------------------------------------------------------
 # refuse NAME NP WANT ARGS...: the run exits non-zero with WANT in one line of its output, before any step
 refuse() {
@@ -95,5 +111,4 @@ refuse resources 3 "supports exactly one dedicated generation rank" ++policy.gen
 refuse generation_tp 2 "with a dedicated generation rank, which generates alone" ++policy.generation.tensor_parallel_size=2
 refuse training_tp 3 "which holds them only under data parallelism alone" \
   policy.megatron_cfg.tensor_model_parallel_size=2 policy.megatron_cfg.sequence_parallel=true
-refuse replay 2 "does not send the routing it records" ++policy.router_replay.enabled=true
 echo "generation ranks ok"
