@@ -30,7 +30,7 @@ struct dsarl_device {
     int ordinal;              /* the CUDA device this instance runs on (local rank modulo the visible count) */
     int sm_count;             /* multiprocessors, for persistent grids */
     int sm90;                 /* compute capability 9.0: the wgmma kernels run */
-    int grouped_wgmma;        /* runtime.cuda_grouped_gemm: 0 lanes, 1 auto (default), 2 wgmma wherever it applies */
+    int grouped_wgmma;        /* runtime.cuda_grouped_gemm: 0 lanes (default), 1 auto, 2 wgmma wherever it applies */
     void *compute;            /* cudaStream_t: kernels and GEMMs */
     void *copies;             /* cudaStream_t: host<->device transfers */
     void *copy_done;          /* cudaEvent_t: orders compute after a copy */

@@ -44,12 +44,12 @@ int cuda_create(const dsarl_device_config *config, dsarl_device **out, dsarl_err
         f32 = strcmp(storage, "f32") == 0;
     }
     bool profile = false; // runtime.cuda_profile: per-op GPU times printed at destroy
-    const char *grouped = "auto"; // runtime.cuda_grouped_gemm: gemm_grouped's kernel
+    const char *grouped = "lanes"; // runtime.cuda_grouped_gemm: gemm_grouped's kernel
     if (config && config->recipe) {
         int rc = dsarl_recipe_bool_or(config->recipe, "runtime.cuda_profile", false, &profile, err);
         if (rc)
             return rc;
-        rc = dsarl_recipe_string_or(config->recipe, "runtime.cuda_grouped_gemm", "auto", &grouped, err);
+        rc = dsarl_recipe_string_or(config->recipe, "runtime.cuda_grouped_gemm", "lanes", &grouped, err);
         if (rc)
             return rc;
         if (strcmp(grouped, "auto") != 0 && strcmp(grouped, "wgmma") != 0 && strcmp(grouped, "lanes") != 0)

@@ -28,18 +28,18 @@ static void describe_cuda(void (*emit)(void *ctx, const char *line), void *ctx)
               "copy stream");
     emit(ctx, "collectives: NCCL, one communicator per process group made at its first collective (one GPU per "
               "rank), on the compute stream");
-    emit(ctx, "gemm_grouped: runtime.cuda_grouped_gemm=auto (one sm_90 wgmma kernel over all groups for the "
-              "products it runs faster, a cuBLASLt GEMM per group over four streams for the rest)");
+    emit(ctx, "gemm_grouped: a cuBLASLt GEMM per group over four streams (runtime.cuda_grouped_gemm=auto: one sm_90 "
+              "wgmma kernel over all groups for the products it runs faster)");
     emit(ctx, "runtime.cuda_profile=false (true: per-op and per op-class (profile_scope) GPU times at destroy)");
 }
 
 static const dsarl_key_spec cuda_keys[] = {
     {.path = "runtime.cuda_storage_dtype", .type = DSARL_KEY_STRING, .default_value = "bf16",
      .doc = "storage of activations and parameters on the cuda device: bf16, or f32 to check a model against the cpu"},
-    {.path = "runtime.cuda_grouped_gemm", .type = DSARL_KEY_STRING, .default_value = "auto",
-     .doc = "gemm_grouped (MoE expert products): auto (the sm_90 wgmma kernel for the products it runs faster, "
-             "the lanes for the rest) | wgmma (the kernel wherever it applies: bf16, dims in 64s) | lanes (one "
-             "cuBLASLt GEMM per expert over four streams)"},
+    {.path = "runtime.cuda_grouped_gemm", .type = DSARL_KEY_STRING, .default_value = "lanes",
+     .doc = "gemm_grouped (MoE expert products): lanes (one cuBLASLt GEMM per expert over four streams, as the "
+             "decode step's products) | auto (the sm_90 wgmma kernel for the products it runs faster, the lanes for "
+             "the rest) | wgmma (the kernel wherever it applies: bf16, dims in 64s)"},
     {.path = "runtime.cuda_profile", .type = DSARL_KEY_BOOL, .default_value = "false",
      .doc = "time every device op and op class (the model's profile scopes) on the GPU and print the tables "
              "(largest first) to stderr at destroy"},
