@@ -281,29 +281,7 @@ END_TEST
 // valid slot.
 START_TEST(test_query_groups)
 {
-    mla_case c;
-    const int32_t lengths[] = {1, 17, 64, 90, 5};
-    case_packed(&c, lengths, 5, 16, 64);
-    check_case(&c, "groups: pack 1/17/64/90/5 H16 k64");
-    case_free(&c);
-    const int32_t lengths2[] = {33, 120, 2};
-    case_packed(&c, lengths2, 3, 32, 100);
-    check_case(&c, "groups: pack 33/120/2 H32 k100");
-    case_free(&c);
-    const int32_t lengths3[] = {41, 90, 3};
-    case_packed_rows(&c, lengths3, 3, 8, 256, 0);
-    check_case(&c, "groups: pack 41/90/3 H8 k256 (no repeats)");
-    case_free(&c);
-    const int32_t one[] = {300};
-    case_packed_rows(&c, one, 1, 16, 256, 0);
-    check_case(&c, "groups: causal T300 H16 k256 (no repeats)");
-    case_free(&c);
-    case_decode(&c, 21, 3000, 16, 2048);
-    check_case(&c, "groups: decode Tq21 Tk3000 H16 k2048");
-    case_free(&c);
-    case_decode(&c, 13, 2600, 8, 2048);
-    check_case(&c, "groups: decode Tq13 Tk2600 H8 k2048");
-    case_free(&c);
+    query_group_cases(check_case);
 }
 END_TEST
 

@@ -117,4 +117,40 @@ static void case_decode(mla_case *c, int64_t Tq, int64_t Tk, int H, int32_t topk
     case_inputs(c);
 }
 
+
+/* --- query groups: the cases both suites run at 8, 16 and 32 heads ----------------------------------------- */
+
+/* Query groups (64 / H queries per block over the union of their keys) at 8, 16 and 32 heads, each case through
+ * check: ragged packs whose sequences and last group end inside a group, rows with repeated keys (their groups take
+ * the slot-order list) and without, decode-style windows that barely overlap, topk 64 to 2048. */
+static void query_group_cases(void (*check)(mla_case *c, const char *what))
+{
+    mla_case c;
+    const int32_t lengths[] = {1, 17, 64, 90, 5};
+    case_packed(&c, lengths, 5, 16, 64);
+    check(&c, "groups: pack 1/17/64/90/5 H16 k64");
+    case_free(&c);
+    const int32_t lengths2[] = {33, 120, 2};
+    case_packed(&c, lengths2, 3, 32, 100);
+    check(&c, "groups: pack 33/120/2 H32 k100");
+    case_free(&c);
+    const int32_t lengths3[] = {41, 90, 3};
+    case_packed_rows(&c, lengths3, 3, 8, 256, 0);
+    check(&c, "groups: pack 41/90/3 H8 k256 (no repeats)");
+    case_free(&c);
+    case_packed(&c, lengths3, 3, 8, 256);
+    check(&c, "groups: pack 41/90/3 H8 k256");
+    case_free(&c);
+    const int32_t one[] = {300};
+    case_packed_rows(&c, one, 1, 16, 256, 0);
+    check(&c, "groups: causal T300 H16 k256 (no repeats)");
+    case_free(&c);
+    case_decode(&c, 21, 3000, 16, 2048);
+    check(&c, "groups: decode Tq21 Tk3000 H16 k2048");
+    case_free(&c);
+    case_decode(&c, 13, 2600, 8, 2048);
+    check(&c, "groups: decode Tq13 Tk2600 H8 k2048");
+    case_free(&c);
+}
+
 #endif /* DSARL_TEST_MLA_SM90_CASES_H */

@@ -378,12 +378,7 @@ static int backward_sm90_serves(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
         ((uintptr_t)in->kv % 16) || ((uintptr_t)out % 16) || ((uintptr_t)dout % 16) || ((uintptr_t)dq % 4) ||
         ((uintptr_t)dkv_acc % 16) || batch->n_queries > 0x7fffffff || ctx->settings.sparse_mla != TILELANG_MLA_AUTO)
         return DSARL_OK;
-    int device = 0, major = 0, minor = 0;
-    tlCheck(cudaGetDevice(&device), err);
-    tlCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), err);
-    tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
-    *serves = major == 9 && minor == 0;
-    return DSARL_OK;
+    return sm90_device(serves, err);
 }
 
 /* C linkage: the dispatch (sparse_mla_backward.cu) and the test (check_dsa_mla_bwd_sm90.c) call it. dq written,

@@ -26,6 +26,18 @@
 #define SM90_DEVICE_CODE 1
 #endif
 
+/* *yes = 1 when the current CUDA device has compute capability 9.0 (the sm_90a kernels run there). */
+static inline int sm90_device(int *yes, dsarl_error *err)
+{
+    int device = 0, major = 0, minor = 0;
+    *yes = 0;
+    tlCheck(cudaGetDevice(&device), err);
+    tlCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), err);
+    tlCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), err);
+    *yes = major == 9 && minor == 0;
+    return DSARL_OK;
+}
+
 /* Byte offset of 16-byte chunk `chunk` (0..71) of row `row` in a 64 x 576 tile: column block chunk / 8, then the
  * 128-byte row, whose chunk index is XORed with row % 8 (the 128B swizzle; blocks are 1024-byte aligned). */
 static __device__ __forceinline__ uint32_t tile_offset(int row, int chunk)
