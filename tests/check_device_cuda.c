@@ -145,6 +145,32 @@ START_TEST(test_gemm_grouped)
 }
 END_TEST
 
+/* Bad values of the device's keys are refused at create, in one sentence naming the key and the valid values. */
+START_TEST(test_bad_keys_refused)
+{
+    static const char *const cases[][3] = {{"cuda_grouped_gemm", "fast", "must be auto, wgmma or lanes, got 'fast'"},
+                                           {"cuda_storage_dtype", "fp16", "must be bf16 or f32, got 'fp16'"}};
+    for (int i = 0; i < 2; i++) {
+        char yaml[128];
+        snprintf(yaml, sizeof yaml, "runtime:\n  %s: %s\n", cases[i][0], cases[i][1]);
+        dsarl_recipe *recipe = NULL;
+        ck_assert_int_eq(dsarl_recipe_load_string(yaml, "bad.yaml", &recipe, &err), 0);
+        ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
+        dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+        dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single, .threads = 1,
+                                   .recipe = dsarl_recipe_root(recipe)};
+        dsarl_device *dev = NULL;
+        dsarl_error_clear(&err);
+        ck_assert_int_ne(cuda_create(&cfg, &dev, &err), 0);
+        ck_assert_ptr_null(dev);
+        ck_assert_msg(strstr(err.message, cases[i][0]) && strstr(err.message, cases[i][2]) &&
+                          !strchr(err.message, '\n'), "%s", err.message);
+        printf("check_device_cuda: refused %s=%s: %s\n", cases[i][0], cases[i][1], err.message);
+        dsarl_recipe_free(recipe);
+    }
+}
+END_TEST
+
 /* A second CUDA device instance made with the recipe keys of yaml (same GPU, its own streams). */
 static dsarl_device *cuda_with(const char *yaml)
 {
@@ -906,6 +932,7 @@ static Suite *device_cuda_suite(void)
     add_tests(bf16);
     add_tests(f32);
     tcase_add_test(prof, test_profile_scope_classes);
+    tcase_add_test(prof, test_bad_keys_refused);
     suite_add_tcase(s, bf16);
     suite_add_tcase(s, f32);
     suite_add_tcase(s, prof);
