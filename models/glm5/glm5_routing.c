@@ -21,6 +21,20 @@
 #include <string.h>
 #include "glm5_pass.h"
 
+/* The caller's row of the MoE's local row 0: under sequence parallelism a training pass's MoE routes the rows
+ * tp_rank x T_sp .. of the padded batch (p->T is T_sp around the call), otherwise every row from 0. */
+static int64_t expert_row_base(const glm5_pass *p)
+{
+    return p->sp ? (int64_t)p->m->shards.tp_rank * p->T_sp : 0;
+}
+
+/* How many of the MoE's p->T local rows from base are the caller's (the rest pad the batch to a multiple of tp). */
+static int64_t expert_rows(const glm5_pass *p, int64_t base)
+{
+    const int64_t left = p->T_real - base;
+    return left < 0 ? 0 : left < p->T ? left : p->T;
+}
+
 // Whether layer is an MTP depth (after the trunk's layers): its routing has no row (see above).
 static bool mtp_depth(const dsarl_model *m, int32_t layer)
 {
@@ -57,11 +71,12 @@ int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t
     const dsarl_batch_routing *r = &p->routing;
     if (!r->replay_experts && !r->replay_indices && !r->record_experts && !r->record_indices)
         return DSARL_OK;
-    // tp (sequence-parallel rows, padding) and cp (chunked sequences) move tokens away from the caller's rows
-    if (m->parallel.tp_size > 1 || m->parallel.cp_size > 1)
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: routing replay runs with tensor_parallel_size 1 and "
-                          "context_parallel_size 1 only; this layout has tp %d, cp %d", m->parallel.tp_size,
-                          m->parallel.cp_size);
+    // cp (chunked sequences) moves tokens away from the caller's rows. tp keeps them: a cached pass runs every
+    // row on every rank, and a training pass's MoE routes this rank's sequence-parallel block of them (the rows
+    // from tp_rank x T_sp, glm5_routing_experts) while its indexer selects for every row
+    if (m->parallel.cp_size > 1)
+        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: routing replay runs with context_parallel_size 1 only; this "
+                          "layout has cp %d", m->parallel.cp_size);
     if (p->cache && m->stage.size > 1 && (r->record_experts || r->record_indices))
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: routing recording runs with pipeline_model_parallel_size 1 "
                           "only (each stage would record its own layers); this layout has pp %d", m->stage.size);
@@ -92,8 +107,9 @@ bool glm5_routing_experts_on_host(const glm5_pass *p, int32_t layer)
     const glm5_config *c = &p->m->cfg;
     int64_t K = c->num_experts_per_tok, ord = ordinal(c->mlp_sparse, layer);
     int64_t stride = (int64_t)ordinal(c->mlp_sparse, c->num_hidden_layers) * K; // glm5_routing_shape's moe_layers
-    for (int64_t t = 0; t < p->T; t++)
-        if (r->replay_experts[t * stride + ord * K] >= 0) // a recorded row: glm5_routing_experts replays it
+    const int64_t base = expert_row_base(p), rows = expert_rows(p, base);
+    for (int64_t t = 0; t < rows; t++)
+        if (r->replay_experts[(base + t) * stride + ord * K] >= 0) // a recorded row: glm5_routing_experts replays it
             return true;
     return false;
 }
@@ -109,9 +125,10 @@ int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_
     dsarl_routing_shape sh = {.struct_size = sizeof(sh)};
     DSARL_TRY(glm5_routing_shape(m, &sh, err));
     int64_t ord = ordinal(c->mlp_sparse, layer), stride = (int64_t)sh.moe_layers * K;
+    const int64_t base = expert_row_base(p), rows = expert_rows(p, base); // local row t is the caller's base + t
     bool replayed = false;
-    for (int64_t t = 0; r->replay_experts && t < T; t++) {
-        const int32_t *row = r->replay_experts + t * stride + ord * K;
+    for (int64_t t = 0; r->replay_experts && t < rows; t++) {
+        const int32_t *row = r->replay_experts + (base + t) * stride + ord * K;
         if (row[0] < 0)
             continue; // not recorded: the token keeps its own choice
         for (int64_t k = 0; k < K; k++) {
@@ -147,8 +164,8 @@ int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_
                           err));
         DSARL_TRY(d->copy(m->dev, a->route_w, w, (size_t)(T * K) * sizeof(float), DSARL_COPY_HOST_TO_DEVICE, err));
     }
-    for (int64_t t = 0; r->record_experts && t < T; t++)
-        memcpy(r->record_experts + t * stride + ord * K, idx + t * K, (size_t)K * sizeof(int32_t));
+    for (int64_t t = 0; r->record_experts && t < rows; t++) // a cached pass: every row, base 0
+        memcpy(r->record_experts + (base + t) * stride + ord * K, idx + t * K, (size_t)K * sizeof(int32_t));
     return DSARL_OK;
 }
 
@@ -167,8 +184,9 @@ int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_
     DSARL_TRY(glm5_pass_host_alloc(p, (size_t)(T * W) * sizeof(int32_t), (void **)&topk, err));
     DSARL_TRY(d->copy(m->dev, topk, a->topk, (size_t)(T * W) * sizeof(int32_t), DSARL_COPY_DEVICE_TO_HOST, err));
     const int32_t *first = p->routing_key_first;
+    const int64_t rows = p->T_real < T ? p->T_real : T; // the caller's rows (tp padding after them)
     bool replayed = false;
-    for (int64_t t = 0; r->replay_indices && t < T; t++) {
+    for (int64_t t = 0; r->replay_indices && t < rows; t++) {
         const int32_t *row = r->replay_indices + t * stride + ord * W;
         if (row[0] < 0)
             continue;
@@ -186,7 +204,7 @@ int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_
         DSARL_TRY(d->copy(m->dev, a->topk, topk, (size_t)(T * W) * sizeof(int32_t), DSARL_COPY_HOST_TO_DEVICE, err));
     // recorded in the order the attention reads them: a replay then sums the keys in the engine's order, and in
     // bf16 a softmax over the same keys in another order rounds differently
-    for (int64_t t = 0; r->record_indices && t < T; t++) {
+    for (int64_t t = 0; r->record_indices && t < rows; t++) {
         int32_t *out = r->record_indices + t * stride + ord * W, n = 0;
         for (int64_t j = 0; j < W; j++)
             if (topk[t * W + j] >= 0)

@@ -12,7 +12,8 @@
 #     and the step directory holds one optimizer shard per rank;
 #   - each refusal of a batch that does not split over dp (and of routing replay under pipeline parallelism) names its
 #     keys, and fails before any model is built;
-#   - routing replay under expert parallelism (EP2) logs what one process logs, the trainer agreeing with the engine.
+#   - routing replay under expert parallelism (EP2) and tensor parallelism with sequence parallelism (TP2) logs what
+#     one process logs, the trainer agreeing with the engine.
 set -uo pipefail
 build=$1 src=$2 mpiexec=$3
 dsarl="$build/bin/dsarl"
@@ -86,7 +87,11 @@ rep=(grpo.max_num_steps=3 +policy.router_replay.enabled=true +policy.dsa_index_r
 run rep_one 1 "${rep[@]}"
 run rep_ep2 2 "${rep[@]}" policy.megatron_cfg.expert_model_parallel_size=2
 same rep_one rep_ep2
-for r in rep_one rep_ep2; do
+# and under TP2 with sequence parallelism: each rank's MoE replays its block of the rows (the batch padded to a
+# multiple of 2 where it is odd), its indexer every row
+run rep_tp2 2 "${rep[@]}" policy.megatron_cfg.tensor_model_parallel_size=2 policy.megatron_cfg.sequence_parallel=true
+same rep_one rep_tp2
+for r in rep_one rep_ep2 rep_tp2; do
   python3 "$src/tests/cli/dp_compare.py" agree "$tmp/$r" || fail "$r: the trainer disagrees with the engine"
 done
 
@@ -139,6 +144,6 @@ refuse microbatches "must be divisible by the data-parallel size 2 x policy.trai
   policy.train_micro_batch_size=8
 refuse validation "must be divisible by the data-parallel size 2, so that every rank generates an equal share" \
   grpo.val_batch_size=3 grpo.max_val_samples=3
-refuse replay_pp "routing replay runs in one process or under data and expert parallelism alone" \
+refuse replay_pp "routing replay runs in one process or under data, expert and tensor parallelism alone" \
   +policy.router_replay.enabled=true policy.megatron_cfg.pipeline_model_parallel_size=2
 echo "dp grpo ok"
