@@ -561,7 +561,7 @@ START_TEST(test_routing_replay_run)
 END_TEST
 
 /* What routing replay cannot serve yet is refused before anything runs, in one sentence naming the key: a sharded
- * layout (data, expert and tensor parallelism alone carry the rows), multi-turn episodes, the built-in sampler (which records
+ * layout (context-parallel chunks do not carry the rows), multi-turn episodes, the built-in sampler (which records
  * nothing). */
 START_TEST(test_routing_replay_refusals)
 {
@@ -569,7 +569,7 @@ START_TEST(test_routing_replay_refusals)
     static const char *const cases[][2] = {{"+policy.router_replay.enabled=true", NULL},
                                            {"+policy.dsa_index_replay.enabled=true", "grpo.max_rollout_turns=2"},
                                            {"+policy.router_replay.enabled=true", NULL}};
-    static const char *const want[] = {"runs in one process or under data, expert and tensor parallelism alone",
+    static const char *const want[] = {"runs in one process or under data, expert, tensor and pipeline parallelism",
                                        "single-turn rollouts only", "the built-in sampler does not record routing"};
     for (int c = 0; c < 3; c++) {
         run_harness h;
@@ -577,8 +577,8 @@ START_TEST(test_routing_replay_refusals)
         int rc = open_harness(&h, work, cases[c], cases[c][1] ? 2 : 1, &err);
         ck_assert_msg(rc == 0, "%s", err.message);
         h.env_ops[0] = &ascii_env;
-        if (c == 0) // a pipeline-parallel layout (checked before any group is used)
-            h.parallel.world_size = 2, h.parallel.pp_size = 2;
+        if (c == 0) // a context-parallel layout (checked before any group is used)
+            h.parallel.world_size = 2, h.parallel.cp_size = 2;
         if (c == 2)
             h.ctx.generation_ops = NULL;
         rc = grpo_train_run(&h.ctx, NULL, &err);

@@ -311,6 +311,18 @@ int grpo_train_step(trainer *tr, double *mean_reward, bool *out_of_epochs, dsarl
                 with_rows += (!tr->replay_w_experts || rs.items[i].routed_experts) &&
                              (!tr->replay_w_indices || rs.items[i].routed_indices);
             rc = grpo_set_metric(tr, "train/routing_replay_coverage", n ? (double)with_rows / (double)n : 0.0, err);
+            // and the share of the packed batch's row entries holding a recorded choice (a token the engine never
+            // ran, the last of each completion, has none; so do a row's unused key slots)
+            int64_t set = 0, all = 0;
+            for (int kind = 0; kind < 2; kind++) {
+                const int32_t *rec = kind ? p.replay_indices : p.replay_experts;
+                const int64_t w = kind ? tr->replay_w_indices : tr->replay_w_experts;
+                for (int64_t e = 0; rec && e < p.T * w; e++)
+                    set += rec[e] >= 0;
+                all += rec ? p.T * w : 0;
+            }
+            if (rc == DSARL_OK)
+                rc = grpo_set_metric(tr, "train/routing_replay_rows", all ? (double)set / (double)all : 0.0, err);
         }
         float last_mtp;
         const dsarl_model_ops *mops = tr->ctx->model_ops;

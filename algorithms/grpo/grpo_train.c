@@ -104,13 +104,13 @@ static int read_options(trainer *tr, dsarl_error *err)
           "equal share of each validation batch", tr->cfg.val_batch_size, dp);
     /* the recorded rows follow each rollout's tokens, through the rollout gather under data parallelism (expert
      * parallelism included: a rank routes its own tokens, replayed or not, before they go to the experts' owners;
-     * tensor parallelism too: the model takes its sequence-parallel block of the rows); context-parallel chunks and
-     * pipeline stages do not carry them yet */
+     * tensor parallelism too: the model takes its sequence-parallel block of the rows; pipeline stages too: each
+     * records its own layers and the rows are merged over the stages); context-parallel chunks do not carry them */
     const char *replay_key = o->router_replay ? "policy.router_replay.enabled" : "policy.dsa_index_replay.enabled";
-    bool rows_stay = !par || (par->cp_size <= 1 && par->pp_size <= 1);
+    bool rows_stay = !par || par->cp_size <= 1;
     CHECK(!(o->router_replay || o->index_replay) || rows_stay, replay_key,
-          "is true, but routing replay runs in one process or under data, expert and tensor parallelism alone; this "
-          "run has %d ranks (tp %d, cp %d, pp %d, ep %d, dp %d): turn it off or set cp and pp to 1", par->world_size,
+          "is true, but routing replay runs in one process or under data, expert, tensor and pipeline parallelism; "
+          "this run has %d ranks (tp %d, cp %d, pp %d, ep %d, dp %d): turn it off or set cp to 1", par->world_size,
           par->tp_size, par->cp_size, par->pp_size, par->ep_size, par->dp_size);
     CHECK(!(o->router_replay || o->index_replay) || tr->cfg.max_rollout_turns == 1, replay_key,
           "is true, but routing replay covers single-turn rollouts only; grpo.max_rollout_turns is %" PRId64,

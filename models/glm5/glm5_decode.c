@@ -141,6 +141,7 @@ static int run_cached(glm5_pass *p, const dsarl_token_batch *b, const int32_t *s
         if (!glm5_chunk_is_last(m, chunk))
             DSARL_TRY(glm5_stage_output(p, chunk, prev_topk, err));
     }
+    DSARL_TRY(glm5_routing_share_stages(p, err)); // recorded routing: each stage's layers into every stage's rows
     if (!glm5_stage_is_last(m)) { // the last stage's logits come back to every stage
         glm5_scope(m, "pipeline");
         DSARL_TRY(glm5_stage_share_last(m, logits, B * m->cfg.vocab_size, err));

@@ -276,6 +276,9 @@ void glm5_stage_filter_specs(const glm5_config *cfg, const glm5_stage *s, glm5_p
 /* host (n float32) = the last stage's values, on every rank of the pp group (log-probs, logits). */
 int glm5_stage_share_last(dsarl_model *m, float *host, int64_t n, dsarl_error *err);
 
+/* buf (n int32) = its element-wise maximum over the stages (routing rows recorded stage by stage). */
+int glm5_stage_max_i32(dsarl_model *m, int32_t *buf, int64_t n, dsarl_error *err);
+
 /* *value = its sum over the stages (the indexer loss of each stage's layers). */
 int glm5_stage_sum(dsarl_model *m, double *value, dsarl_error *err);
 

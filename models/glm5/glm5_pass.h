@@ -312,6 +312,9 @@ int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_
  * this layer), so the layer's expert ids must come to the host; else the grouping may stay on the device. */
 bool glm5_routing_experts_on_host(const glm5_pass *p, int32_t layer);
 int glm5_routing_indices(glm5_pass *p, glm5_layer_acts *a, int32_t layer, dsarl_error *err);
+/* Under pipeline parallelism, after a cached pass that records: every stage's rows complete (each stage recorded
+ * its own layers' columns). Collective over pp; nothing otherwise. */
+int glm5_routing_share_stages(glm5_pass *p, dsarl_error *err);
 
 /* The routed experts of MoE layer L (glm5_moe.c): y (T,C) = sum over the token's top-k experts of the routing weight
  * times the expert's SwiGLU output of a->h2; the routing is kept in a for the backward. */

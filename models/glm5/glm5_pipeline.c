@@ -85,6 +85,13 @@ int glm5_stage_share_last(dsarl_model *m, float *host, int64_t n, dsarl_error *e
     return dsarl_group_broadcast_host(pp_group(m), host, n, DSARL_DTYPE_F32, m->stage.size - 1, err);
 }
 
+int glm5_stage_max_i32(dsarl_model *m, int32_t *buf, int64_t n, dsarl_error *err)
+{
+    if (m->stage.size <= 1 || n <= 0)
+        return DSARL_OK;
+    return dsarl_group_all_reduce_host(pp_group(m), buf, n, DSARL_DTYPE_I32, DSARL_REDUCE_MAX, err);
+}
+
 int glm5_stage_sum(dsarl_model *m, double *value, dsarl_error *err)
 {
     if (m->stage.size <= 1)

@@ -77,9 +77,17 @@ int glm5_routing_prepare(glm5_pass *p, const dsarl_token_batch *b, const int32_t
     if (m->parallel.cp_size > 1)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: routing replay runs with context_parallel_size 1 only; this "
                           "layout has cp %d", m->parallel.cp_size);
-    if (p->cache && m->stage.size > 1 && (r->record_experts || r->record_indices))
-        return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: routing recording runs with pipeline_model_parallel_size 1 "
-                          "only (each stage would record its own layers); this layout has pp %d", m->stage.size);
+    if (m->stage.size > 1 && (r->record_experts || r->record_indices)) {
+        // each stage records its own layers' columns; glm5_routing_share_stages merges them after the pass (an
+        // element-wise max over the stages: the owner's id or position >= 0, -1 in every other stage's copy)
+        dsarl_routing_shape sh = {.struct_size = sizeof(sh)};
+        DSARL_TRY(glm5_routing_shape(m, &sh, err));
+        const int64_t we = (int64_t)sh.moe_layers * sh.experts_per_token, wi = (int64_t)sh.index_layers * sh.index_topk;
+        if (r->record_experts)
+            memset(r->record_experts, 0xff, (size_t)(p->T_real * we) * sizeof(int32_t));
+        if (r->record_indices)
+            memset(r->record_indices, 0xff, (size_t)(p->T_real * wi) * sizeof(int32_t));
+    }
     if ((r->replay_indices || r->record_indices) && m->dense_attention)
         return DSARL_FAIL(err, DSARL_E_UNSUPPORTED, "glm5: DSA index replay needs sparse attention; dense attention "
                           "(the DSA warm-up) selects every key, so there is nothing to replay: turn index replay off");
@@ -166,6 +174,22 @@ int glm5_routing_experts(glm5_pass *p, glm5_layer_acts *a, int32_t layer, int32_
     }
     for (int64_t t = 0; r->record_experts && t < rows; t++) // a cached pass: every row, base 0
         memcpy(r->record_experts + (base + t) * stride + ord * K, idx + t * K, (size_t)K * sizeof(int32_t));
+    return DSARL_OK;
+}
+
+int glm5_routing_share_stages(glm5_pass *p, dsarl_error *err)
+{
+    dsarl_model *m = p->m;
+    const dsarl_batch_routing *r = &p->routing;
+    if (m->stage.size <= 1 || (!r->record_experts && !r->record_indices))
+        return DSARL_OK;
+    dsarl_routing_shape sh = {.struct_size = sizeof(sh)};
+    DSARL_TRY(glm5_routing_shape(m, &sh, err));
+    const int64_t we = (int64_t)sh.moe_layers * sh.experts_per_token, wi = (int64_t)sh.index_layers * sh.index_topk;
+    if (r->record_experts)
+        DSARL_TRY(glm5_stage_max_i32(m, r->record_experts, p->T_real * we, err));
+    if (r->record_indices)
+        DSARL_TRY(glm5_stage_max_i32(m, r->record_indices, p->T_real * wi, err));
     return DSARL_OK;
 }
 

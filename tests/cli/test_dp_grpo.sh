@@ -10,10 +10,10 @@
 #     trainer's log-probs are the engine's to float rounding at every step (the replayed rows cross ranks);
 #   - checkpoints under DP2: a run stopped after 2 steps and resumed to 3 equals the uninterrupted one-process run,
 #     and the step directory holds one optimizer shard per rank;
-#   - each refusal of a batch that does not split over dp (and of routing replay under pipeline parallelism) names its
+#   - each refusal of a batch that does not split over dp (and of routing replay under context parallelism) names its
 #     keys, and fails before any model is built;
-#   - routing replay under expert parallelism (EP2) and tensor parallelism with sequence parallelism (TP2) logs what
-#     one process logs, the trainer agreeing with the engine.
+#   - routing replay under expert parallelism (EP2), tensor parallelism with sequence parallelism (TP2) and pipeline
+#     parallelism (PP2) logs what one process logs, the trainer agreeing with the engine.
 set -uo pipefail
 build=$1 src=$2 mpiexec=$3
 dsarl="$build/bin/dsarl"
@@ -91,7 +91,10 @@ same rep_one rep_ep2
 # multiple of 2 where it is odd), its indexer every row
 run rep_tp2 2 "${rep[@]}" policy.megatron_cfg.tensor_model_parallel_size=2 policy.megatron_cfg.sequence_parallel=true
 same rep_one rep_tp2
-for r in rep_one rep_ep2 rep_tp2; do
+# and under PP2: the engine's stages each record their own layers, merged over the stages after every cached pass
+run rep_pp2 2 "${rep[@]}" policy.megatron_cfg.pipeline_model_parallel_size=2
+same rep_one rep_pp2
+for r in rep_one rep_ep2 rep_tp2 rep_pp2; do
   python3 "$src/tests/cli/dp_compare.py" agree "$tmp/$r" || fail "$r: the trainer disagrees with the engine"
 done
 
@@ -144,6 +147,7 @@ refuse microbatches "must be divisible by the data-parallel size 2 x policy.trai
   policy.train_micro_batch_size=8
 refuse validation "must be divisible by the data-parallel size 2, so that every rank generates an equal share" \
   grpo.val_batch_size=3 grpo.max_val_samples=3
-refuse replay_pp "routing replay runs in one process or under data, expert and tensor parallelism alone" \
-  +policy.router_replay.enabled=true policy.megatron_cfg.pipeline_model_parallel_size=2
+refuse replay_cp "routing replay runs in one process or under data, expert, tensor and pipeline parallelism" \
+  +policy.router_replay.enabled=true policy.megatron_cfg.context_parallel_size=2 \
+  policy.make_sequence_length_divisible_by=4
 echo "dp grpo ok"
