@@ -201,27 +201,59 @@ static int gather(dsarl_model *m, void *dst, const void *src, const int32_t *row
     return n > 0 ? m->dev_ops->gather_rows(m->dev, dst, src, rows, n, C, err) : DSARL_OK;
 }
 
+/* The experts' products over expert row groups first[0 .. groups] (host, first[groups] rows in all) of L's experts
+ * 0 .. groups - 1, one grouped call per projection: gate_up = in W_gu,e^T, act = SwiGLU(gate_up), out =
+ * act W_down,e^T. in (rows, C), gate_up (rows, 2I), act (rows, I), out (rows, C). */
+static int grouped_experts_forward(dsarl_model *m, const glm5_layer *L, int64_t groups, const int64_t *first,
+                                   const void *in, void *gate_up, void *act, void *out, dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size, rows = first[groups];
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, groups, first, 0, 2 * I, C, 1.0f, in,
+                                        L->experts_gate_up, 2 * I * C, 0.0f, gate_up, 0, err));
+    if (rows > 0)
+        DSARL_TRY(d->swiglu_forward(m->dev, act, gate_up, rows, I, err));
+    return dsarl_device_gemm_grouped(d, m->dev, false, true, groups, first, 0, C, I, 1.0f, act, L->experts_down, C * I,
+                                     0.0f, out, 0, err);
+}
+
+/* Backward of grouped_experts_forward from dexp (rows, C): dact = dexp W_down,e and dW_down,e += dexp^T act, then
+ * dgu = SwiGLU' and dW_gu,e += dgu^T in, dxin = dgu W_gu,e, in this order, so dxin may take dexp's room (its last
+ * read comes first). */
+static int grouped_experts_backward(dsarl_model *m, const glm5_layer *L, int64_t groups, const int64_t *first,
+                                    const void *dexp, const void *in, const void *gate_up, const void *act,
+                                    void *dact, void *dgu, void *dxin, dsarl_error *err)
+{
+    const dsarl_device_ops *d = m->dev_ops;
+    int64_t C = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size, rows = first[groups];
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, groups, first, 0, I, C, 1.0f, dexp, L->experts_down,
+                                        C * I, 0.0f, dact, 0, err));
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, groups, first, C, I, 0, 1.0f, dexp, act, 0, 1.0f,
+                                        glm5_grad_of(m, L->experts_down), C * I, err));
+    if (rows > 0)
+        DSARL_TRY(d->swiglu_backward(m->dev, dgu, dact, gate_up, rows, I, err));
+    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, groups, first, 2 * I, C, 0, 1.0f, dgu, in, 0, 1.0f,
+                                        glm5_grad_of(m, L->experts_gate_up), 2 * I * C, err));
+    return dsarl_device_gemm_grouped(d, m->dev, false, false, groups, first, 0, C, 2 * I, 1.0f, dgu,
+                                     L->experts_gate_up, 2 * I * C, 0.0f, dxin, 0, err);
+}
+
 /* The expert side of the forward under EP: this rank's routed rows a->expert_in (N, C), grouped by expert and so
  * by owner, go to their owners; the local experts run on what arrives; a->expert_out (N, C) gets the outputs of
  * this rank's rows back in the same order. */
 static int ep_experts_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_layer *L, dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
-    int64_t C = c->hidden_size, I = c->moe_intermediate_size, El = c->n_routed_experts / m->shards.ep_size;
+    int64_t C = c->hidden_size, El = c->n_routed_experts / m->shards.ep_size;
     struct glm5_moe_ep *st = a->ep;
     struct glm5_moe_ep_scratch *s = p->ep_scratch;
     int64_t Rr = st->rows;
     const int32_t *perm = st->perm.ptr, *inv = perm + Rr;
     DSARL_TRY(ep_exchange(p, st, s->raw.ptr, a->expert_in, C, true, err));
     DSARL_TRY(gather(m, st->in.ptr, s->raw.ptr, perm, Rr, C, err));
-    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, El, st->first, 0, 2 * I, C, 1.0f, st->in.ptr,
-                                        L->experts_gate_up, 2 * I * C, 0.0f, st->gate_up.ptr, 0, err));
-    if (Rr > 0)
-        DSARL_TRY(d->swiglu_forward(m->dev, st->act.ptr, st->gate_up.ptr, Rr, I, err));
-    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, El, st->first, 0, C, I, 1.0f, st->act.ptr,
-                                        L->experts_down, C * I, 0.0f, s->sorted.ptr, 0, err));
+    DSARL_TRY(grouped_experts_forward(m, L, El, st->first, st->in.ptr, st->gate_up.ptr, st->act.ptr, s->sorted.ptr,
+                                      err));
     DSARL_TRY(gather(m, s->raw.ptr, s->sorted.ptr, inv, Rr, C, err));
     return ep_exchange(p, st, a->expert_out, s->raw.ptr, C, false, err);
 }
@@ -233,7 +265,6 @@ static int ep_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer
                                dsarl_error *err)
 {
     dsarl_model *m = p->m;
-    const dsarl_device_ops *d = m->dev_ops;
     const glm5_config *c = &m->cfg;
     int64_t C = c->hidden_size, I = c->moe_intermediate_size, El = c->n_routed_experts / m->shards.ep_size;
     const struct glm5_moe_ep *st = a->ep;
@@ -246,18 +277,10 @@ static int ep_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_layer
     void *dexp = s->sorted.ptr, *dact = s->dact.ptr, *dgu = s->dgu.ptr;
     DSARL_TRY(ep_exchange(p, st, s->raw.ptr, g->dexp, C, true, err));
     DSARL_TRY(gather(m, dexp, s->raw.ptr, perm, Rr, C, err));
-    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, El, st->first, 0, I, C, 1.0f, dexp,
-                                        L->experts_down, C * I, 0.0f, dact, 0, err));
-    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, El, st->first, C, I, 0, 1.0f, dexp, st->act.ptr, 0,
-                                        1.0f, glm5_grad_of(m, L->experts_down), C * I, err));
-    if (Rr > 0)
-        DSARL_TRY(d->swiglu_backward(m->dev, dgu, dact, st->gate_up.ptr, Rr, I, err));
-    void *dxin = s->sorted.ptr; // the sorted output gradients are spent: the input gradients take their room
-    // the sorted output gradients (dexp) are spent by now: the grouped call above returned before this one starts
-    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, El, st->first, 2 * I, C, 0, 1.0f, dgu, st->in.ptr, 0,
-                                        1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C, err));
-    DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, El, st->first, 0, C, 2 * I, 1.0f, dgu,
-                                        L->experts_gate_up, 2 * I * C, 0.0f, dxin, 0, err));
+    void *dxin = s->sorted.ptr; // the input gradients take the room of the sorted output gradients (dexp), spent
+                                // by then (grouped_experts_backward's order)
+    DSARL_TRY(grouped_experts_backward(m, L, El, st->first, dexp, st->in.ptr, st->gate_up.ptr, st->act.ptr, dact, dgu,
+                                       dxin, err));
     DSARL_TRY(gather(m, s->raw.ptr, dxin, inv, Rr, C, err));
     return ep_exchange(p, st, g->dxin, s->raw.ptr, C, false, err);
 }
@@ -287,21 +310,13 @@ static int local_experts_forward(glm5_pass *p, glm5_layer_acts *a, const glm5_la
     const glm5_config *c = &m->cfg;
     int64_t C = c->hidden_size, E = c->n_routed_experts, I = c->moe_intermediate_size;
     int64_t rows_used = a->moe_rows, pad = a->moe_pad;
-    const int64_t *count = a->count;
-    if (pad)
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, 2 * I, C, 1.0f, a->expert_in, pad * C,
-                                          L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, pad * 2 * I, E, err));
-    if (!pad) // the experts' row groups in one call (the device may run them at once): gate_up = in W_gu,e^T
-        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, E, count, 0, 2 * I, C, 1.0f, a->expert_in,
-                                            L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, 0, err));
+    if (!pad) // the experts' row groups, one grouped call per projection (the device may run them at once)
+        return grouped_experts_forward(m, L, E, a->count, a->expert_in, a->gate_up, a->act, a->expert_out, err);
+    DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, 2 * I, C, 1.0f, a->expert_in, pad * C,
+                                      L->experts_gate_up, 2 * I * C, 0.0f, a->gate_up, pad * 2 * I, E, err));
     DSARL_TRY(d->swiglu_forward(m->dev, a->act, a->gate_up, rows_used, I, err));
-    if (pad)
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, true, pad, C, I, 1.0f, a->act, pad * I, L->experts_down,
-                                          C * I, 0.0f, a->expert_out, pad * C, E, err));
-    if (!pad) // out = act W_down,e^T
-        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, true, E, count, 0, C, I, 1.0f, a->act, L->experts_down,
-                                            C * I, 0.0f, a->expert_out, 0, err));
-    return DSARL_OK;
+    return d->gemm_strided_batched(m->dev, false, true, pad, C, I, 1.0f, a->act, pad * I, L->experts_down, C * I,
+                                   0.0f, a->expert_out, pad * C, E, err);
 }
 
 // Backward of local_experts_forward from g->dexp (R, C) (routing weights applied): weight gradients accumulated,
@@ -314,33 +329,18 @@ static int local_experts_backward(glm5_pass *p, glm5_grad_bufs *g, const glm5_la
     const glm5_config *c = &m->cfg;
     int64_t C = c->hidden_size, E = c->n_routed_experts, I = c->moe_intermediate_size;
     int64_t R = a->moe_rows, pad = a->moe_pad;
-    if (pad) {
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, I, C, 1.0f, g->dexp, pad * C, L->experts_down,
-                                          C * I, 0.0f, g->dact, pad * I, E, err));
-        DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, C, I, pad, 1.0f, g->dexp, pad * C, a->act, pad * I,
-                                          1.0f, glm5_grad_of(m, L->experts_down), C * I, E, err));
-    }
-    if (!pad) { // per expert: dact = dexp W_down,e; dW_down,e += dexp^T act (one grouped call each)
-        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, E, a->count, 0, I, C, 1.0f, g->dexp,
-                                            L->experts_down, C * I, 0.0f, g->dact, 0, err));
-        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, E, a->count, C, I, 0, 1.0f, g->dexp, a->act, 0,
-                                            1.0f, glm5_grad_of(m, L->experts_down), C * I, err));
-    }
+    if (!pad)
+        return grouped_experts_backward(m, L, E, a->count, g->dexp, a->expert_in, a->gate_up, a->act, g->dact, g->dgu,
+                                        g->dxin, err);
+    DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, I, C, 1.0f, g->dexp, pad * C, L->experts_down, C * I,
+                                      0.0f, g->dact, pad * I, E, err));
+    DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, C, I, pad, 1.0f, g->dexp, pad * C, a->act, pad * I, 1.0f,
+                                      glm5_grad_of(m, L->experts_down), C * I, E, err));
     DSARL_TRY(d->swiglu_backward(m->dev, g->dgu, g->dact, a->gate_up, R, I, err));
-    if (pad) {
-        DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, 2 * I, C, pad, 1.0f, g->dgu, pad * 2 * I, a->expert_in,
-                                          pad * C, 1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C, E, err));
-        DSARL_TRY(d->gemm_strided_batched(m->dev, false, false, pad, C, 2 * I, 1.0f, g->dgu, pad * 2 * I,
-                                          L->experts_gate_up, 2 * I * C, 0.0f, g->dxin, pad * C, E, err));
-    }
-    if (!pad) { // per expert: dW_gu,e += dgu^T in; dxin = dgu W_gu,e
-        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, true, false, E, a->count, 2 * I, C, 0, 1.0f, g->dgu,
-                                            a->expert_in, 0, 1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C,
-                                            err));
-        DSARL_TRY(dsarl_device_gemm_grouped(d, m->dev, false, false, E, a->count, 0, C, 2 * I, 1.0f, g->dgu,
-                                            L->experts_gate_up, 2 * I * C, 0.0f, g->dxin, 0, err));
-    }
-    return DSARL_OK;
+    DSARL_TRY(d->gemm_strided_batched(m->dev, true, false, 2 * I, C, pad, 1.0f, g->dgu, pad * 2 * I, a->expert_in,
+                                      pad * C, 1.0f, glm5_grad_of(m, L->experts_gate_up), 2 * I * C, E, err));
+    return d->gemm_strided_batched(m->dev, false, false, pad, C, 2 * I, 1.0f, g->dgu, pad * 2 * I, L->experts_gate_up,
+                                   2 * I * C, 0.0f, g->dxin, pad * C, E, err);
 }
 
 /* Whether MoE layer `layer` of a device with moe_group_padded groups its rows there (glm5_moe_forward): the pass
