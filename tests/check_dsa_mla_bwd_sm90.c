@@ -586,7 +586,6 @@ static float time_entry(dsarl_dsa_context *ctx, mla_case *c, int reps)
 {
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
-    cudaEventRecord(a, 0);
     for (int r = -1; r < reps; r++) { /* r = -1: the warm-up (and the workspace grown) */
         if (r == 0)
             cudaEventRecord(a, 0);
@@ -611,14 +610,8 @@ START_TEST(test_bench)
 {
     if (!getenv("DSARL_GPU_BENCH"))
         return;
-    mla_case c = {.Tq = 2048, .Tk = 8192, .H = 64, .topk = 2048};
-    c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4), c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
-    for (int64_t t = 0; t < c.Tq; t++) {
-        c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
-        for (int32_t i = 0; i < c.topk; i++)
-            c.idx[t * c.topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % c.Tk);
-    }
-    case_inputs(&c);
+    mla_case c;
+    case_spread(&c, 2048, 8192, 64, 2048);
     device_forward(&c);
     double flops = 2.0 * c.Tq * c.topk * c.H * (3.0 * D_QK + 2.0 * D_V);
     dsarl_dsa_context *ctxs[3] = {tl, tl, tl_wmma};
@@ -629,15 +622,8 @@ START_TEST(test_bench)
     }
     case_free(&c);
     { /* the same index pattern at 16 heads: query groups against one block per query */
-        mla_case d = {.Tq = 8192, .Tk = 8192, .H = 16, .topk = 2048};
-        d.start = malloc((size_t)d.Tq * 4), d.end = malloc((size_t)d.Tq * 4);
-        d.idx = malloc((size_t)(d.Tq * d.topk) * 4);
-        for (int64_t t = 0; t < d.Tq; t++) {
-            d.start[t] = 0, d.end[t] = (int32_t)d.Tk;
-            for (int32_t i = 0; i < d.topk; i++)
-                d.idx[t * d.topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % d.Tk);
-        }
-        case_inputs(&d);
+        mla_case d;
+        case_spread(&d, 8192, 8192, 16, 2048);
         device_forward(&d);
         int32_t *ukeys, *ulen;
         uint8_t *umask;

@@ -393,14 +393,8 @@ START_TEST(test_bench)
 {
     if (!getenv("DSARL_GPU_BENCH"))
         return;
-    mla_case c = {.Tq = 4096, .Tk = 8192, .H = 64, .topk = 2048};
-    c.start = malloc((size_t)c.Tq * 4), c.end = malloc((size_t)c.Tq * 4), c.idx = malloc((size_t)(c.Tq * c.topk) * 4);
-    for (int64_t t = 0; t < c.Tq; t++) {
-        c.start[t] = 0, c.end[t] = (int32_t)c.Tk;
-        for (int32_t i = 0; i < c.topk; i++)
-            c.idx[t * c.topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % c.Tk);
-    }
-    case_inputs(&c);
+    mla_case c;
+    case_spread(&c, 4096, 8192, 64, 2048);
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
     double flops = 2.0 * c.Tq * c.H * c.topk * (double)(D_QK + D_V);

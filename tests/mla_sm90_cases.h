@@ -118,6 +118,20 @@ static void case_decode(mla_case *c, int64_t Tq, int64_t Tk, int H, int32_t topk
 }
 
 
+// `dsarl bench dsa`'s index pattern: every query selects topk distinct keys spread over all Tk (i * 2654435761 +
+// t * 40503 mod Tk, distinct when Tk is a power of two), the ranges [0, Tk).
+static void case_spread(mla_case *c, int64_t Tq, int64_t Tk, int H, int32_t topk)
+{
+    *c = (mla_case){.Tq = Tq, .Tk = Tk, .H = H, .topk = topk};
+    c->start = malloc((size_t)Tq * 4), c->end = malloc((size_t)Tq * 4), c->idx = malloc((size_t)(Tq * topk) * 4);
+    for (int64_t t = 0; t < Tq; t++) {
+        c->start[t] = 0, c->end[t] = (int32_t)Tk;
+        for (int32_t i = 0; i < topk; i++)
+            c->idx[t * topk + i] = (int32_t)(((int64_t)i * 2654435761ll + t * 40503ll) % Tk);
+    }
+    case_inputs(c);
+}
+
 /* --- query groups: the cases both suites run at 8, 16 and 32 heads ----------------------------------------- */
 
 /* Query groups (64 / H queries per block over the union of their keys) at 8, 16 and 32 heads, each case through
