@@ -123,6 +123,28 @@ static inline __device__ double block_sum_d(double v)
     return warp_sum_d(v);
 }
 
+// Exclusive count of flags before this thread, over the block (every thread calls it); *total gets the block's
+// count.
+static inline __device__ int block_exclusive_count(int flag, int *total)
+{
+    __shared__ int warp_counts[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    unsigned int ballot = __ballot_sync(0xffffffffu, flag);
+    int before = __popc(ballot & ((1u << lane) - 1u));
+    __syncthreads();
+    if (lane == 0)
+        warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int offset = 0, sum = 0;
+    for (int w = 0; w < n_warps; w++) {
+        if (w < warp)
+            offset += warp_counts[w];
+        sum += warp_counts[w];
+    }
+    *total = sum;
+    return offset + before;
+}
+
 /* Copies rows of `row_bytes` bytes: dst row r (dst_pitch bytes apart) = src row rows[r] (or r when rows is NULL;
  * src_pitch bytes apart). Each thread moves one unit of V (uint4: 16 bytes, down to unsigned short), the widest that
  * the pointers, pitches and row size allow (copy_rows picks it), so a narrow strided slice (one head of a fused

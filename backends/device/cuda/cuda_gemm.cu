@@ -343,6 +343,12 @@ static bool lanes_ready(dsarl_device *dev)
     return true;
 }
 
+// Whether group g has a product to run: rows, or (weight gradients) a C that beta rescales even without rows.
+static bool group_has_work(bool inner_grouped, float beta, const int64_t *first, int64_t g)
+{
+    return first[g + 1] > first[g] || (inner_grouped && beta != 1.0f);
+}
+
 // One group's product on the current lane (the slot's semantics, dsarl/ops/device.h).
 static int grouped_product(dsarl_device *dev, bool inner_grouped, bool trans_b, int64_t g, const int64_t *first,
                            int64_t m, int64_t n, int64_t k, float alpha, const char *a, const char *b,
@@ -374,7 +380,7 @@ int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64
         if (first[g + 1] < first[g])
             return DSARL_FAIL(err, DSARL_E_INVALID, "device cuda: gemm_grouped's first[] must not decrease (group "
                               "%lld: %lld after %lld)", (long long)g, (long long)first[g + 1], (long long)first[g]);
-        busy += first[g + 1] > first[g] || (inner_grouped && beta != 1.0f);
+        busy += group_has_work(inner_grouped, beta, first, g);
     }
     int used = 0;
     DSARL_TRY(cuda_gemm_grouped_wgmma(dev, inner_grouped, trans_b, groups, first, m, n, k, alpha, a, b, stride_b,
@@ -386,7 +392,7 @@ int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64
     char *cc = (char *)c;
     if (busy <= 1 || !lanes_ready(dev)) {
         for (int64_t g = 0; g < groups; g++)
-            if (first[g + 1] > first[g] || (inner_grouped && beta != 1.0f))
+            if (group_has_work(inner_grouped, beta, first, g))
                 DSARL_TRY(grouped_product(dev, inner_grouped, trans_b, g, first, m, n, k, alpha, ca, cb, stride_b,
                                           beta, cc, stride_c, e, err));
         return DSARL_OK;
@@ -397,7 +403,7 @@ int cuda_gemm_grouped(dsarl_device *dev, bool inner_grouped, bool trans_b, int64
                           (long long)busy);
     int64_t n_order = 0;
     for (int64_t g = 0; g < groups; g++)
-        if (first[g + 1] > first[g] || (inner_grouped && beta != 1.0f))
+        if (group_has_work(inner_grouped, beta, first, g))
             order[n_order++] = g;
     for (int64_t i = 1; i < n_order; i++) { // insertion sort, largest group first, ties by index (stable)
         int64_t g = order[i], j = i;

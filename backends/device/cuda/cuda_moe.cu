@@ -142,7 +142,7 @@ int cuda_moe_route_backward(dsarl_device *dev, float *dlogits, const float *dwei
 }
 
 
-enum { GROUP_THREADS = 256 }; // a multiple of the warp: the prefix count is built from one ballot per warp
+enum { GROUP_THREADS = 256 };
 
 /* One block per expert e (grid-stride over experts): the N = T*top_k indices are read in chunks of the block's
  * width, in order; a pair of expert e takes row e*pad + (its expert's pairs before it), so the rows of a group come
@@ -151,24 +151,14 @@ enum { GROUP_THREADS = 256 }; // a multiple of the warp: the prefix count is bui
 static __global__ void moe_group_padded_kernel(int32_t *rows, int32_t *slot, int32_t *slot_inv,
                                                const int32_t *indices, int64_t N, int64_t E, int top_k, int64_t pad)
 {
-    __shared__ int warp_count[GROUP_THREADS / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    unsigned int below = (1u << lane) - 1u; // lanes before this one
     for (int64_t e = blockIdx.x; e < E; e += gridDim.x) {
         int64_t before = 0; // pairs of expert e in the chunks already scanned
         for (int64_t c0 = 0; c0 < N; c0 += GROUP_THREADS) {
             int64_t i = c0 + threadIdx.x;
             int32_t id = i < N ? indices[i] : -1;
             bool mine = i < N && id == e;
-            unsigned int ballot = __ballot_sync(0xffffffffu, mine);
-            if (lane == 0)
-                warp_count[warp] = __popc(ballot);
-            __syncthreads();
-            int64_t rank = before + __popc(ballot & below), total = 0;
-            for (int w = 0; w < GROUP_THREADS / 32; w++) {
-                rank += w < warp ? warp_count[w] : 0;
-                total += warp_count[w];
-            }
+            int total = 0;
+            int64_t rank = before + block_exclusive_count(mine, &total);
             if (mine) {
                 if (rank < pad) {
                     int64_t r = e * pad + rank;
@@ -182,7 +172,6 @@ static __global__ void moe_group_padded_kernel(int32_t *rows, int32_t *slot, int
                 slot_inv[i] = -1;
             }
             before += total;
-            __syncthreads(); // warp_count is rewritten by the next chunk
         }
         // the group's unused rows: token r mod T at the zero routing weight (slot N)
         for (int64_t j = (before < pad ? before : pad) + threadIdx.x; j < pad; j += GROUP_THREADS) {

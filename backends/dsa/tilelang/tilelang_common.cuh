@@ -58,27 +58,6 @@
         tlSharedLimit(kernel<bf16>, bytes, err);                                                                \
     } while (0)
 
-// Exclusive count of flags before this thread, over the block; *total gets the block's count.
-static __device__ __forceinline__ int block_exclusive_count(int flag, int *total)
-{
-    __shared__ int warp_counts[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    unsigned int ballot = __ballot_sync(0xffffffffu, flag);
-    int before = __popc(ballot & ((1u << lane) - 1u));
-    __syncthreads();
-    if (lane == 0)
-        warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int offset = 0, sum = 0;
-    for (int w = 0; w < n_warps; w++) {
-        if (w < warp)
-            offset += warp_counts[w];
-        sum += warp_counts[w];
-    }
-    *total = sum;
-    return offset + before;
-}
-
 /* dst (n, storage) += acc (n) fp32 (flushes a key-gradient accumulator). Defined in context.cu. */
 int tilelang_flush_accumulator(const dsarl_dsa_context *ctx, void *dst, const float *acc, int64_t n,
                                dsarl_error *err);
