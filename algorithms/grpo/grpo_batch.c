@@ -130,18 +130,11 @@ static int pack_routing(const trainer *tr, const rollout_set *rs, packed_batch *
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing the routing of %zu tokens", T);
     if (wi && !(p->replay_indices = malloc(sizeof(int32_t) * (T * wi + 1))))
         return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory packing the routing of %zu tokens", T);
-    for (int64_t i = 0; i < rs->n; i++) {
-        const rollout *r = &rs->items[i];
-        size_t at = (size_t)p->cu[i], n = (size_t)(p->cu[i + 1] - p->cu[i]);
-        if (we && r->routed_experts)
-            memcpy(p->replay_experts + at * we, r->routed_experts, sizeof(int32_t) * n * we);
-        else if (we)
-            memset(p->replay_experts + at * we, 0xff, sizeof(int32_t) * n * we);
-        if (wi && r->routed_indices)
-            memcpy(p->replay_indices + at * wi, r->routed_indices, sizeof(int32_t) * n * wi);
-        else if (wi)
-            memset(p->replay_indices + at * wi, 0xff, sizeof(int32_t) * n * wi);
-    }
+    // the packed sequences are the rollouts' prompt + response tokens end to end, as the rows are laid out
+    if (we)
+        grpo_routing_pack(tr, rs->items, rs->n, 0, p->replay_experts);
+    if (wi)
+        grpo_routing_pack(tr, rs->items, rs->n, 1, p->replay_indices);
     return DSARL_OK;
 }
 

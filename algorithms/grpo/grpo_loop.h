@@ -209,6 +209,14 @@ void grpo_rollout_pack(const rollout *x, double *m);
 int grpo_rollout_unpack(const trainer *tr, const double *m, const int32_t *tokens, const float *logprobs, rollout *x,
                         dsarl_error *err);
 
+/* Routing replay: the routing rows of kind (0 experts, 1 key positions; trainer.replay_w_* int32 per prompt and
+ * response token) of rollouts items[0 .. n), end to end in dst, -1 rows for a rollout without them; returns the
+ * tokens they cover. grpo_routing_unpack gives each rollout its own copy of its rows from src laid out that way. */
+size_t grpo_routing_pack(const trainer *tr, const rollout *items, int64_t n, int kind, int32_t *dst);
+int grpo_routing_unpack(const trainer *tr, rollout *items, int64_t n, int kind, const int32_t *src, dsarl_error *err);
+/* The prompt + response tokens of items[0 .. n): the rows the routing of those rollouts holds. */
+size_t grpo_routing_tokens(const rollout *items, int64_t n);
+
 /* grpo_async.c */
 /* Copies every tensor of tr->model into the generation copy, policy.refit_buffer_size_gb per bucket: tr->gen_model
  * in this process, or the dedicated generation rank's model (sent from training rank 0); adds the seconds it took

@@ -66,43 +66,14 @@ static int64_t example_index(const dsarl_dataset *ds, const dsarl_example *ex)
     return (int64_t)(ex - base);
 }
 
-/* Routing replay: the rollouts' routing rows (prompt + response tokens, trainer.replay_w_* int32 each) of rs,
- * kind 0 experts and 1 key positions, laid end to end into *out (-1 rows where the engine recorded none); *tokens
- * their count. */
-static int pack_routing(const trainer *tr, const rollout_set *rs, int kind, int32_t **out, int64_t *tokens,
-                        dsarl_error *err)
-{
-    const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
-    size_t total = 0;
-    for (int64_t i = 0; i < rs->n; i++)
-        total += (size_t)(rs->items[i].prompt_len + rs->items[i].response_len);
-    *tokens = (int64_t)total;
-    *out = malloc(sizeof(int32_t) * (total * w + 1));
-    if (!*out)
-        return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory sending the routing of %zu tokens", total);
-    size_t at = 0;
-    for (int64_t i = 0; i < rs->n; i++) {
-        const rollout *x = &rs->items[i];
-        const size_t t = (size_t)(x->prompt_len + x->response_len);
-        const int32_t *rows = kind ? x->routed_indices : x->routed_experts;
-        if (rows)
-            memcpy(*out + at * w, rows, sizeof(int32_t) * t * w);
-        else
-            memset(*out + at * w, 0xff, sizeof(int32_t) * t * w);
-        at += t;
-    }
-    return DSARL_OK;
-}
-
 /* The routing rows of an answer (after its log-probs) into the rollouts items[first ..] of out, which the trainer
  * encoded (their prompt lengths) and grpo_rollout_unpack filled (their response lengths). */
 static int receive_routing(trainer *tr, const remote_pending *p, dsarl_error *err)
 {
     const dsarl_group *g = grpo_remote_group(tr);
     int32_t peer = grpo_remote_generation_peer(tr);
-    size_t want = 0;
-    for (int64_t i = 0; i < p->rows; i++)
-        want += (size_t)(p->out->items[p->first + i].prompt_len + p->out->items[p->first + i].response_len);
+    rollout *items = p->out->items + p->first;
+    const size_t want = grpo_routing_tokens(items, p->rows);
     for (int kind = 0; kind < 2; kind++) {
         const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
         if (!w)
@@ -116,17 +87,8 @@ static int receive_routing(trainer *tr, const remote_pending *p, dsarl_error *er
         if (!all)
             return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory receiving the routing of %zu tokens", want);
         int rc = dsarl_group_recv_host(g, all, (int64_t)(want * w), DSARL_DTYPE_I32, peer, err);
-        size_t at = 0;
-        for (int64_t i = 0; rc == DSARL_OK && i < p->rows; i++) {
-            rollout *x = &p->out->items[p->first + i];
-            const size_t t = (size_t)(x->prompt_len + x->response_len);
-            int32_t **rows = kind ? &x->routed_indices : &x->routed_experts;
-            if (!(*rows = malloc(sizeof(int32_t) * (t ? t : 1) * w)))
-                rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding the routing of %zu tokens", t);
-            else
-                memcpy(*rows, all + at * w, sizeof(int32_t) * t * w);
-            at += t;
-        }
+        if (rc == DSARL_OK)
+            rc = grpo_routing_unpack(tr, items, p->rows, kind, all, err);
         free(all);
         DSARL_TRY(rc);
     }
@@ -263,13 +225,18 @@ static int answer(trainer *tr, int rc, const dsarl_error *why, const rollout_set
         at += x->response_len;
     }
     int32_t *routing[2] = {NULL, NULL}; // routing replay: experts, key positions
-    int64_t routed[2] = {0, 0};
-    for (int kind = 0; kind < 2 && rc == DSARL_OK; kind++)
-        if (kind ? tr->replay_w_indices : tr->replay_w_experts) {
-            rc = pack_routing(tr, rs, kind, &routing[kind], &routed[kind], &nomem);
-            if (rc != DSARL_OK)
-                why = &nomem;
+    const int64_t routed = rc == DSARL_OK ? (int64_t)grpo_routing_tokens(rs->items, rs->n) : 0;
+    for (int kind = 0; kind < 2 && rc == DSARL_OK; kind++) {
+        const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
+        if (!w)
+            continue;
+        if (!(routing[kind] = malloc(sizeof(int32_t) * ((size_t)routed * w + 1)))) {
+            rc = DSARL_FAIL(&nomem, DSARL_E_NOMEM, "out of memory sending the routing of %" PRId64 " tokens", routed);
+            why = &nomem;
+        } else {
+            grpo_routing_pack(tr, rs->items, rs->n, kind, routing[kind]);
         }
+    }
     int64_t status[STATUS] = {rc == DSARL_OK ? 0 : (why->code ? (int64_t)why->code : (int64_t)DSARL_E_INTERNAL),
                               (int64_t)rows, toks, 0};
     memcpy(&status[3], &seconds, sizeof seconds);
@@ -291,9 +258,9 @@ static int answer(trainer *tr, int rc, const dsarl_error *why, const rollout_set
             const int64_t w = kind ? tr->replay_w_indices : tr->replay_w_experts;
             if (!w)
                 continue;
-            sent = dsarl_group_send_host(g, &routed[kind], 1, DSARL_DTYPE_I64, r, err);
+            sent = dsarl_group_send_host(g, &routed, 1, DSARL_DTYPE_I64, r, err);
             if (sent == DSARL_OK)
-                sent = dsarl_group_send_host(g, routing[kind], routed[kind] * w, DSARL_DTYPE_I32, r, err);
+                sent = dsarl_group_send_host(g, routing[kind], routed * w, DSARL_DTYPE_I32, r, err);
         }
     }
     free(meta);

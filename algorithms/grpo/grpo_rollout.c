@@ -135,6 +135,47 @@ int grpo_rollout_unpack(const trainer *tr, const double *m, const int32_t *token
     return dsarl_tokenizer_decode(tr->tok, x->response, (size_t)len, 1, &x->response_text, NULL, err);
 }
 
+size_t grpo_routing_tokens(const rollout *items, int64_t n)
+{
+    size_t tokens = 0;
+    for (int64_t i = 0; i < n; i++)
+        tokens += (size_t)(items[i].prompt_len + items[i].response_len);
+    return tokens;
+}
+
+size_t grpo_routing_pack(const trainer *tr, const rollout *items, int64_t n, int kind, int32_t *dst)
+{
+    const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
+    size_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const rollout *x = &items[i];
+        const size_t tokens = (size_t)(x->prompt_len + x->response_len);
+        const int32_t *rows = kind ? x->routed_indices : x->routed_experts;
+        if (rows)
+            memcpy(dst + at * w, rows, sizeof(int32_t) * tokens * w);
+        else // not recorded: -1, the trainer routes those tokens by its own scores
+            memset(dst + at * w, 0xff, sizeof(int32_t) * tokens * w);
+        at += tokens;
+    }
+    return at;
+}
+
+int grpo_routing_unpack(const trainer *tr, rollout *items, int64_t n, int kind, const int32_t *src, dsarl_error *err)
+{
+    const size_t w = (size_t)(kind ? tr->replay_w_indices : tr->replay_w_experts);
+    size_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        rollout *x = &items[i];
+        const size_t tokens = (size_t)(x->prompt_len + x->response_len);
+        int32_t **rows = kind ? &x->routed_indices : &x->routed_experts;
+        if (!(*rows = malloc(sizeof(int32_t) * (tokens ? tokens : 1) * w)))
+            return DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding the routing of %zu tokens", tokens);
+        memcpy(*rows, src + at * w, sizeof(int32_t) * tokens * w);
+        at += tokens;
+    }
+    return DSARL_OK;
+}
+
 /* Routing replay: the engine's rows of every rollout (prompt + response tokens, trainer.replay_w_* int32 each, one
  * gather per kind) from the rank that generated it. Runs after the rollouts' lengths are gathered, so every rank
  * knows every rank's token count and unpacks each one's block (padded to the largest) without another exchange. */
@@ -148,10 +189,8 @@ static int gather_routing(trainer *tr, rollout_set *out, int64_t first, size_t n
     size_t max_tokens = 1;
     for (int32_t r = 0; r < dp; r++) {
         int64_t a, b;
-        size_t tokens = 0;
         rank_rows(n, n_gen, dp, r, &a, &b);
-        for (int64_t i = a; i < b; i++)
-            tokens += (size_t)(out->items[first + i].prompt_len + out->items[first + i].response_len);
+        size_t tokens = grpo_routing_tokens(out->items + first + a, b - a);
         max_tokens = tokens > max_tokens ? tokens : max_tokens;
     }
     int64_t lo, hi;
@@ -166,33 +205,16 @@ static int gather_routing(trainer *tr, rollout_set *out, int64_t first, size_t n
         if (!mine || !all)
             rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory gathering the routing of %zu tokens of %d ranks",
                             max_tokens, dp);
-        size_t at = 0;
-        for (int64_t i = lo; rc == DSARL_OK && i < hi; i++) {
-            const rollout *x = &out->items[first + i];
-            size_t tokens = (size_t)(x->prompt_len + x->response_len);
-            const int32_t *rows = kind ? x->routed_indices : x->routed_experts;
-            if (rows)
-                memcpy(mine + at * w, rows, sizeof(int32_t) * tokens * w);
-            else // not recorded: -1, the trainer routes those tokens by its own scores
-                memset(mine + at * w, 0xff, sizeof(int32_t) * tokens * w);
-            at += tokens;
-        }
-        if (rc == DSARL_OK)
+        if (rc == DSARL_OK) {
+            grpo_routing_pack(tr, out->items + first + lo, hi - lo, kind, mine);
             rc = dsarl_group_all_gather_host(g, all, mine, (int64_t)(max_tokens * w), DSARL_DTYPE_I32, err);
+        }
         for (int32_t r = 0; r < dp && rc == DSARL_OK; r++) {
             int64_t a, b;
             rank_rows(n, n_gen, dp, r, &a, &b);
-            at = 0;
-            for (int64_t i = a; r != me && i < b && rc == DSARL_OK; i++) {
-                rollout *x = &out->items[first + i];
-                size_t tokens = (size_t)(x->prompt_len + x->response_len);
-                int32_t **rows = kind ? &x->routed_indices : &x->routed_experts;
-                if (!(*rows = malloc(sizeof(int32_t) * (tokens ? tokens : 1) * w)))
-                    rc = DSARL_FAIL(err, DSARL_E_NOMEM, "out of memory holding the routing of %zu tokens", tokens);
-                else
-                    memcpy(*rows, all + ((size_t)r * max_tokens + at) * w, sizeof(int32_t) * tokens * w);
-                at += tokens;
-            }
+            if (r != me)
+                rc = grpo_routing_unpack(tr, out->items + first + a, b - a, kind, all + (size_t)r * max_tokens * w,
+                                         err);
         }
         free(mine);
         free(all);
