@@ -145,21 +145,19 @@ int tilelang_sparse_mla_backward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *
      * the accumulator in the workspace (keys, lengths, then masks; every part 16-byte aligned) */
     int group = 0;
     DSARL_TRY(tilelang_sparse_mla_query_group(ctx, batch, in, topk, &group, err));
-    const int64_t groups = group ? (batch->n_queries + group - 1) / group : 0;
-    const size_t acc_bytes = (size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float), cap = (size_t)group * (size_t)topk;
-    const size_t keys_bytes = (size_t)groups * cap * sizeof(int32_t), len_bytes = ((size_t)groups * 4 + 15) & ~(size_t)15;
+    const size_t acc_bytes = ((size_t)(acc_n > 0 ? acc_n : 1) * sizeof(float) + 15) & ~(size_t)15;
     char *ws;
-    DSARL_TRY(tilelang_workspace(ctx, acc_bytes + keys_bytes + len_bytes + (size_t)groups * cap, (void **)&ws, err));
+    DSARL_TRY(tilelang_workspace(ctx, acc_bytes + (group ? tilelang_union_lists_bytes(group, topk, batch->n_queries)
+                                                         : 0), (void **)&ws, err));
     float *acc = (float *)ws;
     tlCheck(cudaMemsetAsync(acc, 0, (size_t)acc_n * sizeof(float), TL_STREAM(ctx)), err);
     int used = 0;
     if (group) {
-        int32_t *union_keys = (int32_t *)(ws + acc_bytes), *union_len = (int32_t *)(ws + acc_bytes + keys_bytes);
-        uint8_t *union_mask = (uint8_t *)(ws + acc_bytes + keys_bytes + len_bytes);
-        DSARL_TRY(tilelang_query_union(ctx, indices, topk, group, batch->n_queries, batch->n_keys, union_keys,
-                                       union_mask, union_len, err));
-        DSARL_TRY(tilelang_sparse_mla_backward_sm90_grouped(ctx, batch, in, topk, group, union_keys, union_mask,
-                                                            union_len, out, lse, dout, dq, acc, &used, err));
+        const tilelang_union_lists u = tilelang_union_lists_at(ws + acc_bytes, group, topk, batch->n_queries);
+        DSARL_TRY(tilelang_query_union(ctx, indices, topk, group, batch->n_queries, batch->n_keys, u.keys, u.mask,
+                                       u.len, err));
+        DSARL_TRY(tilelang_sparse_mla_backward_sm90_grouped(ctx, batch, in, topk, group, u.keys, u.mask, u.len, out,
+                                                            lse, dout, dq, acc, &used, err));
     }
     if (!used)
         DSARL_TRY(tilelang_sparse_mla_backward_sm90(ctx, batch, in, indices, topk, out, lse, dout, dq, acc, &used,

@@ -135,17 +135,14 @@ int tilelang_sparse_mla_forward(dsarl_dsa_context *ctx, const dsarl_dsa_batch *b
     if (ctx->settings.forward_groups)
         DSARL_TRY(tilelang_sparse_mla_query_group(ctx, batch, in, topk, &group, err));
     if (group && batch->n_queries / group >= 2 * (int64_t)ctx->sm_count) {
-        const int64_t groups = (batch->n_queries + group - 1) / group;
-        const size_t cap = (size_t)group * (size_t)topk, keys_bytes = (size_t)groups * cap * sizeof(int32_t);
-        const size_t len_bytes = ((size_t)groups * 4 + 15) & ~(size_t)15;
         char *ws;
-        DSARL_TRY(tilelang_workspace(ctx, keys_bytes + len_bytes + (size_t)groups * cap, (void **)&ws, err));
-        int32_t *union_keys = (int32_t *)ws, *union_len = (int32_t *)(ws + keys_bytes);
-        uint8_t *union_mask = (uint8_t *)(ws + keys_bytes + len_bytes);
-        DSARL_TRY(tilelang_query_union(ctx, indices, topk, group, batch->n_queries, batch->n_keys, union_keys,
-                                       union_mask, union_len, err));
-        DSARL_TRY(tilelang_sparse_mla_forward_sm90_grouped(ctx, batch, in, topk, group, union_keys, union_mask,
-                                                           union_len, out, lse, &used, err));
+        DSARL_TRY(tilelang_workspace(ctx, tilelang_union_lists_bytes(group, topk, batch->n_queries), (void **)&ws,
+                                     err));
+        const tilelang_union_lists u = tilelang_union_lists_at(ws, group, topk, batch->n_queries);
+        DSARL_TRY(tilelang_query_union(ctx, indices, topk, group, batch->n_queries, batch->n_keys, u.keys, u.mask,
+                                       u.len, err));
+        DSARL_TRY(tilelang_sparse_mla_forward_sm90_grouped(ctx, batch, in, topk, group, u.keys, u.mask, u.len, out,
+                                                           lse, &used, err));
         if (used)
             return DSARL_OK;
     }

@@ -84,6 +84,25 @@ extern "C" int tilelang_sparse_mla_query_group(dsarl_dsa_context *ctx, const dsa
 /* Power of two the query-union kernel sorts for group x topk slots (its shared memory: 4 bytes each). */
 extern "C" size_t tilelang_query_union_sorted(int group, int32_t topk);
 
+/* The query groups' key lists of n_queries queries, carved from workspace bytes: keys (int32) and masks (uint8) of
+ * capacity group x topk per group, and each group's length; tilelang_union_lists_bytes is their size. */
+typedef struct tilelang_union_lists {
+    int32_t *keys, *len;
+    uint8_t *mask;
+} tilelang_union_lists;
+static inline size_t tilelang_union_lists_bytes(int group, int32_t topk, int64_t n_queries)
+{
+    const size_t groups = (size_t)((n_queries + group - 1) / group), cap = (size_t)group * (size_t)topk;
+    return groups * cap * sizeof(int32_t) + ((groups * 4 + 15) & ~(size_t)15) + groups * cap;
+}
+static inline tilelang_union_lists tilelang_union_lists_at(char *base, int group, int32_t topk, int64_t n_queries)
+{
+    const size_t groups = (size_t)((n_queries + group - 1) / group), cap = (size_t)group * (size_t)topk;
+    const size_t keys_bytes = groups * cap * sizeof(int32_t), len_bytes = (groups * 4 + 15) & ~(size_t)15;
+    tilelang_union_lists l = {(int32_t *)base, (int32_t *)(base + keys_bytes), (uint8_t *)(base + keys_bytes + len_bytes)};
+    return l;
+}
+
 /* Per group of `group` consecutive queries: its key list (union_keys, union_mask, capacity group x topk each, at
  * group x capacity) and length (union_len), from the top-k rows (sparse_mla_query_union.cu). */
 extern "C" int tilelang_query_union(dsarl_dsa_context *ctx, const int32_t *indices, int32_t topk, int group,
