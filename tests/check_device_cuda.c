@@ -145,6 +145,29 @@ START_TEST(test_gemm_grouped)
 }
 END_TEST
 
+/* cuda_create with the recipe keys of yaml (a second instance on the same GPU, its own streams); its return code. */
+static int cuda_from_yaml(const char *yaml, dsarl_device **dev)
+{
+    dsarl_recipe *recipe = NULL;
+    ck_assert_int_eq(dsarl_recipe_load_string(yaml, "keys.yaml", &recipe, &err), 0);
+    ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
+    dsarl_parallel single = DSARL_PARALLEL_SINGLE;
+    dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single, .threads = 1,
+                               .recipe = dsarl_recipe_root(recipe)};
+    *dev = NULL;
+    dsarl_error_clear(&err);
+    int rc = cuda_create(&cfg, dev, &err);
+    dsarl_recipe_free(recipe);
+    return rc;
+}
+
+static dsarl_device *cuda_with(const char *yaml)
+{
+    dsarl_device *dev = NULL;
+    ck_assert_msg(cuda_from_yaml(yaml, &dev) == 0, "%s", err.message);
+    return dev;
+}
+
 /* Bad values of the device's keys are refused at create, in one sentence naming the key and the valid values. */
 START_TEST(test_bad_keys_refused)
 {
@@ -153,38 +176,15 @@ START_TEST(test_bad_keys_refused)
     for (int i = 0; i < 2; i++) {
         char yaml[128];
         snprintf(yaml, sizeof yaml, "runtime:\n  %s: %s\n", cases[i][0], cases[i][1]);
-        dsarl_recipe *recipe = NULL;
-        ck_assert_int_eq(dsarl_recipe_load_string(yaml, "bad.yaml", &recipe, &err), 0);
-        ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
-        dsarl_parallel single = DSARL_PARALLEL_SINGLE;
-        dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single, .threads = 1,
-                                   .recipe = dsarl_recipe_root(recipe)};
         dsarl_device *dev = NULL;
-        dsarl_error_clear(&err);
-        ck_assert_int_ne(cuda_create(&cfg, &dev, &err), 0);
+        ck_assert_int_ne(cuda_from_yaml(yaml, &dev), 0);
         ck_assert_ptr_null(dev);
         ck_assert_msg(strstr(err.message, cases[i][0]) && strstr(err.message, cases[i][2]) &&
                           !strchr(err.message, '\n'), "%s", err.message);
         printf("check_device_cuda: refused %s=%s: %s\n", cases[i][0], cases[i][1], err.message);
-        dsarl_recipe_free(recipe);
     }
 }
 END_TEST
-
-/* A second CUDA device instance made with the recipe keys of yaml (same GPU, its own streams). */
-static dsarl_device *cuda_with(const char *yaml)
-{
-    dsarl_recipe *recipe = NULL;
-    ck_assert_int_eq(dsarl_recipe_load_string(yaml, "keys.yaml", &recipe, &err), 0);
-    ck_assert_int_eq(dsarl_recipe_resolve(recipe, &err), 0);
-    dsarl_parallel single = DSARL_PARALLEL_SINGLE;
-    dsarl_device_config cfg = {.struct_size = sizeof(cfg), .parallel = &single, .threads = 1,
-                               .recipe = dsarl_recipe_root(recipe)};
-    dsarl_device *dev = NULL;
-    ck_assert_msg(cuda_create(&cfg, &dev, &err) == 0, "%s", err.message);
-    dsarl_recipe_free(recipe);
-    return dev;
-}
 
 /* gemm_grouped's wgmma kernel (bf16, n and the reduced dim in 64s) at MoE shapes: ragged groups with empty ones, a
  * group of one row, groups past a 128-row tile, n that ends inside a tile (192, 320), in all three products, against
